@@ -1,0 +1,196 @@
+//! Catalogs of GPUs and model architectures. The files under models/ are embedded at build time so the
+//! installed binary works from any directory; files named on the command line add to or override them.
+
+pub mod gpu;
+pub mod model;
+
+pub use gpu::GpuSpec;
+pub use model::{LinearAttnSpec, ModelArch, MoeSpec};
+
+use crate::error::{read_file, toml_error, Error, Result};
+use serde::Deserialize;
+use std::path::Path;
+
+const GPUS_TOML: &str = include_str!("../../models/gpus.toml");
+const MODELS_TOML: &str = include_str!("../../models/models.toml");
+
+/// The embedded config.json files, by file name.
+const CONFIGS: &[(&str, &str)] = &[
+    (
+        "qwen3-coder-30b-a3b-instruct.json",
+        include_str!("../../models/configs/qwen3-coder-30b-a3b-instruct.json"),
+    ),
+    (
+        "qwen3.5-35b-a3b.json",
+        include_str!("../../models/configs/qwen3.5-35b-a3b.json"),
+    ),
+    (
+        "qwen3-coder-next.json",
+        include_str!("../../models/configs/qwen3-coder-next.json"),
+    ),
+    (
+        "llama-3.1-8b-instruct.json",
+        include_str!("../../models/configs/llama-3.1-8b-instruct.json"),
+    ),
+    (
+        "llama-3.3-70b-instruct.json",
+        include_str!("../../models/configs/llama-3.3-70b-instruct.json"),
+    ),
+    (
+        "mistral-7b-instruct-v0.3.json",
+        include_str!("../../models/configs/mistral-7b-instruct-v0.3.json"),
+    ),
+    (
+        "mixtral-8x7b-instruct-v0.1.json",
+        include_str!("../../models/configs/mixtral-8x7b-instruct-v0.1.json"),
+    ),
+    (
+        "qwen3-8b.json",
+        include_str!("../../models/configs/qwen3-8b.json"),
+    ),
+    (
+        "qwen3-32b.json",
+        include_str!("../../models/configs/qwen3-32b.json"),
+    ),
+    (
+        "qwen3-235b-a22b.json",
+        include_str!("../../models/configs/qwen3-235b-a22b.json"),
+    ),
+    (
+        "gpt-oss-120b.json",
+        include_str!("../../models/configs/gpt-oss-120b.json"),
+    ),
+    (
+        "gpt-oss-20b.json",
+        include_str!("../../models/configs/gpt-oss-20b.json"),
+    ),
+];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub name: String,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    pub config: String,
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelsFile {
+    model: Vec<ModelEntry>,
+}
+
+/// A catalog entry with its architecture parsed.
+#[derive(Debug, Clone)]
+pub struct CatalogModel {
+    pub entry: ModelEntry,
+    pub arch: ModelArch,
+}
+
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    pub gpus: Vec<GpuSpec>,
+    pub models: Vec<CatalogModel>,
+}
+
+fn norm(s: &str) -> String {
+    s.trim().to_ascii_lowercase().replace(['_', ' '], "-")
+}
+
+impl Catalog {
+    /// The catalogs embedded in the binary.
+    pub fn builtin() -> Catalog {
+        // The embedded data is checked by the test suite; a failure here is a build defect, not user input.
+        Self::from_texts(GPUS_TOML, MODELS_TOML, |file| {
+            CONFIGS
+                .iter()
+                .find(|(n, _)| *n == file)
+                .map(|(_, t)| t.to_string())
+        })
+        .expect("embedded catalogs are valid (checked by tests)")
+    }
+
+    fn from_texts(
+        gpus: &str,
+        models: &str,
+        config: impl Fn(&str) -> Option<String>,
+    ) -> Result<Catalog> {
+        let gpus = gpu::parse_gpus("models/gpus.toml", gpus)?;
+        let file: ModelsFile =
+            toml::from_str(models).map_err(|e| toml_error("models/models.toml", models, e))?;
+        let mut out = Vec::new();
+        for entry in file.model {
+            let src = format!("models/configs/{}", entry.config);
+            let text = config(&entry.config).ok_or_else(|| {
+                Error::input(
+                    "models/models.toml",
+                    None,
+                    Some("config"),
+                    format!("no file {src}"),
+                )
+            })?;
+            let arch = ModelArch::from_config_json(&entry.name, &src, &text)?;
+            out.push(CatalogModel { entry, arch });
+        }
+        Ok(Catalog { gpus, models: out })
+    }
+
+    /// Add or override GPUs from a TOML file in the format of models/gpus.toml.
+    pub fn add_gpu_file(&mut self, path: &Path) -> Result<()> {
+        let text = read_file(path)?;
+        for g in gpu::parse_gpus(&path.display().to_string(), &text)? {
+            self.gpus.retain(|x| norm(&x.name) != norm(&g.name));
+            self.gpus.push(g);
+        }
+        Ok(())
+    }
+
+    pub fn gpu(&self, name: &str) -> Result<&GpuSpec> {
+        let n = norm(name);
+        self.gpus
+            .iter()
+            .find(|g| norm(&g.name) == n || g.aliases.iter().any(|a| norm(a) == n))
+            .ok_or_else(|| Error::Unknown {
+                kind: "GPU",
+                name: name.to_string(),
+                known: self.gpus.iter().map(|g| g.name.clone()).collect(),
+            })
+    }
+
+    /// All GPUs whose name, alias or family matches: "H100" gives the three H100 variants.
+    pub fn gpu_family(&self, name: &str) -> Vec<&GpuSpec> {
+        if let Ok(g) = self.gpu(name) {
+            return vec![g];
+        }
+        let n = norm(name);
+        self.gpus.iter().filter(|g| norm(&g.family) == n).collect()
+    }
+
+    /// A model by catalog name or alias, or a path to a config.json.
+    pub fn model(&self, name_or_path: &str) -> Result<ModelArch> {
+        let n = norm(name_or_path);
+        if let Some(m) = self
+            .models
+            .iter()
+            .find(|m| norm(&m.entry.name) == n || m.entry.aliases.iter().any(|a| norm(a) == n))
+        {
+            return Ok(m.arch.clone());
+        }
+        let path = Path::new(name_or_path);
+        if name_or_path.ends_with(".json") || path.is_file() {
+            let text = read_file(path)?;
+            let stem = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or(name_or_path);
+            return ModelArch::from_config_json(stem, name_or_path, &text);
+        }
+        Err(Error::Unknown {
+            kind: "model",
+            name: name_or_path.to_string(),
+            known: self.models.iter().map(|m| m.entry.name.clone()).collect(),
+        })
+    }
+}

@@ -1,0 +1,270 @@
+//! `capsim gpus`, `capsim models`, `capsim profiles`, `capsim points`: the catalogs and data as tables.
+
+use capsim::catalog::Catalog;
+use capsim::data::{self, flags};
+use capsim::error::{Error, Result};
+use capsim::profile::{ProfileFile, BUILTIN_PROFILES};
+use capsim::report::{num, table};
+use capsim::units::Dtype;
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct GpusArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Extra GPU catalog file that adds to or overrides the built-in one.
+    #[arg(long)]
+    pub gpus_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ModelsArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Also show a config.json that is not in the catalog.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ProfilesArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PointsArgs {
+    /// Points CSV to check (default: the embedded calibration/points.csv).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Recompute the physics and consistency flags and write the CSV to this path.
+    #[arg(long)]
+    pub write: Option<PathBuf>,
+}
+
+pub fn gpus(a: GpusArgs) -> Result<()> {
+    let mut c = Catalog::builtin();
+    if let Some(f) = &a.gpus_file {
+        c.add_gpu_file(f)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json!(c.gpus.iter().map(|g| json!({
+            "name": g.name, "family": g.family, "memory_gb": g.memory_gb, "hbm_bandwidth_tb_s": g.hbm_bandwidth_tb_s,
+            "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "tdp_w": g.tdp_w, "source": g.source})).collect::<Vec<_>>())).expect("json"));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = c
+        .gpus
+        .iter()
+        .map(|g| {
+            vec![
+                g.name.clone(),
+                num(g.memory_gb, 3),
+                num(g.hbm_bandwidth_tb_s, 3),
+                num(g.bf16_tflops, 4),
+                g.fp8_tflops.map_or("-".into(), |v| num(v, 4)),
+                num(g.tdp_w, 4),
+                g.source.clone(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "gpu",
+                "memory_gb",
+                "hbm_tb_s",
+                "bf16_tflops",
+                "fp8_tflops",
+                "tdp_w",
+                "source"
+            ],
+            &rows
+        )
+    );
+    Ok(())
+}
+
+pub fn models(a: ModelsArgs) -> Result<()> {
+    let c = Catalog::builtin();
+    let mut archs: Vec<(capsim::catalog::ModelArch, String)> = c
+        .models
+        .iter()
+        .map(|m| (m.arch.clone(), m.entry.source.clone()))
+        .collect();
+    if let Some(m) = &a.model {
+        archs.push((c.model(m)?, m.clone()));
+    }
+    let mib = 1024.0 * 1024.0;
+    if a.json {
+        let v: Vec<_> = archs
+            .iter()
+            .map(|(m, src)| {
+                json!({
+                    "name": m.name, "model_type": m.model_type, "kind": m.kind(), "layers": m.n_layers,
+                    "full_attention_layers": m.n_full_attn_layers, "linear_attention_layers": m.n_linear_layers,
+                    "sliding_attention_layers": m.n_sliding_layers,
+                    "params_total": m.params_total(), "params_active": m.params_active(),
+                    "weight_bytes_bf16": m.weight_bytes(Dtype::Bf16), "weight_bytes_fp8": m.weight_bytes(Dtype::Fp8),
+                    "kv_bytes_per_token_bf16": m.kv_bytes_per_token(Dtype::Bf16), "kv_bytes_per_token_fp8": m.kv_bytes_per_token(Dtype::Fp8),
+                    "linear_state_bytes_bf16": m.linear_state_bytes(Dtype::Bf16), "linear_state_bytes_fp32": m.linear_state_bytes(Dtype::Fp32),
+                    "prefill_flops_per_token_at_0": m.prefill_flops_per_token(0.0),
+                    "attention_flops_per_token_pair": m.attn_flops_per_token_pair(),
+                    "experts": m.moe.as_ref().map(|x| x.n_experts), "experts_per_token": m.moe.as_ref().map(|x| x.n_experts_per_token),
+                    "experts_touched_b16": m.experts_touched(16.0), "experts_touched_b64": m.experts_touched(64.0),
+                    "max_context": m.max_context, "source": src,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = archs
+        .iter()
+        .map(|(m, _)| {
+            vec![
+                m.name.clone(),
+                m.kind().into(),
+                format!(
+                    "{}/{}/{}",
+                    m.n_full_attn_layers, m.n_linear_layers, m.n_sliding_layers
+                ),
+                num(m.params_total() as f64 / 1e9, 3),
+                num(m.params_active() as f64 / 1e9, 3),
+                num(m.kv_bytes_per_token(Dtype::Bf16), 6),
+                if m.linear.is_some() {
+                    format!("{:.1}", m.linear_state_bytes(Dtype::Bf16) / mib)
+                } else {
+                    "-".into()
+                },
+                m.moe.as_ref().map_or("-".into(), |x| {
+                    format!("{}/{}", x.n_experts_per_token, x.n_experts)
+                }),
+                num(m.prefill_flops_per_token(0.0) / 1e9, 3),
+                m.max_context.to_string(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "model",
+                "kind",
+                "full/linear/sliding",
+                "params_b",
+                "active_b",
+                "kv_bytes_tok_bf16",
+                "state_mib_bf16",
+                "experts k/E",
+                "gflop_tok",
+                "max_ctx"
+            ],
+            &rows
+        )
+    );
+    Ok(())
+}
+
+pub fn profiles(a: ProfilesArgs) -> Result<()> {
+    let catalog = Catalog::builtin();
+    let mut rows = Vec::new();
+    let mut js = Vec::new();
+    for (file, text) in BUILTIN_PROFILES {
+        let f = ProfileFile::parse(file, text)?;
+        let p = f.resolve(file, &catalog)?;
+        let fit = f.fit.clone().unwrap_or_default();
+        rows.push(vec![
+            f.name.clone(),
+            p.arch.name.clone(),
+            p.gpu.name.clone(),
+            p.engine.kind.as_str().into(),
+            f.provenance.source_report.clone(),
+            if f.fit.is_some() {
+                format!("{:.1}%", fit.median_abs_error_pct)
+            } else {
+                "-".into()
+            },
+            if f.fit.is_some() {
+                format!("{:.1}%", fit.p90_abs_error_pct)
+            } else {
+                "-".into()
+            },
+            if f.fit.is_some() {
+                (if fit.physics_ok { "ok" } else { "VIOLATED" }).into()
+            } else {
+                "-".into()
+            },
+            f.provenance.method.chars().take(40).collect(),
+        ]);
+        js.push(json!({"file": file, "name": f.name, "model": p.arch.name, "gpu": p.gpu.name, "engine": p.engine.kind.as_str(),
+            "source_report": f.provenance.source_report, "method": f.provenance.method, "fit": f.fit,
+            "kv_capacity_tokens": p.engine.kv_capacity_tokens}));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&js).expect("json"));
+    } else {
+        print!(
+            "{}",
+            table(
+                &[
+                    "profile",
+                    "model",
+                    "gpu",
+                    "engine",
+                    "source_report",
+                    "fit_med_err",
+                    "fit_p90_err",
+                    "physics",
+                    "method"
+                ],
+                &rows
+            )
+        );
+    }
+    Ok(())
+}
+
+pub fn points(a: PointsArgs) -> Result<()> {
+    let catalog = Catalog::builtin();
+    let metas = data::report_metas()?;
+    let mut pts = data::load_points(a.data.as_deref())?;
+    let before: Vec<Vec<String>> = pts.iter().map(|p| p.flags.clone()).collect();
+    flags::refresh_flags(&mut pts, &catalog, &metas);
+    let changed = pts
+        .iter()
+        .zip(&before)
+        .filter(|(p, b)| &p.flags != *b)
+        .count();
+    let flagged = pts.iter().filter(|p| p.is_flagged()).count();
+    println!(
+        "{} points, {} flagged, {} whose computed flags differ from the file",
+        pts.len(),
+        flagged,
+        changed
+    );
+    for p in pts.iter().filter(|p| p.is_flagged()) {
+        println!(
+            "line {:>3} {} {} c={} {}={}: {}",
+            p.line,
+            &p.report[..3],
+            p.scenario,
+            p.concurrency.map_or("-".into(), |c| c.to_string()),
+            p.metric,
+            data::format_value(p.value),
+            p.flags.join(" | ")
+        );
+    }
+    if let Some(path) = &a.write {
+        let text = data::write_points(&pts);
+        std::fs::write(path, text).map_err(|err| Error::Io {
+            path: path.display().to_string(),
+            err,
+        })?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! Argument parsing (what the user typed) and its resolution into library objects (profile, workload).
+
+mod catalog;
+mod simulate;
+mod sweep;
+
+use capsim::catalog::Catalog;
+use capsim::error::{Error, Result};
+use capsim::metrics::RequestSlo;
+use capsim::profile::{EngineKind, EngineSettings, Profile};
+use capsim::workload::trace::read_trace;
+use capsim::workload::{
+    Arrivals, LengthDist, LoadTemplate, Process, RateSchedule, RequestClass, Workload, WorkloadSpec,
+};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "capsim", version, about = "Capacity simulator for LLM inference serving", long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Fit step-time profiles from measured benchmark points.
+    Calibrate,
+    /// Simulate one workload on a profile and print every latency metric.
+    Simulate(simulate::SimulateArgs),
+    /// Simulate a list of loads (concurrencies, rates or burst sizes) in parallel.
+    Sweep(sweep::SweepArgs),
+    /// The largest load that meets an SLO.
+    Capacity,
+    /// Replay every measured experiment and compare predicted with measured.
+    Validate,
+    /// List the profiles.
+    Profiles(catalog::ProfilesArgs),
+    /// List the GPU catalog.
+    Gpus(catalog::GpusArgs),
+    /// List the model catalog with derived figures.
+    Models(catalog::ModelsArgs),
+    /// Check the measured points and refresh their computed flags.
+    Points(catalog::PointsArgs),
+}
+
+pub fn run() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Calibrate => Err(Error::NotImplemented("calibrate (issue 4)")),
+        Cmd::Simulate(a) => simulate::run(a),
+        Cmd::Sweep(a) => sweep::run(a),
+        Cmd::Capacity => Err(Error::NotImplemented("capacity (issue 6)")),
+        Cmd::Validate => Err(Error::NotImplemented("validate (issue 5)")),
+        Cmd::Profiles(a) => catalog::profiles(a),
+        Cmd::Gpus(a) => catalog::gpus(a),
+        Cmd::Models(a) => catalog::models(a),
+        Cmd::Points(a) => catalog::points(a),
+    }
+}
+
+/// Which profile, moved where, with which engine settings.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ProfileArgs {
+    /// Profile name (see `capsim profiles`) or a profile TOML file; default: the embedded default.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Retarget the profile to another GPU of the catalog (keeps fitted efficiencies).
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Retarget the profile to another model: a catalog name or a config.json path.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Tensor-parallel degree (GPUs per replica).
+    #[arg(long)]
+    pub tp: Option<u32>,
+    /// Extra GPU catalog file (TOML, models/gpus.toml format) that adds to or overrides the built-in one.
+    #[arg(long)]
+    pub gpus_file: Option<PathBuf>,
+    /// Engine policy.
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineArg>,
+    /// vLLM max_num_batched_tokens (SGLang: chunked_prefill_size).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// vLLM max_num_seqs (SGLang: max_running_requests).
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// KV capacity in tokens (default: derived from GPU memory).
+    #[arg(long)]
+    pub kv_capacity_tokens: Option<u64>,
+    /// Fraction of GPU memory the engine may use.
+    #[arg(long)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// KV block size in tokens.
+    #[arg(long)]
+    pub block_size: Option<u32>,
+    /// SGLang: run decodes inside prefill batches.
+    #[arg(long)]
+    pub enable_mixed_chunk: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum EngineArg {
+    Vllm,
+    Sglang,
+}
+
+impl ProfileArgs {
+    pub fn catalog(&self) -> Result<Catalog> {
+        let mut c = Catalog::builtin();
+        if let Some(f) = &self.gpus_file {
+            c.add_gpu_file(f)?;
+        }
+        Ok(c)
+    }
+    /// The resolved profile: loaded, engine overrides applied, retargeted if asked.
+    pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
+        let base = Profile::load(self.profile.as_deref(), catalog)?;
+        let over = EngineSettings {
+            kind: self.engine.map(|e| match e {
+                EngineArg::Vllm => EngineKind::Vllm,
+                EngineArg::Sglang => EngineKind::Sglang,
+            }),
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            block_size_tokens: self.block_size,
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            kv_capacity_tokens: self.kv_capacity_tokens,
+            enable_mixed_chunk: self.enable_mixed_chunk.then_some(true),
+            chunked_prefill_size: self.max_num_batched_tokens,
+            max_running_requests: self.max_num_seqs,
+            ..Default::default()
+        };
+        let p = base.retarget(catalog, self.gpu.as_deref(), self.model.as_deref(), self.tp)?;
+        if over == EngineSettings::default() {
+            return Ok(p);
+        }
+        let mut f = p.file.clone();
+        f.engine.merge(&over);
+        let mut r = f.resolve("command line", catalog)?;
+        r.retargeted_from = p.retargeted_from.clone();
+        Ok(r)
+    }
+}
+
+/// Request lengths and run length, shared by simulate, sweep and capacity.
+#[derive(Args, Debug, Clone)]
+pub struct LengthArgs {
+    /// Input tokens: N, or uniform:MIN:MAX, normal:MEAN:SD, lognormal:MEAN:SD.
+    #[arg(long, default_value = "1024")]
+    pub input_len: String,
+    /// Output tokens, same forms as --input-len.
+    #[arg(long, default_value = "256")]
+    pub output_len: String,
+    /// Requests to send (closed and open loops); default 5 rounds of a closed loop (>= 100), 1000 open.
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Stop sending after this many simulated seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Closed loop: seconds a client waits after a response before its next request.
+    #[arg(long, default_value_t = 0.0)]
+    pub think_time: f64,
+    /// Closed loop: draw think times from an exponential with mean --think-time.
+    #[arg(long)]
+    pub think_exponential: bool,
+    /// Open loop arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    pub process: ProcessArg,
+    /// Gamma burstiness as `vllm bench serve --burstiness` (implies --process gamma unless 1).
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    /// Leave the first N requests out of the metrics.
+    #[arg(long, default_value_t = 0)]
+    pub warmup_requests: u64,
+    /// Leave the last N requests out of the metrics.
+    #[arg(long, default_value_t = 0)]
+    pub cooldown_requests: u64,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum ProcessArg {
+    Poisson,
+    Gamma,
+    Constant,
+}
+
+pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let num = |i: usize| -> Result<f64> {
+        let t = parts
+            .get(i)
+            .ok_or_else(|| Error::flag(flag, format!("`{s}`: missing parameter {i}")))?;
+        let v: f64 = t
+            .parse()
+            .map_err(|_| Error::flag(flag, format!("`{t}` is not a number")))?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(Error::flag(
+                flag,
+                format!("`{t}` must be a finite non-negative number"),
+            ));
+        }
+        Ok(v)
+    };
+    let d = match parts[0] {
+        "uniform" => LengthDist::Uniform {
+            min: num(1)? as u32,
+            max: num(2)? as u32,
+        },
+        "normal" => LengthDist::Normal {
+            mean: num(1)?,
+            sd: num(2)?,
+        },
+        "lognormal" => LengthDist::Lognormal {
+            mean: num(1)?,
+            sd: num(2)?,
+        },
+        _ if parts.len() == 1 => {
+            let t = parts[0].trim();
+            if t.starts_with('-') {
+                return Err(Error::flag(
+                    flag,
+                    format!("token count must not be negative, got `{t}`"),
+                ));
+            }
+            let v: u32 = t.parse().map_err(|_| {
+                Error::flag(
+                    flag,
+                    format!("`{t}` is not a token count or a distribution"),
+                )
+            })?;
+            if v == 0 {
+                return Err(Error::flag(flag, "token count must be at least 1"));
+            }
+            LengthDist::Fixed { value: v }
+        }
+        other => {
+            return Err(Error::flag(
+                flag,
+                format!("unknown distribution `{other}` (uniform, normal, lognormal)"),
+            ))
+        }
+    };
+    // Reuse the workload validation for ranges, with the flag's name in the error.
+    WorkloadSpec {
+        arrivals: Arrivals::Burst { n: 1 },
+        classes: vec![RequestClass {
+            weight: 1.0,
+            name: String::new(),
+            input: d.clone(),
+            output: LengthDist::fixed(1),
+        }],
+        requests: None,
+        duration_s: None,
+        warmup_requests: 0,
+        cooldown_requests: 0,
+        warmup_s: 0.0,
+    }
+    .validate()
+    .map_err(|e| Error::flag(flag, e.to_string()))?;
+    Ok(d)
+}
+
+impl LengthArgs {
+    pub fn template(&self) -> Result<LoadTemplate> {
+        let mut t = LoadTemplate::fixed(1, 1);
+        t.classes = vec![RequestClass {
+            weight: 1.0,
+            name: String::new(),
+            input: parse_length("--input-len", &self.input_len)?,
+            output: parse_length("--output-len", &self.output_len)?,
+        }];
+        t.requests = self.requests;
+        if let Some(d) = self.duration {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(Error::flag(
+                    "--duration",
+                    format!("must be a positive number of seconds, got {d}"),
+                ));
+            }
+        }
+        t.duration_s = self.duration;
+        if !(self.think_time.is_finite() && self.think_time >= 0.0) {
+            return Err(Error::flag(
+                "--think-time",
+                format!("must be >= 0, got {}", self.think_time),
+            ));
+        }
+        t.think_time_s = self.think_time;
+        t.think_exponential = self.think_exponential;
+        t.process = match self.process {
+            ProcessArg::Poisson => Process::Poisson,
+            ProcessArg::Gamma => Process::Gamma,
+            ProcessArg::Constant => Process::Constant,
+        };
+        if let Some(b) = self.burstiness {
+            if !(b.is_finite() && b > 0.0) {
+                return Err(Error::flag(
+                    "--burstiness",
+                    format!("must be a positive number, got {b}"),
+                ));
+            }
+            t.burstiness = b;
+            if b != 1.0 && matches!(self.process, ProcessArg::Poisson) {
+                t.process = Process::Gamma;
+            }
+        }
+        t.warmup_requests = self.warmup_requests;
+        t.cooldown_requests = self.cooldown_requests;
+        Ok(t)
+    }
+}
+
+/// Read a workload TOML file (`--workload`).
+pub fn read_workload_file(path: &std::path::Path) -> Result<Workload> {
+    let text = capsim::error::read_file(path)?;
+    let src = path.display().to_string();
+    let spec: WorkloadSpec =
+        toml::from_str(&text).map_err(|e| capsim::error::toml_error(&src, &text, e))?;
+    spec.validate().map_err(|e| match e {
+        Error::Input { at, msg } => Error::Input {
+            at: capsim::error::Location {
+                source: src.clone(),
+                ..at
+            },
+            msg,
+        },
+        other => other,
+    })
+}
+
+/// A trace file as a workload.
+pub fn trace_workload(path: &std::path::Path, warmup: u64, cooldown: u64) -> Result<Workload> {
+    let t = read_trace(path)?;
+    WorkloadSpec {
+        arrivals: Arrivals::Trace { records: t.records },
+        classes: vec![],
+        requests: None,
+        duration_s: None,
+        warmup_requests: warmup,
+        cooldown_requests: cooldown,
+        warmup_s: 0.0,
+    }
+    .validate()
+}
+
+pub fn rate_schedule_const(rate: f64) -> Result<RateSchedule> {
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(Error::flag(
+            "--rate",
+            format!("must be a positive number of requests per second, got {rate}"),
+        ));
+    }
+    Ok(RateSchedule::constant(rate))
+}
+
+/// `--slo` items such as ttft_mean_s=3.0 as per-request goodput limits where they are per-request.
+pub fn goodput_slo(ttft_s: Option<f64>, itl_ms: Option<f64>, e2e_s: Option<f64>) -> RequestSlo {
+    RequestSlo {
+        ttft_s_max: ttft_s,
+        itl_ms_max: itl_ms,
+        e2e_s_max: e2e_s,
+    }
+}

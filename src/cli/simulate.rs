@@ -1,0 +1,278 @@
+//! `capsim simulate`: one workload on one profile.
+
+use super::{
+    goodput_slo, rate_schedule_const, read_workload_file, trace_workload, LengthArgs, ProfileArgs,
+};
+use capsim::error::{Error, Result};
+use capsim::metrics::{summarize, Stats, Summary};
+use capsim::profile::Profile;
+use capsim::report::{num, table};
+use capsim::sim::{simulate, SimOptions};
+use capsim::workload::{Arrivals, LoadAxis, Workload, WorkloadSpec};
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    #[command(flatten)]
+    pub lengths: LengthArgs,
+    /// Closed loop with N clients.
+    #[arg(long, group = "load")]
+    pub concurrency: Option<u32>,
+    /// N requests sent at t = 0.
+    #[arg(long, group = "load")]
+    pub burst: Option<u32>,
+    /// Open loop at R requests per second (Poisson unless --burstiness or --process say otherwise).
+    #[arg(long, group = "load")]
+    pub rate: Option<f64>,
+    /// Replay a trace (CSV or JSONL: arrival time, input tokens, output tokens).
+    #[arg(long, group = "load")]
+    pub trace: Option<PathBuf>,
+    /// A workload TOML file for anything richer (request classes, rate schedules).
+    #[arg(long, group = "load")]
+    pub workload: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print the JSON contract instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Goodput: a request is good when its TTFT is at most this (s).
+    #[arg(long)]
+    pub goodput_ttft_s: Option<f64>,
+    /// Goodput: ... and its ITL at most this (ms).
+    #[arg(long)]
+    pub goodput_itl_ms: Option<f64>,
+    /// Goodput: ... and its E2E at most this (s).
+    #[arg(long)]
+    pub goodput_e2e_s: Option<f64>,
+    /// Stop the simulation at this simulated time (s); unfinished requests are counted.
+    #[arg(long, default_value_t = 1e7)]
+    pub horizon: f64,
+    /// Write every request's record (CSV) to this file.
+    #[arg(long)]
+    pub per_request: Option<PathBuf>,
+}
+
+pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
+    let t = a.lengths.template()?;
+    if let Some(path) = &a.workload {
+        return read_workload_file(path);
+    }
+    if let Some(path) = &a.trace {
+        return trace_workload(path, t.warmup_requests, t.cooldown_requests);
+    }
+    if let Some(n) = a.concurrency {
+        if n == 0 {
+            return Err(Error::flag("--concurrency", "must be at least 1"));
+        }
+        return t.at(LoadAxis::Concurrency, n as f64);
+    }
+    if let Some(n) = a.burst {
+        if n == 0 {
+            return Err(Error::flag("--burst", "must be at least 1"));
+        }
+        return t.at(LoadAxis::Burst, n as f64);
+    }
+    if let Some(r) = a.rate {
+        rate_schedule_const(r)?;
+        return t.at(LoadAxis::Rate, r);
+    }
+    Err(Error::flag(
+        "--concurrency",
+        "choose a load: --concurrency, --burst, --rate, --trace or --workload",
+    ))
+}
+
+/// The resolved scenario written next to every result.
+pub fn scenario_json(p: &Profile, w: &Workload, seed: u64) -> serde_json::Value {
+    let workload = match &w.spec.arrivals {
+        Arrivals::Trace { records } => json!({
+            "arrivals": {"kind": "trace", "requests": records.len()},
+            "warmup_requests": w.spec.warmup_requests,
+            "cooldown_requests": w.spec.cooldown_requests,
+        }),
+        _ => serde_json::to_value(&w.spec).expect("workload serializes"),
+    };
+    json!({
+        "profile": p.name(),
+        "retargeted_from": p.retargeted_from,
+        "extrapolation": p.retargeted_from.is_some(),
+        "model": p.arch.name,
+        "gpu": p.gpu.name,
+        "tensor_parallel": p.tensor_parallel,
+        "weight_dtype": p.file.model.weight_dtype,
+        "kv_dtype": p.file.model.kv_dtype,
+        "engine": p.engine,
+        "coefficients": p.coefficients,
+        "workload": workload,
+        "seed": seed,
+    })
+}
+
+fn stats_row(name: &str, s: &Stats) -> Vec<String> {
+    vec![
+        name.into(),
+        num(s.mean, 4),
+        num(s.p50, 4),
+        num(s.p90, 4),
+        num(s.p95, 4),
+        num(s.p99, 4),
+    ]
+}
+
+pub fn summary_table(s: &Summary) -> String {
+    let mut out = table(
+        &["metric", "mean", "p50", "p90", "p95", "p99"],
+        &[
+            stats_row("ttft_s", &s.ttft_s),
+            stats_row("queue_wait_s", &s.queue_wait_s),
+            stats_row("itl_ms", &s.itl_ms),
+            stats_row("e2e_s", &s.e2e_s),
+            stats_row("per_user_tok_s", &s.per_user_tok_s),
+        ],
+    );
+    out.push('\n');
+    let mut kv = vec![
+        (
+            "requests completed / sent",
+            format!("{} / {}", s.requests_completed, s.requests_sent),
+        ),
+        ("requests measured", s.requests_measured.to_string()),
+        ("system output tok/s", num(s.system_output_tok_s, 4)),
+        ("system total tok/s", num(s.system_total_tok_s, 4)),
+        ("request throughput /s", num(s.request_throughput_per_s, 4)),
+        ("preemptions", s.preemptions.to_string()),
+        (
+            "KV utilization mean / max",
+            format!(
+                "{:.1}% / {:.1}%",
+                s.kv_util_mean * 100.0,
+                s.kv_util_max * 100.0
+            ),
+        ),
+        ("max waiting", s.max_waiting.to_string()),
+        ("engine steps", s.steps.to_string()),
+        ("simulated time s", num(s.sim_time_s, 4)),
+    ];
+    if s.requests_rejected > 0 {
+        kv.push(("rejected (never fit KV)", s.requests_rejected.to_string()));
+    }
+    if s.requests_unfinished > 0 {
+        kv.push(("unfinished at horizon", s.requests_unfinished.to_string()));
+    }
+    if let (Some(g), Some(f)) = (s.goodput_requests_per_s, s.goodput_fraction) {
+        kv.push((
+            "goodput req/s (fraction)",
+            format!("{} ({:.1}%)", num(g, 4), f * 100.0),
+        ));
+    }
+    for (k, v) in kv {
+        out.push_str(&format!("{k:<28}{v}\n"));
+    }
+    out
+}
+
+pub fn run(a: SimulateArgs) -> Result<()> {
+    let catalog = a.profile.catalog()?;
+    let p = a.profile.resolve(&catalog)?;
+    let w = workload_of(&a)?;
+    if !(a.horizon.is_finite() && a.horizon > 0.0) {
+        return Err(Error::flag(
+            "--horizon",
+            "must be a positive number of seconds",
+        ));
+    }
+    let out = simulate(
+        &p,
+        &w,
+        a.seed,
+        SimOptions {
+            horizon_s: a.horizon,
+            ..Default::default()
+        },
+    );
+    let slo = goodput_slo(a.goodput_ttft_s, a.goodput_itl_ms, a.goodput_e2e_s);
+    let s = summarize(
+        &out,
+        w.spec.warmup_requests,
+        w.spec.cooldown_requests,
+        w.spec.warmup_s,
+        &slo,
+    );
+    if let Some(path) = &a.per_request {
+        let rows: Vec<Vec<String>> = out
+            .records
+            .iter()
+            .map(|r| {
+                vec![
+                    r.id.to_string(),
+                    r.class.to_string(),
+                    r.input_tokens.to_string(),
+                    r.output_tokens.to_string(),
+                    format!("{:.9}", r.arrival.secs()),
+                    format!("{:.9}", r.queue_wait_s()),
+                    format!("{:.9}", r.ttft_s()),
+                    format!("{:.9}", r.e2e_s()),
+                    r.preemptions.to_string(),
+                ]
+            })
+            .collect();
+        let text = capsim::report::csv(
+            &[
+                "id",
+                "class",
+                "input_tokens",
+                "output_tokens",
+                "arrival_s",
+                "queue_wait_s",
+                "ttft_s",
+                "e2e_s",
+                "preemptions",
+            ],
+            &rows,
+        );
+        std::fs::write(path, text).map_err(|err| Error::Io {
+            path: path.display().to_string(),
+            err,
+        })?;
+    }
+    if a.json {
+        let mut v = serde_json::to_value(&s).expect("summary serializes");
+        let obj = v.as_object_mut().expect("object");
+        obj.insert("capsim_version".into(), json!(env!("CARGO_PKG_VERSION")));
+        obj.insert("seed".into(), json!(a.seed));
+        obj.insert("scenario".into(), scenario_json(&p, &w, a.seed));
+        obj.insert(
+            "kv_series".into(),
+            serde_json::to_value(&out.series).expect("series serializes"),
+        );
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        println!("profile: {}{}", p.name(), extrapolation_note(&p));
+        println!(
+            "engine: {} (budget {} tokens, max {} seqs, KV {} tokens in {}-token blocks), seed {}",
+            p.engine.kind.as_str(),
+            p.engine.max_num_batched_tokens,
+            p.engine.max_num_seqs,
+            p.engine.kv_capacity_tokens,
+            p.engine.block_size_tokens,
+            a.seed
+        );
+        println!();
+        print!("{}", summary_table(&s));
+    }
+    Ok(())
+}
+
+pub fn extrapolation_note(p: &Profile) -> String {
+    match &p.retargeted_from {
+        Some(from) => format!("  [EXTRAPOLATION: retargeted from profile {from}; efficiencies kept, peaks and counts swapped]"),
+        None => String::new(),
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_spec(_: &WorkloadSpec) {}

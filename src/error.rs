@@ -1,0 +1,119 @@
+//! Errors at the library's boundaries. Every error that comes from user input names where it came from
+//! (file, line or key) and which field was wrong, so the CLI can print it as is and exit non-zero.
+
+use std::fmt;
+
+/// Where a bad value was found: a file (or "<builtin>" / "--flag"), optionally a line, and a field or key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub source: String,
+    pub line: Option<usize>,
+    pub field: Option<String>,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.source)?;
+        if let Some(line) = self.line {
+            write!(f, ", line {line}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ", field `{field}`")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+pub enum Error {
+    /// Malformed or out-of-range input, with its location.
+    Input { at: Location, msg: String },
+    /// A file could not be read or written.
+    Io { path: String, err: std::io::Error },
+    /// A name that no catalog knows (GPU, model, profile).
+    Unknown {
+        kind: &'static str,
+        name: String,
+        known: Vec<String>,
+    },
+    /// A request that is well-formed but cannot be answered (e.g. a model that does not fit the GPU).
+    Infeasible(String),
+    /// A subcommand or option that a later issue fills in.
+    NotImplemented(&'static str),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn input(
+        source: impl Into<String>,
+        line: Option<usize>,
+        field: Option<&str>,
+        msg: impl Into<String>,
+    ) -> Self {
+        Error::Input {
+            at: Location {
+                source: source.into(),
+                line,
+                field: field.map(str::to_string),
+            },
+            msg: msg.into(),
+        }
+    }
+    pub fn flag(flag: &str, msg: impl Into<String>) -> Self {
+        Error::input("command line", None, Some(flag), msg)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Input { at, msg } => write!(f, "{at}: {msg}"),
+            Error::Io { path, err } => write!(f, "{path}: {err}"),
+            Error::Unknown { kind, name, known } => {
+                write!(f, "unknown {kind} `{name}`; known: {}", known.join(", "))
+            }
+            Error::Infeasible(msg) => write!(f, "{msg}"),
+            Error::NotImplemented(what) => write!(f, "not implemented yet: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Read a file with the path in the error.
+pub fn read_file(path: &std::path::Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|err| Error::Io {
+        path: path.display().to_string(),
+        err,
+    })
+}
+
+/// Check that a float is finite and within [lo, hi]; the error names the field.
+pub fn check_range(source: &str, field: &str, v: f64, lo: f64, hi: f64) -> Result<f64> {
+    if !v.is_finite() {
+        return Err(Error::input(
+            source,
+            None,
+            Some(field),
+            format!("must be a finite number, got {v}"),
+        ));
+    }
+    if v < lo || v > hi {
+        return Err(Error::input(
+            source,
+            None,
+            Some(field),
+            format!("must be in [{lo}, {hi}], got {v}"),
+        ));
+    }
+    Ok(v)
+}
+
+/// Turn a toml parse error into an Input error with the line of the span.
+pub fn toml_error(source: &str, text: &str, err: toml::de::Error) -> Error {
+    let line = err
+        .span()
+        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    Error::input(source, line, None, err.message().to_string())
+}

@@ -1,0 +1,20 @@
+//! capsim: a capacity simulator for LLM inference serving.
+//!
+//! The pipeline, one module a stage: measured benchmark data ([`data`]) is fitted by the calibrator
+//! ([`calibrate`]) into a [`profile`] (architecture + GPU + engine + physical step-time coefficients);
+//! the simulator ([`sim`]) runs a profile against a [`workload`] and produces per-request records that
+//! [`metrics`] summarizes; [`sweep`] and [`capacity`] run many simulations in parallel on top. The CLI
+//! (src/main.rs, src/cli) is the only part that prints. See ARCHITECTURE.md.
+
+pub mod catalog;
+pub mod data;
+pub mod error;
+pub mod metrics;
+pub mod profile;
+pub mod report;
+pub mod sim;
+pub mod sweep;
+pub mod units;
+pub mod workload;
+
+pub use error::{Error, Result};

@@ -1,0 +1,218 @@
+//! Per-request metrics and their summaries, defined as the reports define them (DESIGN.md section 4):
+//! - TTFT: sent to first token; queue wait: sent to the first step that schedules any of its tokens;
+//! - ITL: mean gap between successive tokens of a request, (E2E - TTFT) / (output tokens - 1); TPOT is
+//!   vLLM's name for the same per-request quantity, reported under both keys;
+//! - per-user tok/s: output tokens / decode time of the request;
+//! - system output tok/s: all output tokens / wall time of the measured window.
+//!
+//! Percentiles are numpy's default (linear interpolation). Summaries are computed from the merged
+//! per-request data, never by averaging percentiles.
+
+use crate::sim::{RequestRecord, SimOutput};
+use serde::Serialize;
+
+/// mean, p50, p90, p95, p99 of one metric over the measured requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Stats {
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+/// numpy.percentile(x, q) with the default linear method; `sorted` must be ascending.
+pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q / 100.0 * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    let frac = pos - lo as f64;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * frac
+}
+
+impl Stats {
+    /// Summary of values (sorted in place). Empty input gives zeros, reported with a zero count.
+    pub fn of(values: &mut [f64]) -> Stats {
+        if values.is_empty() {
+            return Stats::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        Stats {
+            mean,
+            p50: percentile_sorted(values, 50.0),
+            p90: percentile_sorted(values, 90.0),
+            p95: percentile_sorted(values, 95.0),
+            p99: percentile_sorted(values, 99.0),
+        }
+    }
+    pub fn get(&self, stat: StatKind) -> f64 {
+        match stat {
+            StatKind::Mean => self.mean,
+            StatKind::P50 => self.p50,
+            StatKind::P90 => self.p90,
+            StatKind::P95 => self.p95,
+            StatKind::P99 => self.p99,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatKind {
+    Mean,
+    P50,
+    P90,
+    P95,
+    P99,
+}
+
+impl StatKind {
+    pub fn parse(s: &str) -> Option<StatKind> {
+        match s {
+            "mean" | "avg" => Some(StatKind::Mean),
+            "p50" | "median" => Some(StatKind::P50),
+            "p90" => Some(StatKind::P90),
+            "p95" => Some(StatKind::P95),
+            "p99" => Some(StatKind::P99),
+            _ => None,
+        }
+    }
+}
+
+/// Per-request limits for goodput: a request is good when it meets every limit given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct RequestSlo {
+    pub ttft_s_max: Option<f64>,
+    pub itl_ms_max: Option<f64>,
+    pub e2e_s_max: Option<f64>,
+}
+
+impl RequestSlo {
+    pub fn is_set(&self) -> bool {
+        self.ttft_s_max.is_some() || self.itl_ms_max.is_some() || self.e2e_s_max.is_some()
+    }
+    fn meets(&self, r: &RequestRecord) -> bool {
+        self.ttft_s_max.is_none_or(|m| r.ttft_s() <= m)
+            && self
+                .itl_ms_max
+                .is_none_or(|m| itl_ms(r).is_none_or(|v| v <= m))
+            && self.e2e_s_max.is_none_or(|m| r.e2e_s() <= m)
+    }
+}
+
+fn itl_ms(r: &RequestRecord) -> Option<f64> {
+    (r.output_tokens > 1).then(|| r.decode_s() / (r.output_tokens - 1) as f64 * 1e3)
+}
+
+/// The summary of one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub requests_sent: u64,
+    pub requests_completed: u64,
+    /// Completed requests inside the measured window (after warm-up and cool-down exclusion).
+    pub requests_measured: u64,
+    pub requests_rejected: u64,
+    pub requests_unfinished: u64,
+    pub ttft_s: Stats,
+    pub queue_wait_s: Stats,
+    pub itl_ms: Stats,
+    pub tpot_ms: Stats,
+    pub e2e_s: Stats,
+    pub per_user_tok_s: Stats,
+    pub system_output_tok_s: f64,
+    pub system_total_tok_s: f64,
+    pub request_throughput_per_s: f64,
+    pub goodput_requests_per_s: Option<f64>,
+    pub goodput_fraction: Option<f64>,
+    pub preemptions: u64,
+    pub steps: u64,
+    pub sim_time_s: f64,
+    pub busy_fraction: f64,
+    pub kv_util_mean: f64,
+    pub kv_util_max: f64,
+    pub max_waiting: u32,
+    /// Requests outstanding when the last one was sent (open loops: a growing backlog shows here).
+    pub outstanding_at_last_send: u64,
+    pub last_send_s: f64,
+}
+
+/// Summarize a run. `warmup_requests`/`cooldown_requests` drop the first/last requests by send order;
+/// `warmup_s` drops requests sent before that time.
+pub fn summarize(
+    out: &SimOutput,
+    warmup_requests: u64,
+    cooldown_requests: u64,
+    warmup_s: f64,
+    slo: &RequestSlo,
+) -> Summary {
+    let sent = out.requests_sent;
+    let last_id = sent.saturating_sub(cooldown_requests);
+    let warm_ns = (warmup_s * 1e9) as u64;
+    let measured: Vec<&RequestRecord> = out
+        .records
+        .iter()
+        .filter(|r| {
+            (r.id as u64) >= warmup_requests && (r.id as u64) < last_id && r.arrival.0 >= warm_ns
+        })
+        .collect();
+    let n = measured.len();
+    let mut ttft: Vec<f64> = measured.iter().map(|r| r.ttft_s()).collect();
+    let mut qw: Vec<f64> = measured.iter().map(|r| r.queue_wait_s()).collect();
+    let mut e2e: Vec<f64> = measured.iter().map(|r| r.e2e_s()).collect();
+    let mut itl: Vec<f64> = measured.iter().filter_map(|r| itl_ms(r)).collect();
+    let mut tpot = itl.clone();
+    let mut pu: Vec<f64> = measured
+        .iter()
+        .filter(|r| r.output_tokens > 1 && r.decode_s() > 0.0)
+        .map(|r| r.output_tokens as f64 / r.decode_s())
+        .collect();
+    let (t0, t1) = measured.iter().fold((u64::MAX, 0u64), |(a, b), r| {
+        (a.min(r.arrival.0), b.max(r.finish.0))
+    });
+    let wall_s = if n > 0 && t1 > t0 {
+        (t1 - t0) as f64 * 1e-9
+    } else {
+        0.0
+    };
+    let out_tokens: u64 = measured.iter().map(|r| r.output_tokens as u64).sum();
+    let in_tokens: u64 = measured.iter().map(|r| r.input_tokens as u64).sum();
+    let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
+    let good = slo
+        .is_set()
+        .then(|| measured.iter().filter(|r| slo.meets(r)).count());
+    Summary {
+        requests_sent: sent,
+        requests_completed: out.records.len() as u64,
+        requests_measured: n as u64,
+        requests_rejected: out.requests_rejected,
+        requests_unfinished: out.requests_unfinished,
+        ttft_s: Stats::of(&mut ttft),
+        queue_wait_s: Stats::of(&mut qw),
+        itl_ms: Stats::of(&mut itl),
+        tpot_ms: Stats::of(&mut tpot),
+        e2e_s: Stats::of(&mut e2e),
+        per_user_tok_s: Stats::of(&mut pu),
+        system_output_tok_s: per_s(out_tokens as f64),
+        system_total_tok_s: per_s((out_tokens + in_tokens) as f64),
+        request_throughput_per_s: per_s(n as f64),
+        goodput_requests_per_s: good.map(|g| per_s(g as f64)),
+        goodput_fraction: good.map(|g| if n > 0 { g as f64 / n as f64 } else { 0.0 }),
+        preemptions: out.preemptions,
+        steps: out.steps,
+        sim_time_s: out.end.secs(),
+        busy_fraction: if out.end.0 > 0 {
+            out.busy_ns as f64 / out.end.0 as f64
+        } else {
+            0.0
+        },
+        kv_util_mean: out.kv_util_time_weighted_mean,
+        kv_util_max: out.kv_util_max,
+        max_waiting: out.max_waiting,
+        outstanding_at_last_send: out.outstanding_at_last_send,
+        last_send_s: out.last_send.secs(),
+    }
+}

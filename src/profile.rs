@@ -1,0 +1,504 @@
+//! A profile: one serving deployment (architecture + GPU + engine settings) plus the physical
+//! coefficients of its step-time model and its provenance. Profiles are TOML files in models/profiles;
+//! the default profiles are embedded at build time.
+//!
+//! Two layers, as the rest of capsim: [`ProfileFile`] is what the file says (plain serde values, with
+//! optional engine settings), [`Profile`] is resolved against the catalogs with every default filled in
+//! and validated, so that the simulator's hot loop cannot meet a bad value.
+
+use crate::catalog::{Catalog, GpuSpec, ModelArch};
+use crate::error::{read_file, toml_error, Error, Result};
+use crate::units::Dtype;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Embedded profiles (file name, text). The first is the default.
+pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
+    (
+        "qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml",
+        include_str!("../models/profiles/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml"),
+    ),
+    (
+        "qwen3-coder-30b-a3b_h100-pcie.toml",
+        include_str!("../models/profiles/qwen3-coder-30b-a3b_h100-pcie.toml"),
+    ),
+    (
+        "qwen3.5-35b-a3b-fp8_h100.toml",
+        include_str!("../models/profiles/qwen3.5-35b-a3b-fp8_h100.toml"),
+    ),
+    (
+        "qwen3-coder-next-fp8_h200-sxm_sglang.toml",
+        include_str!("../models/profiles/qwen3-coder-next-fp8_h200-sxm_sglang.toml"),
+    ),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    Vllm,
+    Sglang,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRef {
+    /// Catalog name or alias, or a path to a config.json.
+    pub name: String,
+    pub weight_dtype: Dtype,
+    pub kv_dtype: Dtype,
+    /// Linear-attention recurrent state dtype (hybrid models); default fp32 as vLLM and SGLang keep it.
+    #[serde(default)]
+    pub state_dtype: Option<Dtype>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GpuRef {
+    pub name: String,
+    #[serde(default)]
+    pub tensor_parallel: Option<u32>,
+}
+
+/// Engine settings as written; None means "the engine's default on this GPU" (FACTS.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    pub kind: Option<EngineKind>,
+    pub max_num_batched_tokens: Option<u32>,
+    pub max_num_seqs: Option<u32>,
+    pub block_size_tokens: Option<u32>,
+    pub gpu_memory_utilization: Option<f64>,
+    /// Set the KV capacity directly instead of deriving it from memory.
+    pub kv_capacity_tokens: Option<u64>,
+    pub chunked_prefill_size: Option<u32>,
+    pub max_prefill_tokens: Option<u32>,
+    pub max_running_requests: Option<u32>,
+    pub enable_mixed_chunk: Option<bool>,
+    pub new_token_ratio_init: Option<f64>,
+    pub new_token_ratio_min: Option<f64>,
+    pub new_token_ratio_decay_steps: Option<u32>,
+}
+
+impl EngineSettings {
+    /// Settings in `over` replace those here.
+    pub fn merge(&mut self, over: &EngineSettings) {
+        macro_rules! m { ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f.clone(); } )* } }
+        m!(
+            kind,
+            max_num_batched_tokens,
+            max_num_seqs,
+            block_size_tokens,
+            gpu_memory_utilization,
+            kv_capacity_tokens,
+            chunked_prefill_size,
+            max_prefill_tokens,
+            max_running_requests,
+            enable_mixed_chunk,
+            new_token_ratio_init,
+            new_token_ratio_min,
+            new_token_ratio_decay_steps
+        );
+    }
+}
+
+/// The physical coefficients of the step-time model (sim::step), in SI units.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Coefficients {
+    /// Fixed cost of one engine step: kernel launches, scheduler, sampling (s).
+    pub step_overhead_s: f64,
+    /// Extra cost per sequence in the step: per-request CPU work, sampling, detokenization (s).
+    pub per_seq_overhead_s: f64,
+    /// Effective memory bandwidth for weights, KV and state (bytes/s).
+    pub bandwidth_eff_bytes_s: f64,
+    /// Effective FLOP/s of the dense matmuls.
+    pub matmul_flops_eff_s: f64,
+    /// Effective FLOP/s of attention (QK^T and AV).
+    pub attention_flops_eff_s: f64,
+    /// Time between the client sending a request and the engine seeing it, plus first-token streaming:
+    /// HTTP, tokenization, detokenization (s). Added to TTFT and E2E.
+    pub request_overhead_s: f64,
+}
+
+/// Relative 1-sigma uncertainty of each coefficient, from the fit; used for capacity bands.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CoefficientSigmas {
+    pub step_overhead_s: f64,
+    pub per_seq_overhead_s: f64,
+    pub bandwidth_eff_bytes_s: f64,
+    pub matmul_flops_eff_s: f64,
+    pub attention_flops_eff_s: f64,
+    pub request_overhead_s: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub method: String,
+    #[serde(default)]
+    pub source_report: String,
+    #[serde(default)]
+    pub command: String,
+    #[serde(default)]
+    pub data_sha256: String,
+    #[serde(default)]
+    pub capsim_version: String,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// Fit quality as the calibrator reports it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FitQuality {
+    pub n_points: usize,
+    pub n_flagged_excluded: usize,
+    pub median_abs_error_pct: f64,
+    pub p90_abs_error_pct: f64,
+    pub stop_reason: String,
+    #[serde(default)]
+    pub physics_ok: bool,
+    #[serde(default)]
+    pub physics_notes: Vec<String>,
+    #[serde(default)]
+    pub context_tokens_range: [u64; 2],
+    #[serde(default)]
+    pub concurrency_range: [u32; 2],
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileFile {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub model: ModelRef,
+    pub gpu: GpuRef,
+    pub engine: EngineSettings,
+    pub coefficients: Coefficients,
+    #[serde(default)]
+    pub sigmas: Option<CoefficientSigmas>,
+    pub provenance: Provenance,
+    #[serde(default)]
+    pub fit: Option<FitQuality>,
+}
+
+/// Resolved engine configuration: every setting has a value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineConfig {
+    pub kind: EngineKind,
+    /// vLLM: per-step token budget. SGLang: chunked_prefill_size (the chunk budget of a prefill batch).
+    pub max_num_batched_tokens: u32,
+    /// vLLM max_num_seqs / SGLang max_running_requests.
+    pub max_num_seqs: u32,
+    /// KV allocation granularity in tokens (vLLM 16, SGLang page size 1).
+    pub block_size_tokens: u32,
+    pub gpu_memory_utilization: f64,
+    pub kv_capacity_tokens: u64,
+    /// Blocks each running sequence holds besides its KV (linear-attention state, sliding windows).
+    pub per_seq_reserved_blocks: u32,
+    pub max_prefill_tokens: u32,
+    pub enable_mixed_chunk: bool,
+    pub new_token_ratio_init: f64,
+    pub new_token_ratio_min: f64,
+    pub new_token_ratio_decay_steps: u32,
+}
+
+impl EngineConfig {
+    pub fn kv_capacity_blocks(&self) -> u64 {
+        self.kv_capacity_tokens / self.block_size_tokens as u64
+    }
+}
+
+/// A resolved, validated profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub file: ProfileFile,
+    pub arch: ModelArch,
+    pub gpu: GpuSpec,
+    pub tensor_parallel: u32,
+    pub engine: EngineConfig,
+    pub coefficients: Coefficients,
+    /// Set when the profile was moved to another GPU or model than it was fitted on.
+    pub retargeted_from: Option<String>,
+}
+
+/// Activation memory vLLM's profiling run reserves, per batched token: about 34 bytes per hidden unit
+/// (hidden states, residual, MLP intermediate in BF16), plus a fixed 1.5 GB for CUDA graphs, the
+/// sampler and the allocator's slack. A heuristic, stated as such; set kv_capacity_tokens to override.
+fn activation_bytes(arch: &ModelArch, max_batched_tokens: u32) -> f64 {
+    max_batched_tokens as f64 * arch.hidden as f64 * 34.0 + 1.5e9
+}
+
+impl ProfileFile {
+    pub fn parse(source: &str, text: &str) -> Result<ProfileFile> {
+        toml::from_str(text).map_err(|e| toml_error(source, text, e))
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("profile serializes")
+    }
+
+    /// Resolve against the catalogs, filling engine defaults and deriving KV capacity.
+    pub fn resolve(&self, source: &str, catalog: &Catalog) -> Result<Profile> {
+        let arch = catalog.model(&self.model.name)?;
+        let gpu = catalog.gpu(&self.gpu.name)?.clone();
+        let tp = self.gpu.tensor_parallel.unwrap_or(1);
+        if tp == 0 || tp > 64 {
+            return Err(Error::input(
+                source,
+                None,
+                Some("gpu.tensor_parallel"),
+                format!("must be in 1..=64, got {tp}"),
+            ));
+        }
+        let c = &self.coefficients;
+        for (field, v, lo) in [
+            ("coefficients.step_overhead_s", c.step_overhead_s, 0.0),
+            ("coefficients.per_seq_overhead_s", c.per_seq_overhead_s, 0.0),
+            (
+                "coefficients.bandwidth_eff_bytes_s",
+                c.bandwidth_eff_bytes_s,
+                1e9,
+            ),
+            ("coefficients.matmul_flops_eff_s", c.matmul_flops_eff_s, 1e9),
+            (
+                "coefficients.attention_flops_eff_s",
+                c.attention_flops_eff_s,
+                1e9,
+            ),
+            ("coefficients.request_overhead_s", c.request_overhead_s, 0.0),
+        ] {
+            if !v.is_finite() || v < lo {
+                return Err(Error::input(
+                    source,
+                    None,
+                    Some(field),
+                    format!("must be a finite number >= {lo}, got {v}"),
+                ));
+            }
+        }
+        let engine = resolve_engine(source, &self.engine, &self.model, &arch, &gpu, tp)?;
+        Ok(Profile {
+            file: self.clone(),
+            arch,
+            gpu,
+            tensor_parallel: tp,
+            engine,
+            coefficients: *c,
+            retargeted_from: None,
+        })
+    }
+}
+
+fn resolve_engine(
+    source: &str,
+    s: &EngineSettings,
+    m: &ModelRef,
+    arch: &ModelArch,
+    gpu: &GpuSpec,
+    tp: u32,
+) -> Result<EngineConfig> {
+    let kind = s.kind.unwrap_or(EngineKind::Vllm);
+    let err = |f: &str, msg: String| Error::input(source, None, Some(f), msg);
+    let (budget, seqs, block, util) = match kind {
+        EngineKind::Vllm => (
+            s.max_num_batched_tokens
+                .unwrap_or_else(|| gpu.vllm_default_max_num_batched_tokens()),
+            s.max_num_seqs
+                .unwrap_or_else(|| gpu.vllm_default_max_num_seqs()),
+            s.block_size_tokens.unwrap_or(16),
+            s.gpu_memory_utilization.unwrap_or(0.92),
+        ),
+        EngineKind::Sglang => (
+            s.chunked_prefill_size
+                .or(s.max_num_batched_tokens)
+                .unwrap_or_else(|| gpu.sglang_default_chunked_prefill_size()),
+            // FACTS.md does not list SGLang's max_running_requests default (derived from memory); 1024 is
+            // capsim's stated choice, overridable.
+            s.max_running_requests.or(s.max_num_seqs).unwrap_or(1024),
+            s.block_size_tokens.unwrap_or(1),
+            s.gpu_memory_utilization
+                .unwrap_or_else(|| gpu.sglang_default_mem_fraction_static()),
+        ),
+    };
+    if budget == 0 {
+        return Err(err(
+            "engine.max_num_batched_tokens",
+            "must be positive".into(),
+        ));
+    }
+    if seqs == 0 {
+        return Err(err("engine.max_num_seqs", "must be positive".into()));
+    }
+    if block == 0 || block > 1024 {
+        return Err(err(
+            "engine.block_size_tokens",
+            format!("must be in 1..=1024, got {block}"),
+        ));
+    }
+    if !(util.is_finite() && util > 0.0 && util <= 1.0) {
+        return Err(err(
+            "engine.gpu_memory_utilization",
+            format!("must be in (0, 1], got {util}"),
+        ));
+    }
+    let kv_per_token = arch.kv_bytes_per_token(m.kv_dtype);
+    let state_dtype = m.state_dtype.unwrap_or(Dtype::Fp32);
+    let reserved_bytes = arch.linear_state_bytes(state_dtype)
+        + arch.sliding_kv_bytes_per_token(m.kv_dtype) * arch.sliding_window as f64;
+    let block_bytes = kv_per_token * block as f64;
+    let per_seq_reserved_blocks = if reserved_bytes > 0.0 {
+        (reserved_bytes / block_bytes).ceil() as u32
+    } else {
+        0
+    };
+    let kv_capacity_tokens = match s.kv_capacity_tokens {
+        Some(t) => t,
+        None => {
+            let mem = gpu.memory_bytes() * tp as f64 * util;
+            let free = mem
+                - arch.weight_bytes(m.weight_dtype)
+                - activation_bytes(arch, budget) * tp as f64;
+            if free <= 0.0 {
+                return Err(Error::Infeasible(format!(
+                    "{} in {} ({:.1} GB of weights) does not fit {} x {} at memory utilization {util}; raise tensor_parallel",
+                    arch.name,
+                    m.weight_dtype,
+                    arch.weight_bytes(m.weight_dtype) / 1e9,
+                    tp,
+                    gpu.name
+                )));
+            }
+            (free / kv_per_token) as u64
+        }
+    };
+    if kv_capacity_tokens < block as u64 {
+        return Err(err(
+            "engine.kv_capacity_tokens",
+            format!("must hold at least one block, got {kv_capacity_tokens}"),
+        ));
+    }
+    let ratio_init = s.new_token_ratio_init.unwrap_or(0.7);
+    let ratio_min = s.new_token_ratio_min.unwrap_or(0.098);
+    if !(0.0..=1.0).contains(&ratio_init) || !(0.0..=ratio_init).contains(&ratio_min) {
+        return Err(err(
+            "engine.new_token_ratio_init",
+            "need 0 <= new_token_ratio_min <= new_token_ratio_init <= 1".into(),
+        ));
+    }
+    Ok(EngineConfig {
+        kind,
+        max_num_batched_tokens: budget,
+        max_num_seqs: seqs,
+        block_size_tokens: block,
+        gpu_memory_utilization: util,
+        kv_capacity_tokens,
+        per_seq_reserved_blocks,
+        max_prefill_tokens: s.max_prefill_tokens.unwrap_or(16384).max(budget),
+        enable_mixed_chunk: s.enable_mixed_chunk.unwrap_or(false),
+        new_token_ratio_init: ratio_init,
+        new_token_ratio_min: ratio_min,
+        // SGLang decays the ratio linearly from init to min over about 600 decode steps.
+        new_token_ratio_decay_steps: s.new_token_ratio_decay_steps.unwrap_or(600).max(1),
+    })
+}
+
+impl Profile {
+    pub fn name(&self) -> &str {
+        &self.file.name
+    }
+    pub fn load(name_or_path: Option<&str>, catalog: &Catalog) -> Result<Profile> {
+        let (source, text) = match name_or_path {
+            None => (
+                format!("<builtin>/{}", BUILTIN_PROFILES[0].0),
+                BUILTIN_PROFILES[0].1.to_string(),
+            ),
+            Some(n) => {
+                let stem = n.trim_end_matches(".toml");
+                if let Some((f, t)) = BUILTIN_PROFILES.iter().find(|(f, t)| {
+                    f.trim_end_matches(".toml") == stem
+                        || ProfileFile::parse(f, t)
+                            .map(|p| p.name == n)
+                            .unwrap_or(false)
+                }) {
+                    (format!("<builtin>/{f}"), t.to_string())
+                } else if Path::new(n).is_file() {
+                    (n.to_string(), read_file(Path::new(n))?)
+                } else {
+                    return Err(Error::Unknown {
+                        kind: "profile (name or file)",
+                        name: n.to_string(),
+                        known: BUILTIN_PROFILES
+                            .iter()
+                            .map(|(f, _)| f.trim_end_matches(".toml").to_string())
+                            .collect(),
+                    });
+                }
+            }
+        };
+        ProfileFile::parse(&source, &text)?.resolve(&source, catalog)
+    }
+
+    /// Move the profile to another GPU and/or model, keeping its fitted efficiencies (the fraction of
+    /// the peak each coefficient reaches) and swapping peaks, byte and FLOP counts (DESIGN.md section 1).
+    pub fn retarget(
+        &self,
+        catalog: &Catalog,
+        gpu: Option<&str>,
+        model: Option<&str>,
+        tp: Option<u32>,
+    ) -> Result<Profile> {
+        if gpu.is_none() && model.is_none() && tp.is_none() {
+            return Ok(self.clone());
+        }
+        let mut f = self.file.clone();
+        let old_gpu = self.gpu.clone();
+        let new_gpu = match gpu {
+            Some(g) => catalog.gpu(g)?.clone(),
+            None => old_gpu.clone(),
+        };
+        let w = f.model.weight_dtype;
+        let c = &mut f.coefficients;
+        c.bandwidth_eff_bytes_s *=
+            new_gpu.hbm_bandwidth_bytes_s() / old_gpu.hbm_bandwidth_bytes_s();
+        c.matmul_flops_eff_s *= new_gpu.dense_flops_s(w) / old_gpu.dense_flops_s(w);
+        c.attention_flops_eff_s *=
+            new_gpu.dense_flops_s(Dtype::Bf16) / old_gpu.dense_flops_s(Dtype::Bf16);
+        f.gpu.name = new_gpu.name.clone();
+        if let Some(tp) = tp {
+            f.gpu.tensor_parallel = Some(tp);
+        }
+        // Engine defaults that depend on the GPU are re-derived unless the profile pinned them; a
+        // KV capacity fitted on the old GPU no longer applies.
+        f.engine.kv_capacity_tokens = None;
+        if gpu.is_some() {
+            f.engine.max_num_batched_tokens = None;
+            f.engine.max_num_seqs = None;
+            f.engine.chunked_prefill_size = None;
+            f.engine.gpu_memory_utilization = None;
+        }
+        if let Some(m) = model {
+            f.model.name = m.to_string();
+        }
+        f.name = format!(
+            "{} -> {}{}",
+            self.file.name,
+            new_gpu.name,
+            model.map(|m| format!(" / {m}")).unwrap_or_default()
+        );
+        let mut p = f.resolve("retargeted profile", catalog)?;
+        p.retargeted_from = Some(self.file.name.clone());
+        Ok(p)
+    }
+}

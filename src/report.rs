@@ -1,0 +1,225 @@
+//! Output formatting over finished results: aligned text tables, CSV and SVG line charts. Formatters
+//! compute no statistics and print nothing; the CLI decides where their strings go.
+
+/// An aligned text table: first column left-aligned, the rest right-aligned.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let n = headers.len();
+    let mut w: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate().take(n) {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i] - c.chars().count();
+            if i > 0 {
+                s.push_str("  ");
+            }
+            if i == 0 {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            } else {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            }
+        }
+        s.trim_end().to_string()
+    };
+    let mut out = line(headers.to_vec());
+    out.push('\n');
+    out.push_str(&line(
+        w.iter()
+            .map(|&x| "-".repeat(x))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect(),
+    ));
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+/// CSV text of a header and rows.
+pub fn csv(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    w.write_record(headers).expect("in-memory CSV");
+    for r in rows {
+        w.write_record(r).expect("in-memory CSV");
+    }
+    String::from_utf8(w.into_inner().expect("in-memory CSV")).expect("UTF-8")
+}
+
+/// A number with `digits` significant figures, without exponent for everyday magnitudes.
+pub fn num(v: f64, digits: usize) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let mag = v.abs().log10().floor() as i32;
+    let decimals = (digits as i32 - 1 - mag).clamp(0, 9) as usize;
+    format!("{v:.decimals$}")
+}
+
+/// One series of an SVG chart.
+pub struct Series<'a> {
+    pub label: &'a str,
+    pub points: Vec<(f64, f64)>,
+    /// Draw markers only (measured points) instead of a line.
+    pub markers: bool,
+}
+
+/// A line chart as a standalone SVG, with optional horizontal and vertical reference lines.
+pub fn svg_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    hline: Option<(f64, &str)>,
+    vline: Option<(f64, &str)>,
+    log_x: bool,
+) -> String {
+    let (w, h, ml, mr, mt, mb) = (720.0, 420.0, 70.0, 170.0, 40.0, 50.0);
+    let pw = w - ml - mr;
+    let ph = h - mt - mb;
+    let tx = |x: f64| if log_x { x.max(1e-9).ln() } else { x };
+    let all: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .collect();
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    for &(x, y) in &all {
+        x0 = x0.min(tx(x));
+        x1 = x1.max(tx(x));
+        y1 = y1.max(y);
+    }
+    if let Some((y, _)) = hline {
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() || x1 <= x0 {
+        x0 = 0.0;
+        x1 = 1.0;
+    }
+    if y1 <= 0.0 {
+        y1 = 1.0;
+    }
+    y1 *= 1.08;
+    let px = |x: f64| ml + (tx(x) - x0) / (x1 - x0) * pw;
+    let py = |y: f64| mt + ph - y / y1 * ph;
+    let colors = [
+        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    ];
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"14\" text-anchor=\"middle\">{}</text>\n",
+        ml + pw / 2.0,
+        esc(title)
+    );
+    s += &format!("<rect x=\"{ml}\" y=\"{mt}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#444\"/>\n");
+    for i in 0..=4 {
+        let yv = y1 / 1.08 * i as f64 / 4.0;
+        s += &format!(
+            "<line x1=\"{ml}\" x2=\"{}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\n",
+            ml + pw,
+            py(yv),
+            py(yv),
+            ml - 6.0,
+            py(yv) + 4.0,
+            num(yv, 3)
+        );
+    }
+    let mut xt: Vec<f64> = all.iter().map(|p| p.0).collect();
+    xt.sort_by(f64::total_cmp);
+    xt.dedup();
+    let step = (xt.len() / 8).max(1);
+    for x in xt.iter().step_by(step) {
+        s += &format!(
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+            px(*x),
+            mt + ph + 16.0,
+            num(*x, 3)
+        );
+    }
+    s += &format!(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+        ml + pw / 2.0,
+        h - 10.0,
+        esc(x_label)
+    );
+    s += &format!("<text x=\"16\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {})\">{}</text>\n", mt + ph / 2.0, mt + ph / 2.0, esc(y_label));
+    if let Some((y, label)) = hline {
+        s += &format!(
+            "<line x1=\"{ml}\" x2=\"{}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#d62728\" stroke-dasharray=\"6 4\"/><text x=\"{}\" y=\"{:.1}\" fill=\"#d62728\">{}</text>\n",
+            ml + pw,
+            py(y),
+            py(y),
+            ml + pw + 4.0,
+            py(y) + 4.0,
+            esc(label)
+        );
+    }
+    if let Some((x, label)) = vline {
+        s += &format!(
+            "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{mt}\" y2=\"{}\" stroke=\"#2ca02c\" stroke-dasharray=\"3 3\"/><text x=\"{:.1}\" y=\"{}\" fill=\"#2ca02c\">{}</text>\n",
+            px(x),
+            px(x),
+            mt + ph,
+            px(x) + 4.0,
+            mt + 14.0,
+            esc(label)
+        );
+    }
+    for (i, se) in series.iter().enumerate() {
+        let c = colors[i % colors.len()];
+        let pts: Vec<(f64, f64)> = se
+            .points
+            .iter()
+            .copied()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
+        if se.markers {
+            for (x, y) in &pts {
+                s += &format!(
+                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"/>\n",
+                    px(*x),
+                    py(*y)
+                );
+            }
+        } else if !pts.is_empty() {
+            let d: Vec<String> = pts
+                .iter()
+                .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+                .collect();
+            s += &format!(
+                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n",
+                d.join(" ")
+            );
+        }
+        let ly = mt + 14.0 + i as f64 * 18.0;
+        s += &format!(
+            "<rect x=\"{}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{c}\"/><text x=\"{}\" y=\"{:.1}\">{}</text>\n",
+            ml + pw + 10.0,
+            ly + 24.0,
+            ml + pw + 28.0,
+            ly + 34.0,
+            esc(se.label)
+        );
+    }
+    s += "</svg>\n";
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

@@ -1,0 +1,708 @@
+//! The event loop and the two engine policies.
+//!
+//! vLLM V1 (vllm/v1/core/sched/scheduler.py): one token budget per step; running requests first, in
+//! admission order, each taking min(remaining, budget) tokens; then waiting requests FCFS while budget,
+//! max_num_seqs and KV blocks allow, stopping at the first that cannot be allocated (head-of-line). KV
+//! blocks are allocated for the tokens computed in the step only; when allocation fails the most
+//! recently admitted running request is preempted (recompute) and goes back to the front of the queue.
+//!
+//! SGLang: each iteration is a prefill (extend) batch when something can be admitted or a request is
+//! being chunked, else a decode batch. At most one request is chunked at a time. Admission reserves
+//! min(remaining output, 4096) x new_token_ratio tokens for every running request; the ratio decays per
+//! decode step and resets after a retraction. When a decode step cannot get memory, the request with the
+//! fewest generated tokens is retracted and recomputed later. Decodes wait during prefill batches unless
+//! mixed chunks are enabled.
+//!
+//! A request of P prompt tokens and O output tokens: `num_tokens` starts at P; each step schedules up
+//! to num_tokens - computed tokens; the step that brings computed to num_tokens samples a token (the
+//! first token ends the prefill); a request resumed after preemption re-prefills prompt + generated.
+
+use super::step::{BatchShape, StepModel};
+use super::RequestRecord;
+use crate::profile::{EngineKind, Profile};
+use crate::units::SimTime;
+use crate::workload::{Arrivals, Generator, Workload};
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// Options of one run that are not part of the workload.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SimOptions {
+    /// Stop the run (unfinished requests are counted) at this simulated time: a guard for overloaded
+    /// open loops.
+    pub horizon_s: f64,
+    /// Samples of KV utilization and queue length kept over time (the interval doubles as needed).
+    pub series_points: usize,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            horizon_s: 1e7,
+            series_points: 256,
+        }
+    }
+}
+
+/// One sample of the engine's state over time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    pub kv_util: f64,
+    pub running: u32,
+    pub waiting: u32,
+}
+
+/// Everything a run produced; [`crate::metrics`] summarizes it.
+#[derive(Debug, Clone)]
+pub struct SimOutput {
+    /// Completed requests, in completion order.
+    pub records: Vec<RequestRecord>,
+    pub requests_sent: u64,
+    /// Requests that can never fit the KV cache, even alone.
+    pub requests_rejected: u64,
+    /// Requests still queued or running when the horizon stopped the run.
+    pub requests_unfinished: u64,
+    pub steps: u64,
+    pub preemptions: u64,
+    pub end: SimTime,
+    /// When the last request was sent.
+    pub last_send: SimTime,
+    /// Requests outstanding (sent, not finished) when the last one was sent.
+    pub outstanding_at_last_send: u64,
+    pub busy_ns: u64,
+    pub kv_util_time_weighted_mean: f64,
+    pub kv_util_max: f64,
+    pub max_waiting: u32,
+    pub series: Vec<Sample>,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+}
+
+const NONE: u64 = u64::MAX;
+
+#[derive(Debug, Clone)]
+struct Live {
+    id: u32,
+    client: u32,
+    class: u16,
+    arrival_ns: u64,
+    prompt: u32,
+    output: u32,
+    num_tokens: u32,
+    computed: u32,
+    generated: u32,
+    /// KV blocks held for computed tokens.
+    blocks: u32,
+    /// Whether the per-sequence reserved blocks (linear state, sliding window) are held.
+    reserved: bool,
+    first_sched_ns: u64,
+    first_token_ns: u64,
+    preemptions: u32,
+    admitted_seq: u64,
+}
+
+struct Engine<'a> {
+    p: &'a Profile,
+    model: StepModel,
+    reqs: Vec<Live>,
+    free_slots: Vec<u32>,
+    running: Vec<u32>,
+    waiting: VecDeque<u32>,
+    /// SGLang: the request being chunked (not in `running`).
+    chunked: Option<u32>,
+    free_blocks: u64,
+    capacity_blocks: u64,
+    block: u32,
+    reserved_blocks: u32,
+    scheduled: Vec<(u32, u32)>,
+    admit_seq: u64,
+    new_token_ratio: f64,
+    ratio_decay: f64,
+    preemptions: u64,
+}
+
+#[inline]
+fn div_ceil(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+impl<'a> Engine<'a> {
+    fn blocks_for(&self, tokens: u32) -> u32 {
+        div_ceil(tokens as u64, self.block as u64) as u32
+    }
+    /// Blocks a request still needs to hold `tokens` tokens of KV (plus its reserved blocks, if it
+    /// does not hold them yet).
+    #[inline]
+    fn extra_blocks(&self, r: &Live, tokens: u32) -> u64 {
+        let reserved = if r.reserved { 0 } else { self.reserved_blocks };
+        (self.blocks_for(tokens).saturating_sub(r.blocks) + reserved) as u64
+    }
+    #[inline]
+    fn alloc(&mut self, idx: u32, tokens: u32) {
+        let r = &self.reqs[idx as usize];
+        let extra = self.extra_blocks(r, tokens);
+        assert!(extra <= self.free_blocks, "KV over-allocation");
+        self.free_blocks -= extra;
+        let kv = self.blocks_for(tokens);
+        let r = &mut self.reqs[idx as usize];
+        r.blocks = r.blocks.max(kv);
+        r.reserved = true;
+    }
+    fn free(&mut self, idx: u32) {
+        let reserved = self.reserved_blocks as u64;
+        let r = &mut self.reqs[idx as usize];
+        self.free_blocks += r.blocks as u64 + if r.reserved { reserved } else { 0 };
+        r.blocks = 0;
+        r.reserved = false;
+    }
+    /// Blocks in use (for invariant checks).
+    fn used_blocks(&self) -> u64 {
+        self.capacity_blocks - self.free_blocks
+    }
+    /// Whether a request could ever run: its whole sequence fits the empty cache.
+    fn fits_ever(&self, r: &Live) -> bool {
+        (self.blocks_for(r.prompt + r.output) + self.reserved_blocks) as u64 <= self.capacity_blocks
+    }
+    fn preempt(&mut self, idx: u32) {
+        self.free(idx);
+        let r = &mut self.reqs[idx as usize];
+        r.computed = 0;
+        r.preemptions += 1;
+        self.preemptions += 1;
+        self.waiting.push_front(idx);
+    }
+    fn mark_scheduled(&mut self, idx: u32, now: u64, shape: &mut BatchShape, n: u32) {
+        let r = &mut self.reqs[idx as usize];
+        if r.first_sched_ns == NONE {
+            r.first_sched_ns = now;
+        }
+        shape.add_chunk(r.computed, n);
+        self.scheduled.push((idx, n));
+    }
+
+    /// vLLM V1 scheduling of one step.
+    fn schedule_vllm(&mut self, now: u64, shape: &mut BatchShape) {
+        let e = &self.p.engine;
+        let mut budget = e.max_num_batched_tokens;
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let idx = self.running[i];
+            let r = &self.reqs[idx as usize];
+            let n = (r.num_tokens - r.computed).min(budget);
+            let target = r.computed + n;
+            let mut self_preempted = false;
+            while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
+                let victim = *self.running.last().expect("running is non-empty here");
+                self.running.pop();
+                self.preempt(victim);
+                preempted = true;
+                if victim == idx {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if self_preempted {
+                break;
+            }
+            self.alloc(idx, target);
+            self.mark_scheduled(idx, now, shape, n);
+            budget -= n;
+            i += 1;
+        }
+        if preempted {
+            return;
+        }
+        while budget > 0 && (self.running.len() as u32) < e.max_num_seqs {
+            let Some(&idx) = self.waiting.front() else {
+                break;
+            };
+            let r = &self.reqs[idx as usize];
+            let n = (r.num_tokens - r.computed).min(budget);
+            if self.extra_blocks(r, r.computed + n) > self.free_blocks {
+                break;
+            }
+            self.waiting.pop_front();
+            self.alloc(idx, self.reqs[idx as usize].computed + n);
+            self.admit_seq += 1;
+            self.reqs[idx as usize].admitted_seq = self.admit_seq;
+            self.running.push(idx);
+            self.mark_scheduled(idx, now, shape, n);
+            budget -= n;
+        }
+    }
+
+    /// Tokens SGLang reserves for the future output of a request.
+    fn sglang_reserve(&self, r: &Live) -> f64 {
+        (r.output - r.generated).min(4096) as f64 * self.new_token_ratio
+    }
+
+    fn sglang_admissible(&self, idx: u32, reserved_running: f64) -> bool {
+        let r = &self.reqs[idx as usize];
+        let need = self.extra_blocks(r, r.num_tokens) as f64;
+        let avail = self.free_blocks as f64 - reserved_running;
+        if self.running.is_empty() && self.chunked.is_none() {
+            // Alone on the engine, the reservation is moot: admit whatever fits.
+            return need <= self.free_blocks as f64;
+        }
+        need + self.sglang_reserve(r) <= avail
+    }
+
+    /// SGLang scheduling of one iteration.
+    fn schedule_sglang(&mut self, now: u64, shape: &mut BatchShape) {
+        let e = &self.p.engine;
+        let reserved_running: f64 = self
+            .running
+            .iter()
+            .map(|&i| self.sglang_reserve(&self.reqs[i as usize]))
+            .sum();
+        let head_ok = match self.waiting.front() {
+            Some(&idx) => {
+                (self.running.len() as u32) < e.max_num_seqs
+                    && self.sglang_admissible(idx, reserved_running)
+            }
+            None => false,
+        };
+        if self.chunked.is_some() || head_ok {
+            let mut rem = e.max_num_batched_tokens;
+            // Mixed chunks: the running decodes ride along (collected before new admissions).
+            if e.enable_mixed_chunk {
+                let mut k = 0;
+                while k < self.running.len() {
+                    let idx = self.running[k];
+                    let target = self.reqs[idx as usize].computed + 1;
+                    if self.extra_blocks(&self.reqs[idx as usize], target) <= self.free_blocks {
+                        self.alloc(idx, target);
+                        self.mark_scheduled(idx, now, shape, 1);
+                    }
+                    k += 1;
+                }
+            }
+            if let Some(idx) = self.chunked {
+                let r = &self.reqs[idx as usize];
+                let n = (r.num_tokens - r.computed).min(rem);
+                let target = r.computed + n;
+                if self.extra_blocks(r, target) <= self.free_blocks {
+                    self.alloc(idx, target);
+                    self.mark_scheduled(idx, now, shape, n);
+                    rem -= n;
+                } else {
+                    rem = 0;
+                }
+            }
+            let mut reserved = reserved_running;
+            while rem > 0 && self.chunked.is_none() && (self.running.len() as u32) < e.max_num_seqs
+            {
+                let Some(&idx) = self.waiting.front() else {
+                    break;
+                };
+                if !self.sglang_admissible(idx, reserved) {
+                    break;
+                }
+                self.waiting.pop_front();
+                let r = &self.reqs[idx as usize];
+                let need = r.num_tokens - r.computed;
+                let n = need.min(rem);
+                reserved += self.sglang_reserve(r);
+                self.alloc(idx, self.reqs[idx as usize].computed + n);
+                self.admit_seq += 1;
+                self.reqs[idx as usize].admitted_seq = self.admit_seq;
+                self.mark_scheduled(idx, now, shape, n);
+                rem -= n;
+                if n < need {
+                    self.chunked = Some(idx);
+                } else {
+                    self.running.push(idx);
+                }
+            }
+            if !self.scheduled.is_empty() {
+                return;
+            }
+        }
+        // Decode batch; retract until every running request can grow by one token.
+        loop {
+            let need: u64 = self
+                .running
+                .iter()
+                .map(|&i| {
+                    let r = &self.reqs[i as usize];
+                    self.extra_blocks(r, r.computed + 1)
+                })
+                .sum();
+            if need <= self.free_blocks || self.running.is_empty() {
+                break;
+            }
+            let (pos, _) = self
+                .running
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, &i)| {
+                    let r = &self.reqs[i as usize];
+                    (r.generated, Reverse(r.prompt), Reverse(r.admitted_seq))
+                })
+                .expect("running non-empty");
+            let victim = self.running.remove(pos);
+            self.preempt(victim);
+            self.new_token_ratio = e.new_token_ratio_init;
+        }
+        for k in 0..self.running.len() {
+            let idx = self.running[k];
+            let target = self.reqs[idx as usize].computed + 1;
+            self.alloc(idx, target);
+            self.mark_scheduled(idx, now, shape, 1);
+        }
+        if !self.running.is_empty() {
+            self.new_token_ratio =
+                (self.new_token_ratio - self.ratio_decay).max(e.new_token_ratio_min);
+        }
+    }
+}
+
+/// Pending arrivals: open-loop arrivals drawn one ahead, closed-loop sends in a heap. Both keyed by
+/// engine arrival time; ties leave in insertion order.
+struct Pending<'w> {
+    w: &'w Workload,
+    gen: Generator,
+    heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    seq: u64,
+    sent: u64,
+    limit: u64,
+    send_until_ns: u64,
+    next_open: Option<u64>,
+    trace_pos: usize,
+}
+
+impl<'w> Pending<'w> {
+    fn new(w: &'w Workload, seed: u64) -> Self {
+        let limit = w.planned_requests().unwrap_or(u64::MAX);
+        let send_until_ns = w
+            .spec
+            .duration_s
+            .map_or(u64::MAX, |d| SimTime::from_secs(d).0);
+        let mut a = Pending {
+            w,
+            gen: Generator::new(w, seed),
+            heap: BinaryHeap::new(),
+            seq: 0,
+            sent: 0,
+            limit,
+            send_until_ns,
+            next_open: None,
+            trace_pos: 0,
+        };
+        match &w.spec.arrivals {
+            Arrivals::ClosedLoop { clients, .. } => {
+                for c in 0..(*clients as u64).min(limit) {
+                    a.push_send(0, c as u32);
+                }
+            }
+            Arrivals::Burst { n } => {
+                for c in 0..*n {
+                    a.push_send(0, c);
+                }
+            }
+            Arrivals::OpenLoop { .. } => a.draw_open(),
+            Arrivals::Trace { .. } => {}
+        }
+        a
+    }
+    fn push_send(&mut self, send_ns: u64, client: u32) {
+        if send_ns > self.send_until_ns {
+            return;
+        }
+        self.heap.push(Reverse((send_ns, self.seq, client)));
+        self.seq += 1;
+    }
+    fn draw_open(&mut self) {
+        if let Arrivals::OpenLoop { process, rate, .. } = &self.w.spec.arrivals {
+            let t = self.gen.next_open_arrival_s(*process, rate);
+            let ns = if t.is_finite() && t < 1e12 {
+                SimTime::from_secs(t).0
+            } else {
+                u64::MAX
+            };
+            self.next_open = if ns <= self.send_until_ns {
+                Some(ns)
+            } else {
+                None
+            };
+        }
+    }
+    /// Send time of the next arrival, if any remains.
+    fn peek_send(&self) -> Option<u64> {
+        if self.sent >= self.limit {
+            return None;
+        }
+        match &self.w.spec.arrivals {
+            Arrivals::OpenLoop { .. } => self.next_open,
+            Arrivals::Trace { records } => records
+                .get(self.trace_pos)
+                .map(|r| SimTime::from_secs(r.arrival_s).0),
+            _ => self.heap.peek().map(|Reverse((t, _, _))| *t),
+        }
+    }
+    /// Pop the next arrival: (send ns, client, input, output, class).
+    fn pop(&mut self) -> (u64, u32, u32, u32, u16) {
+        self.sent += 1;
+        match &self.w.spec.arrivals {
+            Arrivals::OpenLoop { .. } => {
+                let t = self.next_open.take().expect("peeked");
+                let (i, o, c) = self.gen.lengths();
+                self.draw_open();
+                (t, 0, i, o, c)
+            }
+            Arrivals::Trace { records } => {
+                let r = records[self.trace_pos];
+                self.trace_pos += 1;
+                (
+                    SimTime::from_secs(r.arrival_s).0,
+                    0,
+                    r.input_tokens,
+                    r.output_tokens,
+                    0,
+                )
+            }
+            _ => {
+                let Reverse((t, _, client)) = self.heap.pop().expect("peeked");
+                let (i, o, c) = self.gen.lengths();
+                (t, client, i, o, c)
+            }
+        }
+    }
+    /// A closed-loop client's request finished at `now`.
+    fn on_finish(&mut self, now: u64, client: u32) {
+        if let Arrivals::ClosedLoop {
+            think_time_s,
+            think_exponential,
+            ..
+        } = self.w.spec.arrivals
+        {
+            if self.sent + (self.heap.len() as u64) < self.limit {
+                let think = SimTime::from_secs(self.gen.think_s(think_time_s, think_exponential)).0;
+                self.push_send(now + think, client);
+            }
+        }
+    }
+}
+
+/// Run one simulation. Pure: the same (profile, workload, seed, options) give the same output.
+pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
+    let e = &p.engine;
+    let capacity_blocks = e.kv_capacity_blocks();
+    let mut eng = Engine {
+        p,
+        model: StepModel::new(p),
+        reqs: Vec::new(),
+        free_slots: Vec::new(),
+        running: Vec::new(),
+        waiting: VecDeque::new(),
+        chunked: None,
+        free_blocks: capacity_blocks,
+        capacity_blocks,
+        block: e.block_size_tokens,
+        reserved_blocks: e.per_seq_reserved_blocks,
+        scheduled: Vec::with_capacity(e.max_num_seqs as usize + 1),
+        admit_seq: 0,
+        new_token_ratio: e.new_token_ratio_init,
+        ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min)
+            / e.new_token_ratio_decay_steps as f64,
+        preemptions: 0,
+    };
+    let overhead_ns = SimTime::from_secs(p.coefficients.request_overhead_s).0;
+    let mut arr = Pending::new(w, seed);
+    let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
+    let mut out = SimOutput {
+        records: Vec::with_capacity(w.planned_requests().unwrap_or(1024).min(1 << 24) as usize),
+        requests_sent: 0,
+        requests_rejected: 0,
+        requests_unfinished: 0,
+        steps: 0,
+        preemptions: 0,
+        end: SimTime::ZERO,
+        last_send: SimTime::ZERO,
+        outstanding_at_last_send: 0,
+        busy_ns: 0,
+        kv_util_time_weighted_mean: 0.0,
+        kv_util_max: 0.0,
+        max_waiting: 0,
+        series: Vec::new(),
+        prefill_tokens: 0,
+        decode_tokens: 0,
+    };
+    let mut kv_area = 0.0f64;
+    let mut series_interval_ns: u64 = 1_000_000; // 1 ms, doubled whenever the buffer fills
+    let mut next_sample_ns: u64 = 0;
+    let mut now: u64 = 0;
+    let mut finished_any;
+    loop {
+        // Arrivals whose engine-arrival time has come join the queue, in order.
+        while let Some(send) = arr.peek_send() {
+            if send.saturating_add(overhead_ns) > now {
+                break;
+            }
+            let (send, client, input, output, class) = arr.pop();
+            let live = Live {
+                id: out.requests_sent as u32,
+                client,
+                class,
+                arrival_ns: send,
+                prompt: input,
+                output,
+                num_tokens: input,
+                computed: 0,
+                generated: 0,
+                blocks: 0,
+                reserved: false,
+                first_sched_ns: NONE,
+                first_token_ns: NONE,
+                preemptions: 0,
+                admitted_seq: 0,
+            };
+            out.requests_sent += 1;
+            out.last_send = SimTime(send);
+            out.outstanding_at_last_send =
+                out.requests_sent - out.records.len() as u64 - out.requests_rejected;
+            if !eng.fits_ever(&live) {
+                out.requests_rejected += 1;
+                arr.on_finish(now, client);
+                continue;
+            }
+            let idx = match eng.free_slots.pop() {
+                Some(i) => {
+                    eng.reqs[i as usize] = live;
+                    i
+                }
+                None => {
+                    eng.reqs.push(live);
+                    (eng.reqs.len() - 1) as u32
+                }
+            };
+            eng.waiting.push_back(idx);
+        }
+        out.max_waiting = out.max_waiting.max(eng.waiting.len() as u32);
+        let idle = eng.running.is_empty() && eng.waiting.is_empty() && eng.chunked.is_none();
+        if idle {
+            match arr.peek_send() {
+                Some(t) => {
+                    now = now.max(t.saturating_add(overhead_ns));
+                    continue;
+                }
+                None => break,
+            }
+        }
+        if now >= horizon_ns {
+            break;
+        }
+        let mut shape = BatchShape::default();
+        eng.scheduled.clear();
+        match e.kind {
+            EngineKind::Vllm => eng.schedule_vllm(now, &mut shape),
+            EngineKind::Sglang => eng.schedule_sglang(now, &mut shape),
+        }
+        if eng.scheduled.is_empty() {
+            // Nothing could be scheduled although work is queued: the engine waits for an arrival.
+            // (fits_ever() guarantees the head runs once the engine is empty.)
+            match arr.peek_send() {
+                Some(t) if t.saturating_add(overhead_ns) > now => {
+                    now = t.saturating_add(overhead_ns);
+                    continue;
+                }
+                _ => break,
+            }
+        }
+        let dt = eng.model.step_ns(&shape);
+        let used = (capacity_blocks - eng.free_blocks) as f64 / capacity_blocks as f64;
+        kv_area += used * dt as f64;
+        out.kv_util_max = out.kv_util_max.max(used);
+        if now >= next_sample_ns {
+            if out.series.len() >= opts.series_points.max(2) {
+                // Keep every other sample and double the interval.
+                let kept: Vec<Sample> = out.series.iter().step_by(2).copied().collect();
+                out.series = kept;
+                series_interval_ns *= 2;
+            }
+            out.series.push(Sample {
+                t_s: now as f64 * 1e-9,
+                kv_util: used,
+                running: eng.running.len() as u32 + eng.chunked.is_some() as u32,
+                waiting: eng.waiting.len() as u32,
+            });
+            next_sample_ns = now + series_interval_ns;
+        }
+        now += dt;
+        out.busy_ns += dt;
+        out.steps += 1;
+        finished_any = false;
+        for k in 0..eng.scheduled.len() {
+            let (idx, n) = eng.scheduled[k];
+            let r = &mut eng.reqs[idx as usize];
+            if n == 1 && r.generated > 0 && r.computed + 1 == r.num_tokens {
+                out.decode_tokens += 1;
+            } else {
+                out.prefill_tokens += n as u64;
+            }
+            r.computed += n;
+            if r.computed == r.num_tokens {
+                r.generated += 1;
+                if r.generated == 1 {
+                    r.first_token_ns = now;
+                }
+                if r.generated == r.output {
+                    finished_any = true;
+                } else {
+                    r.num_tokens += 1;
+                }
+            }
+        }
+        if let Some(c) = eng.chunked {
+            let r = &eng.reqs[c as usize];
+            if r.computed == r.num_tokens {
+                eng.chunked = None;
+                eng.running.push(c);
+            }
+        }
+        if finished_any {
+            // Compact `running` in place, keeping admission order.
+            let mut kept = 0;
+            for k in 0..eng.running.len() {
+                let idx = eng.running[k];
+                let r = &eng.reqs[idx as usize];
+                if r.generated == r.output {
+                    out.records.push(RequestRecord {
+                        id: r.id,
+                        class: r.class,
+                        input_tokens: r.prompt,
+                        output_tokens: r.output,
+                        arrival: SimTime(r.arrival_ns),
+                        enqueued: SimTime(r.arrival_ns + overhead_ns),
+                        first_scheduled: SimTime(r.first_sched_ns),
+                        first_token: SimTime(r.first_token_ns),
+                        finish: SimTime(now),
+                        preemptions: r.preemptions,
+                    });
+                    let client = r.client;
+                    eng.free(idx);
+                    eng.free_slots.push(idx);
+                    arr.on_finish(now, client);
+                } else {
+                    eng.running[kept] = idx;
+                    kept += 1;
+                }
+            }
+            eng.running.truncate(kept);
+        }
+        debug_assert!(eng.used_blocks() <= eng.capacity_blocks);
+    }
+    out.requests_unfinished =
+        eng.running.len() as u64 + eng.waiting.len() as u64 + eng.chunked.is_some() as u64;
+    out.preemptions = eng.preemptions;
+    out.end = SimTime(now);
+    out.kv_util_time_weighted_mean = if out.busy_ns > 0 {
+        kv_area / out.busy_ns as f64
+    } else {
+        0.0
+    };
+    out
+}

@@ -1,0 +1,686 @@
+//! Workloads: how requests arrive and how long they are (DESIGN.md section 3).
+//!
+//! [`WorkloadSpec`] is what the user wrote (flags or a TOML file); [`Workload`] is validated and is what
+//! the simulator takes. [`Generator`] draws arrival times and lengths from RNG streams derived from the
+//! run's seed, so a run is a pure function of (profile, workload, seed). Trace files are read in
+//! [`trace`] (the only I/O here) and become a `Workload` like any other.
+
+pub mod trace;
+
+use crate::error::{Error, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp1, Gamma, LogNormal, Normal, WeightedIndex};
+use serde::{Deserialize, Serialize};
+
+/// The pinned RNG of every random stream.
+pub type SimRng = ChaCha8Rng;
+
+/// Derive an independent stream from a seed and a stream id (SplitMix64 finalizer).
+pub fn stream_rng(seed: u64, stream: u64) -> SimRng {
+    let mut z = seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    SimRng::seed_from_u64(z ^ (z >> 31))
+}
+
+/// A distribution of token counts. Draws are rounded and clamped to at least 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "lowercase", deny_unknown_fields)]
+pub enum LengthDist {
+    Fixed {
+        value: u32,
+    },
+    Uniform {
+        min: u32,
+        max: u32,
+    },
+    Normal {
+        mean: f64,
+        sd: f64,
+    },
+    /// Parameterized by the mean and standard deviation of the lengths themselves.
+    Lognormal {
+        mean: f64,
+        sd: f64,
+    },
+    /// Draw one of `values`, with optional `weights` (uniform when absent).
+    Empirical {
+        values: Vec<u32>,
+        #[serde(default)]
+        weights: Vec<f64>,
+    },
+}
+
+impl LengthDist {
+    pub fn fixed(value: u32) -> Self {
+        LengthDist::Fixed { value }
+    }
+    fn validate(&self, field: &str) -> Result<()> {
+        let bad = |msg: String| Err(Error::input("workload", None, Some(field), msg));
+        match self {
+            LengthDist::Fixed { value } if *value == 0 => bad("length must be at least 1".into()),
+            LengthDist::Uniform { min, max } if *min == 0 || min > max => {
+                bad(format!("need 1 <= min <= max, got {min}..{max}"))
+            }
+            LengthDist::Normal { mean, sd } | LengthDist::Lognormal { mean, sd }
+                if !(mean.is_finite() && sd.is_finite() && *mean > 0.0 && *sd >= 0.0) =>
+            {
+                bad(format!(
+                    "need mean > 0 and sd >= 0, finite; got mean {mean}, sd {sd}"
+                ))
+            }
+            LengthDist::Empirical { values, weights } => {
+                if values.is_empty() || values.contains(&0) {
+                    return bad("values must be non-empty and each at least 1".into());
+                }
+                if !weights.is_empty()
+                    && (weights.len() != values.len()
+                        || weights.iter().any(|w| !w.is_finite() || *w < 0.0)
+                        || weights.iter().sum::<f64>() <= 0.0)
+                {
+                    return bad("weights must match values in number, be finite, non-negative, and not all zero".into());
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    pub fn mean(&self) -> f64 {
+        match self {
+            LengthDist::Fixed { value } => *value as f64,
+            LengthDist::Uniform { min, max } => (*min as f64 + *max as f64) / 2.0,
+            LengthDist::Normal { mean, .. } | LengthDist::Lognormal { mean, .. } => *mean,
+            LengthDist::Empirical { values, weights } => {
+                if weights.is_empty() {
+                    values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64
+                } else {
+                    let s: f64 = weights.iter().sum();
+                    values
+                        .iter()
+                        .zip(weights)
+                        .map(|(&v, w)| v as f64 * w)
+                        .sum::<f64>()
+                        / s
+                }
+            }
+        }
+    }
+    pub fn max(&self) -> u32 {
+        match self {
+            LengthDist::Fixed { value } => *value,
+            LengthDist::Uniform { max, .. } => *max,
+            LengthDist::Normal { mean, sd } | LengthDist::Lognormal { mean, sd } => {
+                (mean + 6.0 * sd).ceil() as u32
+            }
+            LengthDist::Empirical { values, .. } => *values.iter().max().unwrap_or(&1),
+        }
+    }
+}
+
+/// A validated sampler for one LengthDist.
+#[derive(Debug, Clone)]
+enum LengthSampler {
+    Fixed(u32),
+    Uniform(u32, u32),
+    Normal(Normal<f64>),
+    LogNormal(LogNormal<f64>),
+    Empirical(Vec<u32>, Option<WeightedIndex<f64>>),
+}
+
+impl LengthSampler {
+    fn new(d: &LengthDist) -> LengthSampler {
+        match d {
+            LengthDist::Fixed { value } => LengthSampler::Fixed(*value),
+            LengthDist::Uniform { min, max } => LengthSampler::Uniform(*min, *max),
+            LengthDist::Normal { mean, sd } => {
+                LengthSampler::Normal(Normal::new(*mean, *sd).expect("validated"))
+            }
+            LengthDist::Lognormal { mean, sd } => {
+                // Moments of the lengths -> parameters of the underlying normal.
+                let s2 = (1.0 + (sd / mean).powi(2)).ln();
+                LengthSampler::LogNormal(
+                    LogNormal::new(mean.ln() - s2 / 2.0, s2.sqrt()).expect("validated"),
+                )
+            }
+            LengthDist::Empirical { values, weights } => LengthSampler::Empirical(
+                values.clone(),
+                if weights.is_empty() {
+                    None
+                } else {
+                    Some(WeightedIndex::new(weights).expect("validated"))
+                },
+            ),
+        }
+    }
+    fn sample(&self, rng: &mut SimRng) -> u32 {
+        let clamp = |x: f64| x.round().clamp(1.0, u32::MAX as f64 / 4.0) as u32;
+        match self {
+            LengthSampler::Fixed(v) => *v,
+            LengthSampler::Uniform(a, b) => rng.gen_range(*a..=*b),
+            LengthSampler::Normal(n) => clamp(n.sample(rng)),
+            LengthSampler::LogNormal(n) => clamp(n.sample(rng)),
+            LengthSampler::Empirical(v, None) => v[rng.gen_range(0..v.len())],
+            LengthSampler::Empirical(v, Some(w)) => v[w.sample(rng)],
+        }
+    }
+}
+
+/// One kind of request in a mix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestClass {
+    #[serde(default = "one")]
+    pub weight: f64,
+    #[serde(default)]
+    pub name: String,
+    pub input: LengthDist,
+    pub output: LengthDist,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// The arrival process of an open loop.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Process {
+    Poisson,
+    /// Gamma inter-arrival times with shape = burstiness, scale = 1/(rate x burstiness), exactly as
+    /// `vllm bench serve --burstiness`; burstiness 1 is Poisson, below 1 burstier, above 1 smoother.
+    Gamma,
+    /// Evenly spaced arrivals.
+    Constant,
+}
+
+/// A piecewise-constant rate: `[start_s, requests_per_s]` segments in increasing start order; the last
+/// rate holds after its start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateSchedule {
+    pub segments: Vec<(f64, f64)>,
+}
+
+impl RateSchedule {
+    pub fn constant(rate: f64) -> Self {
+        RateSchedule {
+            segments: vec![(0.0, rate)],
+        }
+    }
+    /// A daily curve: 24 hourly rates as multiples of `peak_rate`, compressed into `day_s` seconds.
+    pub fn daily(peak_rate: f64, hourly_multipliers: &[f64; 24], day_s: f64) -> Self {
+        RateSchedule {
+            segments: hourly_multipliers
+                .iter()
+                .enumerate()
+                .map(|(h, m)| (h as f64 * day_s / 24.0, peak_rate * m))
+                .collect(),
+        }
+    }
+    fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::input("workload", None, Some("rate"), msg));
+        if self.segments.is_empty() || self.segments[0].0 != 0.0 {
+            return bad("the rate schedule must start at time 0".into());
+        }
+        let mut last = -1.0;
+        for &(t, r) in &self.segments {
+            if !(t.is_finite() && r.is_finite()) || r < 0.0 || t <= last {
+                return bad(format!(
+                    "segments need increasing finite start times and rates >= 0; got ({t}, {r})"
+                ));
+            }
+            last = t;
+        }
+        if self.segments.last().map(|s| s.1) == Some(0.0) {
+            return bad(
+                "the last segment's rate must be positive (arrivals would stop forever)".into(),
+            );
+        }
+        Ok(())
+    }
+    pub fn mean_rate(&self, horizon_s: f64) -> f64 {
+        self.cumulative(horizon_s) / horizon_s.max(1e-12)
+    }
+    /// Expected arrivals by time t (the integral of the rate).
+    fn cumulative(&self, t: f64) -> f64 {
+        let mut acc = 0.0;
+        for (i, &(s, r)) in self.segments.iter().enumerate() {
+            if t <= s {
+                break;
+            }
+            let end = self
+                .segments
+                .get(i + 1)
+                .map_or(f64::INFINITY, |n| n.0)
+                .min(t);
+            acc += r * (end - s);
+        }
+        acc
+    }
+    /// The time at which the cumulative rate reaches `tau` (inverse of `cumulative`).
+    fn invert(&self, tau: f64) -> f64 {
+        let mut acc = 0.0;
+        for (i, &(s, r)) in self.segments.iter().enumerate() {
+            let end = self.segments.get(i + 1).map_or(f64::INFINITY, |n| n.0);
+            let seg = r * (end - s);
+            if r > 0.0 && acc + seg >= tau {
+                return s + (tau - acc) / r;
+            }
+            acc += seg;
+        }
+        f64::INFINITY
+    }
+}
+
+/// One request of a replayed trace.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    pub arrival_s: f64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Arrivals {
+    /// N clients; each sends its next request `think_time_s` (exponential with that mean when
+    /// `think_exponential`) after its previous one completes. All start at t = 0 (the first round is a
+    /// synchronized burst, as `vllm bench serve --max-concurrency`).
+    ClosedLoop {
+        clients: u32,
+        #[serde(default)]
+        think_time_s: f64,
+        #[serde(default)]
+        think_exponential: bool,
+    },
+    /// N requests at t = 0, each once.
+    Burst {
+        n: u32,
+    },
+    OpenLoop {
+        process: Process,
+        rate: RateSchedule,
+        #[serde(default = "one")]
+        burstiness: f64,
+    },
+    Trace {
+        records: Vec<TraceRecord>,
+    },
+}
+
+/// The workload as a user writes it in TOML (`--workload FILE.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    pub arrivals: Arrivals,
+    #[serde(default)]
+    pub classes: Vec<RequestClass>,
+    /// Stop after this many requests have been sent (closed and open loops).
+    pub requests: Option<u64>,
+    /// Stop sending after this many seconds of simulated time.
+    pub duration_s: Option<f64>,
+    /// Leave the first N requests (by arrival) out of the metrics.
+    #[serde(default)]
+    pub warmup_requests: u64,
+    /// Leave the last N requests (by arrival) out of the metrics.
+    #[serde(default)]
+    pub cooldown_requests: u64,
+    /// Leave requests that arrive before this time out of the metrics.
+    #[serde(default)]
+    pub warmup_s: f64,
+}
+
+/// A validated workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Workload {
+    pub spec: WorkloadSpec,
+}
+
+impl WorkloadSpec {
+    pub fn validate(self) -> Result<Workload> {
+        let bad = |field: &str, msg: String| Err(Error::input("workload", None, Some(field), msg));
+        let is_trace = matches!(self.arrivals, Arrivals::Trace { .. });
+        if self.classes.is_empty() && !is_trace {
+            return bad(
+                "classes",
+                "at least one request class (input and output lengths) is needed".into(),
+            );
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            if !(c.weight.is_finite() && c.weight >= 0.0) {
+                return bad(
+                    &format!("classes[{i}].weight"),
+                    format!("must be finite and >= 0, got {}", c.weight),
+                );
+            }
+            c.input.validate(&format!("classes[{i}].input"))?;
+            c.output.validate(&format!("classes[{i}].output"))?;
+        }
+        if !self.classes.is_empty() && self.classes.iter().map(|c| c.weight).sum::<f64>() <= 0.0 {
+            return bad("classes", "class weights must not all be zero".into());
+        }
+        if let Some(d) = self.duration_s {
+            if !(d.is_finite() && d > 0.0) {
+                return bad(
+                    "duration_s",
+                    format!("must be a positive number of seconds, got {d}"),
+                );
+            }
+        }
+        if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
+            return bad("warmup_s", format!("must be >= 0, got {}", self.warmup_s));
+        }
+        match &self.arrivals {
+            Arrivals::ClosedLoop {
+                clients,
+                think_time_s,
+                ..
+            } => {
+                if *clients == 0 {
+                    return bad("clients", "a closed loop needs at least one client".into());
+                }
+                if !(think_time_s.is_finite() && *think_time_s >= 0.0) {
+                    return bad("think_time_s", format!("must be >= 0, got {think_time_s}"));
+                }
+                if self.requests.is_none() && self.duration_s.is_none() {
+                    return bad(
+                        "requests",
+                        "a closed loop needs a request count or a duration".into(),
+                    );
+                }
+            }
+            Arrivals::Burst { n } => {
+                if *n == 0 {
+                    return bad("burst", "a burst needs at least one request".into());
+                }
+            }
+            Arrivals::OpenLoop {
+                rate, burstiness, ..
+            } => {
+                rate.validate()?;
+                if !(burstiness.is_finite() && *burstiness > 0.0) {
+                    return bad(
+                        "burstiness",
+                        format!("must be a positive number, got {burstiness}"),
+                    );
+                }
+                if self.requests.is_none() && self.duration_s.is_none() {
+                    return bad(
+                        "requests",
+                        "an open loop needs a request count or a duration".into(),
+                    );
+                }
+            }
+            Arrivals::Trace { records } => {
+                if records.is_empty() {
+                    return bad("trace", "the trace holds no requests".into());
+                }
+                for (i, r) in records.iter().enumerate() {
+                    if !(r.arrival_s.is_finite() && r.arrival_s >= 0.0)
+                        || r.input_tokens == 0
+                        || r.output_tokens == 0
+                    {
+                        return bad(
+                            &format!("trace[{i}]"),
+                            "needs a finite arrival >= 0 and input/output tokens >= 1".into(),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(Workload { spec: self })
+    }
+}
+
+impl Workload {
+    /// Total requests the workload sends, when it is known in advance.
+    pub fn planned_requests(&self) -> Option<u64> {
+        match &self.spec.arrivals {
+            Arrivals::Burst { n } => Some(*n as u64),
+            Arrivals::Trace { records } => Some(records.len() as u64),
+            _ => self.spec.requests,
+        }
+    }
+    pub fn mean_output_tokens(&self) -> f64 {
+        if let Arrivals::Trace { records } = &self.spec.arrivals {
+            return records.iter().map(|r| r.output_tokens as f64).sum::<f64>()
+                / records.len() as f64;
+        }
+        let w: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
+        self.spec
+            .classes
+            .iter()
+            .map(|c| c.weight * c.output.mean())
+            .sum::<f64>()
+            / w
+    }
+    pub fn mean_input_tokens(&self) -> f64 {
+        if let Arrivals::Trace { records } = &self.spec.arrivals {
+            return records.iter().map(|r| r.input_tokens as f64).sum::<f64>()
+                / records.len() as f64;
+        }
+        let w: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
+        self.spec
+            .classes
+            .iter()
+            .map(|c| c.weight * c.input.mean())
+            .sum::<f64>()
+            / w
+    }
+    /// A simple closed loop or burst of fixed lengths: the common case, and what the reports ran.
+    pub fn fixed(
+        arrivals: Arrivals,
+        input: u32,
+        output: u32,
+        requests: Option<u64>,
+    ) -> Result<Workload> {
+        WorkloadSpec {
+            arrivals,
+            classes: vec![RequestClass {
+                weight: 1.0,
+                name: String::new(),
+                input: LengthDist::fixed(input),
+                output: LengthDist::fixed(output),
+            }],
+            requests,
+            duration_s: None,
+            warmup_requests: 0,
+            cooldown_requests: 0,
+            warmup_s: 0.0,
+        }
+        .validate()
+    }
+}
+
+/// Draws lengths and open-loop arrival times from the seed's streams.
+#[derive(Debug)]
+pub struct Generator {
+    lengths_rng: SimRng,
+    arrivals_rng: SimRng,
+    think_rng: SimRng,
+    classes: Vec<(LengthSampler, LengthSampler)>,
+    class_index: Option<WeightedIndex<f64>>,
+    /// Operational time of the open loop (in expected arrivals).
+    tau: f64,
+    gamma: Option<Gamma<f64>>,
+}
+
+impl Generator {
+    pub fn new(w: &Workload, seed: u64) -> Generator {
+        let classes: Vec<_> = w
+            .spec
+            .classes
+            .iter()
+            .map(|c| (LengthSampler::new(&c.input), LengthSampler::new(&c.output)))
+            .collect();
+        let class_index = if classes.len() > 1 {
+            Some(WeightedIndex::new(w.spec.classes.iter().map(|c| c.weight)).expect("validated"))
+        } else {
+            None
+        };
+        let gamma = match &w.spec.arrivals {
+            Arrivals::OpenLoop {
+                process: Process::Gamma,
+                burstiness,
+                ..
+            } => Some(Gamma::new(*burstiness, 1.0 / burstiness).expect("validated")),
+            _ => None,
+        };
+        Generator {
+            lengths_rng: stream_rng(seed, 1),
+            arrivals_rng: stream_rng(seed, 2),
+            think_rng: stream_rng(seed, 3),
+            classes,
+            class_index,
+            tau: 0.0,
+            gamma,
+        }
+    }
+
+    /// (input tokens, output tokens, class index) of the next request.
+    pub fn lengths(&mut self) -> (u32, u32, u16) {
+        let ci = match &self.class_index {
+            Some(ix) => ix.sample(&mut self.lengths_rng),
+            None => 0,
+        };
+        let (i, o) = &self.classes[ci];
+        (
+            i.sample(&mut self.lengths_rng),
+            o.sample(&mut self.lengths_rng),
+            ci as u16,
+        )
+    }
+
+    /// Seconds a closed-loop client thinks before its next request.
+    pub fn think_s(&mut self, mean_s: f64, exponential: bool) -> f64 {
+        if mean_s <= 0.0 {
+            0.0
+        } else if exponential {
+            let e: f64 = Exp1.sample(&mut self.think_rng);
+            e * mean_s
+        } else {
+            mean_s
+        }
+    }
+
+    /// The next open-loop arrival in seconds: unit-rate gaps in operational time mapped through the
+    /// inverse cumulative rate, which is exact for a piecewise-constant Poisson rate.
+    pub fn next_open_arrival_s(&mut self, process: Process, rate: &RateSchedule) -> f64 {
+        let gap = match process {
+            Process::Poisson => Exp1.sample(&mut self.arrivals_rng),
+            Process::Gamma => self
+                .gamma
+                .as_ref()
+                .expect("gamma set for gamma process")
+                .sample(&mut self.arrivals_rng),
+            Process::Constant => 1.0,
+        };
+        self.tau += gap;
+        rate.invert(self.tau)
+    }
+}
+
+/// Which load a sweep or capacity search varies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadAxis {
+    /// Closed-loop clients.
+    Concurrency,
+    /// A burst of N requests at t = 0.
+    Burst,
+    /// Open-loop requests per second.
+    Rate,
+}
+
+impl LoadAxis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadAxis::Concurrency => "concurrency",
+            LoadAxis::Burst => "burst",
+            LoadAxis::Rate => "rate",
+        }
+    }
+    pub fn is_integer(self) -> bool {
+        !matches!(self, LoadAxis::Rate)
+    }
+}
+
+/// Everything about a workload except the load level: sweeps and capacity searches instantiate it at
+/// each load they try.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadTemplate {
+    pub classes: Vec<RequestClass>,
+    /// Requests per run; None = a default that scales with the load (see [`LoadTemplate::requests_at`]).
+    pub requests: Option<u64>,
+    pub duration_s: Option<f64>,
+    pub think_time_s: f64,
+    pub think_exponential: bool,
+    pub process: Process,
+    pub burstiness: f64,
+    pub warmup_requests: u64,
+    pub cooldown_requests: u64,
+}
+
+impl LoadTemplate {
+    pub fn fixed(input: u32, output: u32) -> LoadTemplate {
+        LoadTemplate {
+            classes: vec![RequestClass {
+                weight: 1.0,
+                name: String::new(),
+                input: LengthDist::fixed(input),
+                output: LengthDist::fixed(output),
+            }],
+            requests: None,
+            duration_s: None,
+            think_time_s: 0.0,
+            think_exponential: false,
+            process: Process::Poisson,
+            burstiness: 1.0,
+            warmup_requests: 0,
+            cooldown_requests: 0,
+        }
+    }
+    /// Request count at a load when none was given: 5 rounds of a closed loop (at least 100), 1000 for
+    /// an open loop.
+    pub fn requests_at(&self, axis: LoadAxis, value: f64) -> Option<u64> {
+        if self.duration_s.is_some() && self.requests.is_none() {
+            return None;
+        }
+        Some(self.requests.unwrap_or(match axis {
+            LoadAxis::Concurrency => (5 * value as u64).max(100),
+            LoadAxis::Burst => value as u64,
+            LoadAxis::Rate => 1000,
+        }))
+    }
+    pub fn at(&self, axis: LoadAxis, value: f64) -> Result<Workload> {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(Error::flag(
+                axis.as_str(),
+                format!("load must be a positive number, got {value}"),
+            ));
+        }
+        let arrivals = match axis {
+            LoadAxis::Concurrency => Arrivals::ClosedLoop {
+                clients: value as u32,
+                think_time_s: self.think_time_s,
+                think_exponential: self.think_exponential,
+            },
+            LoadAxis::Burst => Arrivals::Burst { n: value as u32 },
+            LoadAxis::Rate => Arrivals::OpenLoop {
+                process: self.process,
+                rate: RateSchedule::constant(value),
+                burstiness: self.burstiness,
+            },
+        };
+        WorkloadSpec {
+            arrivals,
+            classes: self.classes.clone(),
+            requests: self.requests_at(axis, value),
+            duration_s: self.duration_s,
+            warmup_requests: self.warmup_requests,
+            cooldown_requests: self.cooldown_requests,
+            warmup_s: 0.0,
+        }
+        .validate()
+    }
+}

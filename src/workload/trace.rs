@@ -1,0 +1,275 @@
+//! Reading request traces to replay: a CSV or JSONL of arrival time, input tokens and output tokens.
+//! Columns are found by header name, so the public formats load as they are (FACTS.md):
+//! - capsim's own: `arrival_s`, `input_tokens`, `output_tokens`;
+//! - Azure LLM inference traces 2023/2024: `TIMESTAMP` (date-time), `ContextTokens`, `GeneratedTokens`;
+//! - BurstGPT: `Timestamp` (s), `Request tokens`, `Response tokens` (0 marks a failure: skipped);
+//! - Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`.
+//!
+//! Arrival times are shifted so the first request arrives at 0 and sorted (Azure files are not
+//! guaranteed sorted); the order of equal times is the file's.
+
+use super::TraceRecord;
+use crate::error::{read_file, Error, Result};
+use std::path::Path;
+
+/// What was read, and what was skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub records: Vec<TraceRecord>,
+    pub skipped_failures: usize,
+    pub format: &'static str,
+}
+
+const TIME_KEYS: &[(&str, f64)] = &[
+    ("arrival_s", 1.0),
+    ("timestamp_s", 1.0),
+    ("arrival_time", 1.0),
+    ("Timestamp", 1.0),
+    ("TIMESTAMP", 1.0),
+    ("timestamp", 1e-3),
+];
+const INPUT_KEYS: &[&str] = &[
+    "input_tokens",
+    "ContextTokens",
+    "Request tokens",
+    "input_length",
+    "prompt_tokens",
+];
+const OUTPUT_KEYS: &[&str] = &[
+    "output_tokens",
+    "GeneratedTokens",
+    "Response tokens",
+    "output_length",
+    "completion_tokens",
+];
+
+pub fn read_trace(path: &Path) -> Result<Trace> {
+    let text = read_file(path)?;
+    let src = path.display().to_string();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if ext == "jsonl" || ext == "json" {
+        parse_jsonl(&src, &text)
+    } else {
+        parse_csv(&src, &text)
+    }
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+/// Seconds from a number, or from "YYYY-MM-DD HH:MM:SS[.fffffff][+00:00]" (Azure traces).
+fn parse_time(s: &str, scale: f64) -> Option<f64> {
+    let s = s.trim();
+    if let Ok(v) = s.parse::<f64>() {
+        return Some(v * scale);
+    }
+    let s = s.trim_end_matches('Z');
+    let s = s.strip_suffix("+00:00").unwrap_or(s);
+    let (date, time) = s.split_once([' ', 'T'])?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':');
+    let h: f64 = t.next()?.parse().ok()?;
+    let mi: f64 = t.next()?.parse().ok()?;
+    let sec: f64 = t.next()?.parse().ok()?;
+    Some(days_from_civil(y, mo, da) as f64 * 86400.0 + h * 3600.0 + mi * 60.0 + sec)
+}
+
+fn tokens(src: &str, line: usize, field: &str, s: &str) -> Result<u32> {
+    let t = s.trim();
+    let v: f64 = t
+        .parse()
+        .map_err(|_| Error::input(src, Some(line), Some(field), format!("not a number: `{t}`")))?;
+    if !v.is_finite() || v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
+        return Err(Error::input(
+            src,
+            Some(line),
+            Some(field),
+            format!("must be a non-negative whole number of tokens, got `{t}`"),
+        ));
+    }
+    Ok(v as u32)
+}
+
+fn finish(
+    mut raw: Vec<(f64, u32, u32)>,
+    skipped: usize,
+    format: &'static str,
+    src: &str,
+) -> Result<Trace> {
+    if raw.is_empty() {
+        return Err(Error::input(
+            src,
+            None,
+            None,
+            "the trace holds no usable requests",
+        ));
+    }
+    raw.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let t0 = raw[0].0;
+    Ok(Trace {
+        records: raw
+            .into_iter()
+            .map(|(t, i, o)| TraceRecord {
+                arrival_s: t - t0,
+                input_tokens: i,
+                output_tokens: o,
+            })
+            .collect(),
+        skipped_failures: skipped,
+        format,
+    })
+}
+
+pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
+    let mut rdr = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let headers = rdr
+        .headers()
+        .map_err(|e| Error::input(src, Some(1), None, format!("bad header: {e}")))?
+        .clone();
+    let find = |keys: &[&'static str]| -> Option<(usize, &'static str)> {
+        keys.iter()
+            .find_map(|k| headers.iter().position(|h| h == *k).map(|i| (i, *k)))
+    };
+    let (ti, tkey, tscale) = TIME_KEYS
+        .iter()
+        .find_map(|(k, sc)| headers.iter().position(|h| h == *k).map(|i| (i, *k, *sc)))
+        .ok_or_else(|| {
+            Error::input(
+                src,
+                Some(1),
+                Some("arrival_s"),
+                "no arrival-time column (arrival_s, TIMESTAMP, Timestamp, timestamp)",
+            )
+        })?;
+    // A CSV `timestamp` column is seconds; only Mooncake's JSONL uses milliseconds.
+    let tscale = if tkey == "timestamp" { 1.0 } else { tscale };
+    let (ii, ikey) = find(INPUT_KEYS).ok_or_else(|| {
+        Error::input(
+            src,
+            Some(1),
+            Some("input_tokens"),
+            "no input-token column (input_tokens, ContextTokens, Request tokens)",
+        )
+    })?;
+    let (oi, okey) = find(OUTPUT_KEYS).ok_or_else(|| {
+        Error::input(
+            src,
+            Some(1),
+            Some("output_tokens"),
+            "no output-token column (output_tokens, GeneratedTokens, Response tokens)",
+        )
+    })?;
+    let format = match tkey {
+        "TIMESTAMP" => "azure",
+        "Timestamp" => "burstgpt",
+        _ => "capsim-csv",
+    };
+    let mut raw = Vec::new();
+    let mut skipped = 0;
+    for rec in rdr.records() {
+        let rec = rec.map_err(|e| {
+            Error::input(
+                src,
+                e.position().map(|p| p.line() as usize),
+                None,
+                format!("malformed CSV row: {e}"),
+            )
+        })?;
+        let line = rec.position().map_or(0, |p| p.line() as usize);
+        let get = |i: usize, k: &str| {
+            rec.get(i)
+                .ok_or_else(|| Error::input(src, Some(line), Some(k), "missing field"))
+        };
+        let t = parse_time(get(ti, tkey)?, tscale).ok_or_else(|| {
+            Error::input(
+                src,
+                Some(line),
+                Some(tkey),
+                format!("not a time: `{}`", rec.get(ti).unwrap_or("")),
+            )
+        })?;
+        if !t.is_finite() {
+            return Err(Error::input(src, Some(line), Some(tkey), "must be finite"));
+        }
+        let i = tokens(src, line, ikey, get(ii, ikey)?)?;
+        let o = tokens(src, line, okey, get(oi, okey)?)?;
+        if o == 0 || i == 0 {
+            // BurstGPT marks failures with 0 response tokens; a request with no tokens cannot be served.
+            skipped += 1;
+            continue;
+        }
+        raw.push((t, i, o));
+    }
+    finish(raw, skipped, format, src)
+}
+
+pub fn parse_jsonl(src: &str, text: &str) -> Result<Trace> {
+    let mut raw = Vec::new();
+    let mut skipped = 0;
+    for (n, line) in text.lines().enumerate() {
+        let line_no = n + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| Error::input(src, Some(line_no), None, format!("invalid JSON: {e}")))?;
+        let (tkey, scale) = TIME_KEYS
+            .iter()
+            .find(|(k, _)| v.get(*k).is_some())
+            .copied()
+            .ok_or_else(|| {
+                Error::input(
+                    src,
+                    Some(line_no),
+                    Some("timestamp"),
+                    "no arrival-time key (timestamp in ms, or arrival_s)",
+                )
+            })?;
+        let num = |k: &str| -> Result<f64> {
+            let x = v
+                .get(k)
+                .ok_or_else(|| Error::input(src, Some(line_no), Some(k), "missing key"))?;
+            match x {
+                serde_json::Value::Number(n) => n
+                    .as_f64()
+                    .ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number")),
+                serde_json::Value::String(s) => parse_time(s, 1.0)
+                    .ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number")),
+                _ => Err(Error::input(src, Some(line_no), Some(k), "not a number")),
+            }
+        };
+        let t = num(tkey)? * scale;
+        let ikey = INPUT_KEYS
+            .iter()
+            .find(|k| v.get(**k).is_some())
+            .copied()
+            .unwrap_or("input_length");
+        let okey = OUTPUT_KEYS
+            .iter()
+            .find(|k| v.get(**k).is_some())
+            .copied()
+            .unwrap_or("output_length");
+        let i = tokens(src, line_no, ikey, &num(ikey)?.to_string())?;
+        let o = tokens(src, line_no, okey, &num(okey)?.to_string())?;
+        if i == 0 || o == 0 {
+            skipped += 1;
+            continue;
+        }
+        raw.push((t, i, o));
+    }
+    finish(raw, skipped, "jsonl", src)
+}
