@@ -148,10 +148,10 @@ impl ProfileArgs {
 #[derive(Args, Debug, Clone)]
 pub struct LengthArgs {
     /// Input tokens: N, or uniform:MIN:MAX, normal:MEAN:SD, lognormal:MEAN:SD.
-    #[arg(long, default_value = "1024")]
+    #[arg(long, default_value = "1024", allow_hyphen_values = true)]
     pub input_len: String,
     /// Output tokens, same forms as --input-len.
-    #[arg(long, default_value = "256")]
+    #[arg(long, default_value = "256", allow_hyphen_values = true)]
     pub output_len: String,
     /// Requests to send (closed and open loops); default 5 rounds of a closed loop (>= 100), 1000 open.
     #[arg(long)]

@@ -487,8 +487,72 @@ impl<'w> Pending<'w> {
     }
 }
 
+/// What an observer sees after each step: for invariant checks in tests and for diagnostics.
+pub struct StepView<'e> {
+    eng: &'e Engine<'e>,
+    /// Simulated time at the end of the step.
+    pub now_ns: u64,
+    pub step_ns: u64,
+    pub shape: BatchShape,
+    /// Sum of tokens scheduled in the step.
+    pub scheduled_tokens: u64,
+    /// Sequences scheduled in the step.
+    pub scheduled_seqs: usize,
+}
+
+impl StepView<'_> {
+    pub fn running(&self) -> usize {
+        self.eng.running.len() + self.eng.chunked.is_some() as usize
+    }
+    pub fn waiting(&self) -> usize {
+        self.eng.waiting.len()
+    }
+    pub fn used_blocks(&self) -> u64 {
+        self.eng.used_blocks()
+    }
+    pub fn capacity_blocks(&self) -> u64 {
+        self.eng.capacity_blocks
+    }
+    /// Blocks held by requests, counted one by one (must equal `used_blocks`).
+    pub fn held_blocks(&self) -> u64 {
+        let reserved = self.eng.reserved_blocks as u64;
+        self.eng
+            .running
+            .iter()
+            .chain(self.eng.waiting.iter())
+            .chain(self.eng.chunked.iter())
+            .map(|&i| {
+                let r = &self.eng.reqs[i as usize];
+                r.blocks as u64 + if r.reserved { reserved } else { 0 }
+            })
+            .sum()
+    }
+    /// Every running request holds KV for all the tokens it has computed.
+    pub fn kv_covers_computed(&self) -> bool {
+        self.eng
+            .running
+            .iter()
+            .chain(self.eng.chunked.iter())
+            .all(|&i| {
+                let r = &self.eng.reqs[i as usize];
+                r.blocks as u64 * self.eng.block as u64 >= r.computed as u64
+            })
+    }
+}
+
 /// Run one simulation. Pure: the same (profile, workload, seed, options) give the same output.
 pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
+    simulate_observed(p, w, seed, opts, &mut |_: &StepView| {})
+}
+
+/// [`simulate`] with an observer called after every step.
+pub fn simulate_observed<F: FnMut(&StepView)>(
+    p: &Profile,
+    w: &Workload,
+    seed: u64,
+    opts: SimOptions,
+    observer: &mut F,
+) -> SimOutput {
     let e = &p.engine;
     let capacity_blocks = e.kv_capacity_blocks();
     let mut eng = Engine {
@@ -635,6 +699,7 @@ pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOu
         out.busy_ns += dt;
         out.steps += 1;
         finished_any = false;
+        let mut chunk_done = false;
         for k in 0..eng.scheduled.len() {
             let (idx, n) = eng.scheduled[k];
             let r = &mut eng.reqs[idx as usize];
@@ -645,6 +710,11 @@ pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOu
             }
             r.computed += n;
             if r.computed == r.num_tokens {
+                if eng.chunked == Some(idx) {
+                    // The chunked prompt is complete: it joins the decode batch.
+                    chunk_done = true;
+                }
+                let r = &mut eng.reqs[idx as usize];
                 r.generated += 1;
                 if r.generated == 1 {
                     r.first_token_ns = now;
@@ -656,12 +726,12 @@ pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOu
                 }
             }
         }
-        if let Some(c) = eng.chunked {
-            let r = &eng.reqs[c as usize];
-            if r.computed == r.num_tokens {
-                eng.chunked = None;
-                eng.running.push(c);
-            }
+        if chunk_done {
+            let c = eng
+                .chunked
+                .take()
+                .expect("chunk_done implies a chunked request");
+            eng.running.push(c);
         }
         if finished_any {
             // Compact `running` in place, keeping admission order.
@@ -694,6 +764,14 @@ pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOu
             eng.running.truncate(kept);
         }
         debug_assert!(eng.used_blocks() <= eng.capacity_blocks);
+        observer(&StepView {
+            eng: &eng,
+            now_ns: now,
+            step_ns: dt,
+            shape,
+            scheduled_tokens: eng.scheduled.iter().map(|&(_, n)| n as u64).sum(),
+            scheduled_seqs: eng.scheduled.len(),
+        });
     }
     out.requests_unfinished =
         eng.running.len() as u64 + eng.waiting.len() as u64 + eng.chunked.is_some() as u64;

@@ -1,0 +1,289 @@
+use std::process::{Command, Output};
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(args)
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let o = capsim(&["--help"]);
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stdout);
+    for sub in [
+        "calibrate",
+        "simulate",
+        "sweep",
+        "capacity",
+        "validate",
+        "profiles",
+        "gpus",
+        "models",
+    ] {
+        assert!(s.contains(sub), "{sub} missing from --help");
+    }
+}
+
+#[test]
+fn simulate_json_contract_is_stable_and_deterministic() {
+    let args = [
+        "simulate",
+        "--concurrency",
+        "8",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "256",
+        "--requests",
+        "200",
+        "--seed",
+        "1",
+        "--json",
+    ];
+    let a = capsim(&args);
+    assert!(a.status.success(), "{}", stderr(&a));
+    let b = capsim(&args);
+    assert_eq!(a.stdout, b.stdout, "same seed must give the same bytes");
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(v["requests_completed"], 200);
+    for k in [
+        "ttft_s",
+        "queue_wait_s",
+        "itl_ms",
+        "tpot_ms",
+        "e2e_s",
+        "per_user_tok_s",
+    ] {
+        for s in ["mean", "p50", "p90", "p95", "p99"] {
+            assert!(v[k][s].is_number(), "{k}.{s} missing");
+        }
+    }
+    for k in [
+        "system_output_tok_s",
+        "preemptions",
+        "sim_time_s",
+        "seed",
+        "scenario",
+    ] {
+        assert!(!v[k].is_null(), "{k} missing");
+    }
+    assert_eq!(v["scenario"]["workload"]["arrivals"]["kind"], "closed_loop");
+    assert_eq!(v["scenario"]["seed"], 1);
+}
+
+#[test]
+fn sweep_output_is_identical_across_thread_counts() {
+    let args = [
+        "sweep",
+        "--concurrency",
+        "1,4,16",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "64",
+        "--requests",
+        "40",
+        "--csv",
+    ];
+    let run = |threads: &str| {
+        Command::new(env!("CARGO_BIN_EXE_capsim"))
+            .args(args)
+            .env("RAYON_NUM_THREADS", threads)
+            .output()
+            .unwrap()
+    };
+    let (a, b) = (run("1"), run("3"));
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert_eq!(a.stdout, b.stdout);
+    assert_eq!(String::from_utf8_lossy(&a.stdout).lines().count(), 4);
+}
+
+#[test]
+fn retargeting_is_marked_as_extrapolation() {
+    let o = capsim(&[
+        "simulate",
+        "--gpu",
+        "B200",
+        "--burst",
+        "4",
+        "--requests",
+        "4",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["scenario"]["extrapolation"], true);
+    assert!(v["scenario"]["retargeted_from"]
+        .as_str()
+        .unwrap()
+        .contains("h200"));
+    let o = capsim(&[
+        "simulate",
+        "--model",
+        "Llama-3.3-70B-Instruct",
+        "--burst",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("EXTRAPOLATION"));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_not_a_panic() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["simulate", "--gpu", "H900", "--burst", "1"],
+            "unknown GPU `H900`",
+        ),
+        (
+            &["simulate", "--burst", "1", "--input-len", "-5"],
+            "--input-len",
+        ),
+        (&["simulate", "--rate", "NaN"], "--rate"),
+        (
+            &[
+                "simulate",
+                "--burst",
+                "1",
+                "--model",
+                "/nonexistent/config.json",
+            ],
+            "/nonexistent/config.json",
+        ),
+        (
+            &["simulate", "--profile", "nope", "--burst", "1"],
+            "unknown profile",
+        ),
+        (
+            &["simulate", "--trace", "/nonexistent.csv"],
+            "/nonexistent.csv",
+        ),
+        (
+            &["simulate", "--burst", "1", "--output-len", "lognormal:10"],
+            "--output-len",
+        ),
+        (
+            &["points", "--data", "/nonexistent.csv"],
+            "/nonexistent.csv",
+        ),
+        (
+            &[
+                "simulate",
+                "--burst",
+                "1",
+                "--model",
+                "Llama-3.3-70B-Instruct",
+                "--gpu",
+                "L40S",
+            ],
+            "does not fit",
+        ),
+    ];
+    for (args, needle) in cases {
+        let o = capsim(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains(needle) && !e.contains("panicked"),
+            "{args:?}: {e}"
+        );
+    }
+}
+
+#[test]
+fn bad_files_name_the_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("capsim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wl = dir.join("w.toml");
+    std::fs::write(&wl, "requests = 10\n[arrivals]\nkind = \"burst\"\nn = 3\n[[classes]]\ninput = { dist = \"fixed\", value = 0 }\noutput = { dist = \"fixed\", value = 5 }\n").unwrap();
+    let e = stderr(&capsim(&["simulate", "--workload", wl.to_str().unwrap()]));
+    assert!(
+        e.contains("w.toml") && e.contains("classes[0].input"),
+        "{e}"
+    );
+    std::fs::write(&wl, "requests = 10\n[arrivals\n").unwrap();
+    let e = stderr(&capsim(&["simulate", "--workload", wl.to_str().unwrap()]));
+    assert!(e.contains("w.toml") && e.contains("line 2"), "{e}");
+    let prof = dir.join("p.toml");
+    let text = include_str!("../../models/profiles/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml")
+        .replace(
+            "bandwidth_eff_bytes_s = 3.963e12",
+            "bandwidth_eff_bytes_s = nan",
+        );
+    std::fs::write(&prof, text).unwrap();
+    let e = stderr(&capsim(&[
+        "simulate",
+        "--profile",
+        prof.to_str().unwrap(),
+        "--burst",
+        "1",
+    ]));
+    assert!(
+        e.contains("p.toml") && e.contains("bandwidth_eff_bytes_s"),
+        "{e}"
+    );
+    let pts = dir.join("pts.csv");
+    std::fs::write(
+        &pts,
+        format!(
+            "{}x,y\n",
+            capsim::data::POINTS_CSV.lines().next().unwrap().to_owned() + "\n"
+        ),
+    )
+    .unwrap();
+    let e = stderr(&capsim(&["points", "--data", pts.to_str().unwrap()]));
+    assert!(e.contains("pts.csv") && e.contains("line 2"), "{e}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn workload_file_with_classes_and_a_daily_curve_runs() {
+    let dir = std::env::temp_dir().join(format!("capsim-wl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wl = dir.join("mix.toml");
+    std::fs::write(
+        &wl,
+        r#"duration_s = 120.0
+warmup_s = 10.0
+[arrivals]
+kind = "open_loop"
+process = "gamma"
+burstiness = 0.5
+rate = { segments = [[0.0, 2.0], [60.0, 4.0]] }
+[[classes]]
+name = "chat"
+weight = 3.0
+input = { dist = "lognormal", mean = 2000.0, sd = 800.0 }
+output = { dist = "uniform", min = 100, max = 300 }
+[[classes]]
+name = "rag"
+weight = 1.0
+input = { dist = "fixed", value = 16384 }
+output = { dist = "empirical", values = [64, 128, 256], weights = [1.0, 2.0, 1.0] }
+"#,
+    )
+    .unwrap();
+    let o = capsim(&["simulate", "--workload", wl.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["requests_completed"].as_u64().unwrap() > 200);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn catalog_listings_work_from_any_directory() {
+    for sub in ["gpus", "models", "profiles"] {
+        let o = capsim(&[sub]);
+        assert!(o.status.success(), "{sub}: {}", stderr(&o));
+    }
+    let o = capsim(&["models", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.as_array().unwrap().len() >= 11);
+}

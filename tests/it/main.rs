@@ -1,0 +1,46 @@
+//! capsim's integration tests: one crate, one module per area.
+
+mod catalog;
+mod cli;
+mod data;
+mod sim;
+mod workload;
+
+use capsim::catalog::Catalog;
+use capsim::profile::{Profile, ProfileFile};
+
+/// A profile whose steps take exactly `overhead_s` (bandwidth and FLOP/s so large that the variable
+/// terms round to 0 ns): the scenarios of hand-computable tests. `engine_extra` adds `[engine]` keys.
+pub fn const_profile(engine: &str, overhead_s: f64, engine_extra: &str) -> Profile {
+    let text = format!(
+        r#"
+name = "const"
+[model]
+name = "Qwen3-Coder-30B-A3B-Instruct"
+weight_dtype = "fp8"
+kv_dtype = "bf16"
+[gpu]
+name = "H200 SXM"
+[engine]
+kind = "{engine}"
+{engine_extra}
+[coefficients]
+step_overhead_s = {overhead_s}
+per_seq_overhead_s = 0.0
+bandwidth_eff_bytes_s = 1e30
+matmul_flops_eff_s = 1e30
+attention_flops_eff_s = 1e30
+request_overhead_s = 0.0
+[provenance]
+method = "test"
+"#
+    );
+    ProfileFile::parse("test", &text)
+        .unwrap()
+        .resolve("test", &Catalog::builtin())
+        .unwrap()
+}
+
+pub fn default_profile() -> Profile {
+    Profile::load(None, &Catalog::builtin()).unwrap()
+}

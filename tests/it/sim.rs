@@ -1,0 +1,388 @@
+use super::{const_profile, default_profile};
+use capsim::data;
+use capsim::metrics::{summarize, RequestSlo};
+use capsim::profile::Profile;
+use capsim::sim::{simulate, simulate_observed, SimOptions, SimOutput, StepView};
+use capsim::sweep::run_sweep;
+use capsim::workload::{Arrivals, LoadAxis, LoadTemplate, Process, RateSchedule, Workload};
+use proptest::prelude::*;
+
+const MS: u64 = 1_000_000;
+
+fn burst(n: u32, input: u32, output: u32) -> Workload {
+    Workload::fixed(Arrivals::Burst { n }, input, output, None).unwrap()
+}
+
+fn run(p: &Profile, w: &Workload) -> SimOutput {
+    simulate(p, w, 7, SimOptions::default())
+}
+
+fn by_id(out: &SimOutput) -> Vec<capsim::sim::RequestRecord> {
+    let mut r = out.records.clone();
+    r.sort_by_key(|x| x.id);
+    r
+}
+
+#[test]
+fn one_request_constant_step_time_vllm() {
+    // 20,000 prompt tokens in 8,192-token steps: 3 prefill steps; the third samples token 1; 4 decodes.
+    let p = const_profile("vllm", 0.010, "");
+    let out = run(&p, &burst(1, 20_000, 5));
+    let r = out.records[0];
+    assert_eq!(r.first_token.0, 30 * MS);
+    assert_eq!(r.finish.0, 70 * MS);
+    assert_eq!(out.steps, 7);
+    assert_eq!(r.queue_wait_s(), 0.0);
+}
+
+#[test]
+fn one_request_constant_step_time_sglang() {
+    let p = const_profile("sglang", 0.010, "");
+    let out = run(&p, &burst(1, 20_000, 5));
+    let r = out.records[0];
+    assert_eq!((r.first_token.0, r.finish.0), (30 * MS, 70 * MS));
+}
+
+#[test]
+fn vllm_shares_the_token_budget_between_prefills() {
+    // Step 1: A takes 6,000 and B the remaining 2,192; step 2: A decodes, B finishes its prompt.
+    let p = const_profile("vllm", 0.010, "");
+    let r = by_id(&run(&p, &burst(2, 6_000, 3)));
+    assert_eq!((r[0].first_token.0, r[1].first_token.0), (10 * MS, 20 * MS));
+    assert_eq!((r[0].finish.0, r[1].finish.0), (30 * MS, 40 * MS));
+}
+
+#[test]
+fn sglang_alternates_prefill_and_decode() {
+    // Step 1 prefills A (6,000) and chunks B (2,192); step 2 finishes B's prompt while A's decode waits;
+    // steps 3 and 4 decode both.
+    let p = const_profile("sglang", 0.010, "");
+    let r = by_id(&run(&p, &burst(2, 6_000, 3)));
+    assert_eq!((r[0].first_token.0, r[1].first_token.0), (10 * MS, 20 * MS));
+    assert_eq!((r[0].finish.0, r[1].finish.0), (40 * MS, 40 * MS));
+    // With mixed chunks A decodes during B's prefill.
+    let p = const_profile("sglang", 0.010, "enable_mixed_chunk = true");
+    let r = by_id(&run(&p, &burst(2, 6_000, 3)));
+    assert_eq!(r[0].finish.0, 30 * MS);
+}
+
+#[test]
+fn max_num_seqs_caps_the_batch() {
+    let p = const_profile("vllm", 0.010, "max_num_seqs = 2");
+    let r = by_id(&run(&p, &burst(3, 10, 2)));
+    // Two run together (2 steps), the third starts when they finish.
+    assert_eq!(r[2].first_scheduled.0, 20 * MS);
+    assert_eq!(r[2].finish.0, 40 * MS);
+}
+
+fn check_invariants(p: &Profile, w: &Workload, seed: u64) -> SimOutput {
+    let budget = p.engine.max_num_batched_tokens as u64;
+    let is_vllm = p.engine.kind == capsim::profile::EngineKind::Vllm;
+    let mut last = 0u64;
+    let out = simulate_observed(p, w, seed, SimOptions::default(), &mut |v: &StepView| {
+        assert!(v.used_blocks() <= v.capacity_blocks(), "KV over-allocated");
+        assert_eq!(
+            v.held_blocks(),
+            v.used_blocks(),
+            "blocks leaked or double-counted"
+        );
+        assert!(v.kv_covers_computed());
+        assert!(v.running() as u32 <= p.engine.max_num_seqs + 1);
+        if is_vllm {
+            assert!(v.scheduled_tokens <= budget, "token budget exceeded");
+        }
+        assert!(v.step_ns > 0 && v.now_ns > last, "time must advance");
+        last = v.now_ns;
+    });
+    // Conservation: every sent request completes exactly once (or was rejected), tokens add up.
+    let mut ids: Vec<u32> = out.records.iter().map(|r| r.id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), out.records.len(), "a request completed twice");
+    assert_eq!(
+        out.records.len() as u64 + out.requests_rejected,
+        out.requests_sent
+    );
+    assert_eq!(out.requests_unfinished, 0);
+    let outputs: u64 = out.records.iter().map(|r| r.output_tokens as u64).sum();
+    let inputs: u64 = out.records.iter().map(|r| r.input_tokens as u64).sum();
+    // Every output token but the first is one decode; re-prefills after preemption add prefill work.
+    assert_eq!(
+        out.decode_tokens + out.prefill_tokens,
+        inputs + outputs - out.records.len() as u64 + recompute_tokens(&out)
+    );
+    for r in &out.records {
+        assert!(r.arrival <= r.enqueued && r.enqueued <= r.first_scheduled);
+        assert!(r.first_scheduled < r.first_token && r.first_token <= r.finish);
+    }
+    out
+}
+
+/// Tokens recomputed after preemptions can only be bounded from the records; the accounting identity
+/// is checked exactly when there were none.
+fn recompute_tokens(out: &SimOutput) -> u64 {
+    if out.preemptions == 0 {
+        0
+    } else {
+        out.decode_tokens + out.prefill_tokens
+            - (out
+                .records
+                .iter()
+                .map(|r| (r.input_tokens + r.output_tokens) as u64 - 1)
+                .sum::<u64>())
+    }
+}
+
+#[test]
+fn preemption_under_kv_pressure_keeps_invariants() {
+    // 4 blocks of 16 tokens; two requests of 16 + 40 tokens cannot both grow to completion.
+    let p = const_profile("vllm", 0.001, "kv_capacity_tokens = 64");
+    let out = check_invariants(&p, &burst(2, 16, 40), 1);
+    assert!(out.preemptions > 0);
+    assert!(out.records.iter().any(|r| r.preemptions > 0));
+    // SGLang's admission reserves 0.7 x the remaining output, which keeps B out here: no retraction.
+    let p = const_profile("sglang", 0.001, "kv_capacity_tokens = 64");
+    let out = check_invariants(&p, &burst(2, 16, 40), 1);
+    assert_eq!(out.preemptions, 0);
+    // With a small reservation ratio it over-admits and must retract.
+    let p = const_profile(
+        "sglang",
+        0.001,
+        "kv_capacity_tokens = 64\nnew_token_ratio_init = 0.1\nnew_token_ratio_min = 0.05",
+    );
+    let out = check_invariants(&p, &burst(2, 16, 40), 1);
+    assert!(out.preemptions > 0);
+}
+
+#[test]
+fn a_request_larger_than_the_cache_is_rejected_not_looped() {
+    let p = const_profile("vllm", 0.001, "kv_capacity_tokens = 64");
+    let out = check_invariants(&p, &burst(3, 100, 10), 1);
+    assert_eq!(out.requests_rejected, 3);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    #[test]
+    fn randomized_scenarios_keep_every_invariant(
+        sglang in any::<bool>(),
+        mixed in any::<bool>(),
+        budget in 16u32..512,
+        seqs in 1u32..12,
+        kv_tokens in 256u64..4096,
+        input_max in 1u32..300,
+        output_max in 1u32..80,
+        clients in 1u32..10,
+        requests in 1u64..60,
+        open in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let extra = format!("max_num_batched_tokens = {budget}\nmax_num_seqs = {seqs}\nkv_capacity_tokens = {kv_tokens}\nenable_mixed_chunk = {mixed}");
+        let p = const_profile(if sglang { "sglang" } else { "vllm" }, 0.002, &extra);
+        let mut t = LoadTemplate::fixed(1, 1);
+        t.classes[0].input = capsim::workload::LengthDist::Uniform { min: 1, max: input_max };
+        t.classes[0].output = capsim::workload::LengthDist::Uniform { min: 1, max: output_max };
+        t.requests = Some(requests);
+        let w = if open { t.at(LoadAxis::Rate, 50.0).unwrap() } else { t.at(LoadAxis::Concurrency, clients as f64).unwrap() };
+        check_invariants(&p, &w, seed);
+    }
+}
+
+#[test]
+fn littles_law_on_a_long_open_loop() {
+    // Poisson arrivals see time averages (PASTA): the mean number of requests in the system found by
+    // arrivals estimates L, which Little's law says equals lambda x W.
+    let p = const_profile("vllm", 0.004, "max_num_seqs = 8");
+    let mut t = LoadTemplate::fixed(64, 16);
+    t.requests = Some(40_000);
+    let w = t.at(LoadAxis::Rate, 60.0).unwrap();
+    let out = simulate(&p, &w, 3, SimOptions::default());
+    let mut recs = out.records.clone();
+    recs.sort_by_key(|r| r.arrival);
+    // Number in system at each arrival: arrived before it and not yet finished.
+    let mut finishes: Vec<u64> = Vec::new();
+    let mut found = 0u64;
+    let mut heap = std::collections::BinaryHeap::new();
+    for r in &recs {
+        while heap
+            .peek()
+            .is_some_and(|std::cmp::Reverse(f)| *f <= r.arrival.0)
+        {
+            heap.pop();
+        }
+        found += heap.len() as u64;
+        heap.push(std::cmp::Reverse(r.finish.0));
+        finishes.push(r.finish.0);
+    }
+    let l_seen = found as f64 / recs.len() as f64;
+    let span = (recs.last().unwrap().arrival.0 - recs[0].arrival.0) as f64;
+    let lambda = (recs.len() - 1) as f64 / span;
+    let w_mean = recs
+        .iter()
+        .map(|r| (r.finish.0 - r.arrival.0) as f64)
+        .sum::<f64>()
+        / recs.len() as f64;
+    let rel = (l_seen - lambda * w_mean).abs() / (lambda * w_mean);
+    assert!(
+        rel < 0.03,
+        "L seen by arrivals = {l_seen}, lambda W = {}",
+        lambda * w_mean
+    );
+    assert!(
+        l_seen > 1.0,
+        "the test needs a loaded system, got L = {l_seen}"
+    );
+}
+
+#[test]
+fn md1_mean_wait_matches_the_closed_form() {
+    // One request at a time (max_num_seqs = 1), one step each (1 prompt token, 1 output token), a fixed
+    // 10 ms service: an M/D/1 queue. Mean wait = rho D / (2 (1 - rho)).
+    let d = 0.010;
+    let p = const_profile("vllm", d, "max_num_seqs = 1");
+    for rho in [0.5, 0.8] {
+        let mut t = LoadTemplate::fixed(1, 1);
+        t.requests = Some(200_000);
+        let w = t.at(LoadAxis::Rate, rho / d).unwrap();
+        let out = simulate(&p, &w, 11, SimOptions::default());
+        let s = summarize(&out, 1000, 0, 0.0, &RequestSlo::default());
+        let expect = rho * d / (2.0 * (1.0 - rho));
+        let rel = (s.queue_wait_s.mean - expect).abs() / expect;
+        assert!(
+            rel < 0.04,
+            "rho {rho}: simulated {} vs M/D/1 {expect}",
+            s.queue_wait_s.mean
+        );
+    }
+}
+
+#[test]
+fn same_seed_same_result_and_seeds_matter() {
+    let p = default_profile();
+    let mut t = LoadTemplate::fixed(1, 1);
+    t.classes[0].input = capsim::workload::LengthDist::Lognormal {
+        mean: 2000.0,
+        sd: 1500.0,
+    };
+    t.classes[0].output = capsim::workload::LengthDist::Uniform { min: 50, max: 400 };
+    t.requests = Some(300);
+    let w = t.at(LoadAxis::Rate, 8.0).unwrap();
+    let a = simulate(&p, &w, 42, SimOptions::default());
+    let b = simulate(&p, &w, 42, SimOptions::default());
+    assert_eq!(a.records, b.records);
+    let c = simulate(&p, &w, 43, SimOptions::default());
+    assert_ne!(a.records, c.records);
+}
+
+#[test]
+fn sweeps_are_identical_at_any_thread_count() {
+    let p = default_profile();
+    let mut t = LoadTemplate::fixed(2048, 128);
+    t.requests = Some(60);
+    t.process = Process::Gamma;
+    t.burstiness = 0.5;
+    let loads = [1.0, 2.0, 4.0, 8.0];
+    let go = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            run_sweep(&p, &t, LoadAxis::Rate, &loads, 9, &RequestSlo::default()).unwrap()
+        })
+    };
+    let one = serde_json::to_string(&go(1)).unwrap();
+    let four = serde_json::to_string(&go(4)).unwrap();
+    assert_eq!(one, four);
+}
+
+#[test]
+fn more_burst_load_never_lowers_mean_ttft() {
+    let p = default_profile();
+    let mut last = 0.0;
+    for n in [1, 2, 4, 8, 16, 32, 64] {
+        let out = run(&p, &burst(n, 4096, 128));
+        let s = summarize(&out, 0, 0, 0.0, &RequestSlo::default());
+        assert!(
+            s.ttft_s.mean >= last,
+            "burst {n}: {} < {last}",
+            s.ttft_s.mean
+        );
+        last = s.ttft_s.mean;
+    }
+}
+
+#[test]
+fn default_profile_matches_report_001_single_request_within_10_percent() {
+    let p = default_profile();
+    let pts = data::load_points(None).unwrap();
+    let mut checked = 0;
+    for pt in pts.iter().filter(|q| {
+        q.report.starts_with("001")
+            && q.concurrency == Some(1)
+            && !q.is_flagged()
+            && q.output_tokens == Some(1024)
+            && (q.metric == "ttft_s" || q.metric == "per_user_tok_s")
+    }) {
+        let w = Workload::fixed(
+            Arrivals::Burst { n: 1 },
+            pt.input_tokens.unwrap() as u32,
+            1024,
+            None,
+        )
+        .unwrap();
+        let s = summarize(&run(&p, &w), 0, 0, 0.0, &RequestSlo::default());
+        let pred = if pt.metric == "ttft_s" {
+            s.ttft_s.mean
+        } else {
+            s.per_user_tok_s.mean
+        };
+        let err = (pred - pt.value) / pt.value;
+        assert!(
+            err.abs() <= 0.10,
+            "{} {} at {}: predicted {pred}, measured {}",
+            pt.scenario,
+            pt.metric,
+            pt.input_tokens.unwrap(),
+            pt.value
+        );
+        checked += 1;
+    }
+    // 1K, 8K, 32K, 64K, 96K and 256K: TTFT and decode speed.
+    assert!(checked >= 12, "checked {checked}");
+}
+
+#[test]
+fn time_varying_rate_follows_the_schedule() {
+    let p = const_profile("vllm", 0.001, "");
+    let rate = RateSchedule {
+        segments: vec![(0.0, 10.0), (100.0, 40.0), (200.0, 10.0)],
+    };
+    let w = capsim::workload::WorkloadSpec {
+        arrivals: Arrivals::OpenLoop {
+            process: Process::Poisson,
+            rate,
+            burstiness: 1.0,
+        },
+        classes: LoadTemplate::fixed(10, 2).classes,
+        requests: None,
+        duration_s: Some(300.0),
+        warmup_requests: 0,
+        cooldown_requests: 0,
+        warmup_s: 0.0,
+    }
+    .validate()
+    .unwrap();
+    let out = run(&p, &w);
+    let in_window = |a: f64, b: f64| {
+        out.records
+            .iter()
+            .filter(|r| r.arrival.secs() >= a && r.arrival.secs() < b)
+            .count() as f64
+    };
+    let (lo, hi) = (in_window(0.0, 100.0), in_window(100.0, 200.0));
+    assert!(
+        (lo - 1000.0).abs() < 120.0 && (hi - 4000.0).abs() < 250.0,
+        "{lo} {hi}"
+    );
+}
