@@ -1,1 +1,48 @@
-fn main() {}
+//! Simulator speed: 1,000,000 requests of 1024 in / 256 out on the default profile, single-threaded,
+//! (a) closed loop with 64 clients, (b) Poisson at 90% of the profile's capacity. Prints requests/s,
+//! steps/s and the peak resident memory. Target (issue 3): under 2 s each, under 500 MB.
+//!
+//! Run: cargo bench --bench sim_speed   (CAPSIM_BENCH_REQUESTS=N to change the count)
+
+use capsim::catalog::Catalog;
+use capsim::metrics::{summarize, RequestSlo};
+use capsim::profile::Profile;
+use capsim::sim::{simulate, SimOptions};
+use capsim::workload::{LoadAxis, LoadTemplate};
+use std::time::Instant;
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn main() {
+    let n: u64 = std::env::var("CAPSIM_BENCH_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let p = Profile::load(None, &Catalog::builtin()).expect("default profile");
+    // The profile's capacity for this request shape: saturated closed-loop throughput (1024 clients).
+    let mut t = LoadTemplate::fixed(1024, 256);
+    t.requests = Some(20_000);
+    let sat = simulate(&p, &t.at(LoadAxis::Concurrency, 1024.0).unwrap(), 1, SimOptions::default());
+    let cap = summarize(&sat, 2000, 2000, 0.0, &RequestSlo::default()).request_throughput_per_s;
+    println!("profile {}: capacity at 1024/256 = {cap:.1} requests/s (closed loop, 1024 clients)", p.name());
+    t.requests = Some(n);
+    for (label, axis, load) in [("closed loop, 64 clients", LoadAxis::Concurrency, 64.0), ("Poisson at 90% of capacity", LoadAxis::Rate, 0.9 * cap)] {
+        let w = t.at(axis, load).unwrap();
+        let start = Instant::now();
+        let out = simulate(&p, &w, 7, SimOptions::default());
+        let secs = start.elapsed().as_secs_f64();
+        let s = summarize(&out, 0, 0, 0.0, &RequestSlo::default());
+        println!(
+            "{label}: {} requests in {secs:.3} s wall = {:.0} requests/s, {} steps = {:.0} steps/s; simulated {:.0} s, mean TTFT {:.3} s, peak RSS {:.0} MB",
+            s.requests_completed,
+            s.requests_completed as f64 / secs,
+            out.steps,
+            out.steps as f64 / secs,
+            s.sim_time_s,
+            s.ttft_s.mean,
+            peak_rss_mb()
+        );
+    }
+}
