@@ -16,19 +16,19 @@ use std::path::Path;
 pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
     (
         "qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml",
-        include_str!("../models/profiles/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml"),
+        include_str!("../models/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml"),
     ),
     (
         "qwen3-coder-30b-a3b_h100-pcie.toml",
-        include_str!("../models/profiles/qwen3-coder-30b-a3b_h100-pcie.toml"),
+        include_str!("../models/qwen3-coder-30b-a3b_h100-pcie.toml"),
     ),
     (
         "qwen3.5-35b-a3b-fp8_h100.toml",
-        include_str!("../models/profiles/qwen3.5-35b-a3b-fp8_h100.toml"),
+        include_str!("../models/qwen3.5-35b-a3b-fp8_h100.toml"),
     ),
     (
         "qwen3-coder-next-fp8_h200-sxm_sglang.toml",
-        include_str!("../models/profiles/qwen3-coder-next-fp8_h200-sxm_sglang.toml"),
+        include_str!("../models/qwen3-coder-next-fp8_h200-sxm_sglang.toml"),
     ),
 ];
 

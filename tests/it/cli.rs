@@ -212,7 +212,7 @@ fn bad_files_name_the_line_and_field() {
     let e = stderr(&capsim(&["simulate", "--workload", wl.to_str().unwrap()]));
     assert!(e.contains("w.toml") && e.contains("line 2"), "{e}");
     let prof = dir.join("p.toml");
-    let text = include_str!("../../models/profiles/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml")
+    let text = include_str!("../../models/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml")
         .replace(
             "bandwidth_eff_bytes_s = 3.963e12",
             "bandwidth_eff_bytes_s = nan",
