@@ -6,9 +6,11 @@
 //! [`metrics`] summarizes; [`sweep`] and [`capacity`] run many simulations in parallel on top. The CLI
 //! (src/main.rs, src/cli) is the only part that prints. See ARCHITECTURE.md.
 
+pub mod calibrate;
 pub mod catalog;
 pub mod data;
 pub mod error;
+pub mod experiment;
 pub mod metrics;
 pub mod profile;
 pub mod report;

@@ -15,20 +15,24 @@ use std::path::Path;
 /// Embedded profiles (file name, text). The first is the default.
 pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
     (
-        "qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml",
-        include_str!("../models/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml"),
+        "qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm.toml",
+        include_str!("../models/qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm.toml"),
     ),
     (
-        "qwen3-coder-30b-a3b_h100-pcie.toml",
-        include_str!("../models/qwen3-coder-30b-a3b_h100-pcie.toml"),
+        "qwen3-coder-30b-a3b-instruct-fp8_h100-pcie_vllm.toml",
+        include_str!("../models/qwen3-coder-30b-a3b-instruct-fp8_h100-pcie_vllm.toml"),
     ),
     (
-        "qwen3.5-35b-a3b-fp8_h100.toml",
-        include_str!("../models/qwen3.5-35b-a3b-fp8_h100.toml"),
+        "qwen3.5-35b-a3b-fp8_h100-sxm_vllm.toml",
+        include_str!("../models/qwen3.5-35b-a3b-fp8_h100-sxm_vllm.toml"),
     ),
     (
         "qwen3-coder-next-fp8_h200-sxm_sglang.toml",
         include_str!("../models/qwen3-coder-next-fp8_h200-sxm_sglang.toml"),
+    ),
+    (
+        "qwen3-coder-30b-a3b-fp8_h200-sxm_vllm_handset.toml",
+        include_str!("../models/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm_handset.toml"),
     ),
 ];
 
@@ -127,6 +131,18 @@ pub struct Coefficients {
     /// Time between the client sending a request and the engine seeing it, plus first-token streaming:
     /// HTTP, tokenization, detokenization (s). Added to TTFT and E2E.
     pub request_overhead_s: f64,
+    /// Fraction of the smaller of memory and compute time hidden under the larger (1 = roofline max,
+    /// 0 = additive). Mixed steps cost more than either part alone (DESIGN.md section 1).
+    #[serde(default = "one")]
+    pub mem_compute_overlap: f64,
+    /// MoE: share of the experts a workload's tokens effectively route among (1 = uniform routing,
+    /// E(1-(1-k/E)^B); less when routing is correlated, as for benchmark prompts).
+    #[serde(default = "one")]
+    pub expert_spread: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Relative 1-sigma uncertainty of each coefficient, from the fit; used for capacity bands.
@@ -139,6 +155,10 @@ pub struct CoefficientSigmas {
     pub matmul_flops_eff_s: f64,
     pub attention_flops_eff_s: f64,
     pub request_overhead_s: f64,
+    #[serde(default)]
+    pub mem_compute_overlap: f64,
+    #[serde(default)]
+    pub expert_spread: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -278,6 +298,12 @@ impl ProfileFile {
                 1e9,
             ),
             ("coefficients.request_overhead_s", c.request_overhead_s, 0.0),
+            (
+                "coefficients.mem_compute_overlap",
+                c.mem_compute_overlap,
+                0.0,
+            ),
+            ("coefficients.expert_spread", c.expert_spread, 0.0),
         ] {
             if !v.is_finite() || v < lo {
                 return Err(Error::input(

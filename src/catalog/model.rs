@@ -425,11 +425,16 @@ impl ModelArch {
     /// Expected distinct experts per layer touched by a batch of `n_tokens` tokens under uniform
     /// routing: E * (1 - (1 - k/E)^B) (DESIGN.md section 1).
     pub fn experts_touched(&self, n_tokens: f64) -> f64 {
+        self.experts_touched_spread(n_tokens, 1.0)
+    }
+    /// Experts touched when the workload's tokens route among only a share `spread` of the experts
+    /// (correlated routing: E_eff = max(k, spread x E) in the same formula). spread = 1 is uniform.
+    pub fn experts_touched_spread(&self, n_tokens: f64, spread: f64) -> f64 {
         match &self.moe {
             None => 0.0,
             Some(m) => {
-                let e = m.n_experts as f64;
                 let k = m.n_experts_per_token as f64;
+                let e = (m.n_experts as f64 * spread.clamp(0.0, 1.0)).max(k);
                 e * (1.0 - (1.0 - k / e).powf(n_tokens.max(0.0)))
             }
         }

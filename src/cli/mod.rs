@@ -1,5 +1,6 @@
 //! Argument parsing (what the user typed) and its resolution into library objects (profile, workload).
 
+mod calibrate;
 mod catalog;
 mod simulate;
 mod sweep;
@@ -25,7 +26,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Fit step-time profiles from measured benchmark points.
-    Calibrate,
+    Calibrate(calibrate::CalibrateArgs),
     /// Simulate one workload on a profile and print every latency metric.
     Simulate(simulate::SimulateArgs),
     /// Simulate a list of loads (concurrencies, rates or burst sizes) in parallel.
@@ -47,7 +48,7 @@ pub enum Cmd {
 pub fn run() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Calibrate => Err(Error::NotImplemented("calibrate (issue 4)")),
+        Cmd::Calibrate(a) => calibrate::run(a),
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Sweep(a) => sweep::run(a),
         Cmd::Capacity => Err(Error::NotImplemented("capacity (issue 6)")),

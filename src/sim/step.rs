@@ -1,6 +1,7 @@
 //! The duration of one engine step from the batch's shape (DESIGN.md section 1).
 //!
-//! step = overhead + per_seq x sequences + max(memory time, compute time), where
+//! step = overhead + per_seq x sequences + max(memory, compute) + (1 - overlap) x min(memory, compute),
+//! where
 //! - memory time = (weights read + KV read + linear-attention state) / effective bandwidth; the weights
 //!   read grow with the tokens in the step for MoE models (experts touched, E(1-(1-k/E)^B));
 //! - compute time = matmul FLOPs / effective matmul FLOP/s + attention FLOPs / effective attention FLOP/s.
@@ -52,12 +53,15 @@ pub struct StepModel {
     /// experts_touched(B) for B < table length.
     experts_touched: Vec<f64>,
     arch_for_large_b: ModelArch,
+    expert_spread: f64,
     kv_bytes_per_token: f64,
     state_bytes_per_seq: f64,
     /// Seconds per token of matmul work.
     matmul_s_per_token: f64,
     /// Seconds per attention (query, key) pair.
     attn_s_per_pair: f64,
+    /// 1 - mem_compute_overlap.
+    exposed: f64,
 }
 
 impl StepModel {
@@ -71,7 +75,7 @@ impl StepModel {
             (p.engine.max_num_batched_tokens as usize + p.engine.max_num_seqs as usize + 1)
                 .min(1 << 16);
         let experts_touched = (0..table_len)
-            .map(|b| a.experts_touched(b as f64))
+            .map(|b| a.experts_touched_spread(b as f64, c.expert_spread))
             .collect();
         let state_dtype = p.file.model.state_dtype.unwrap_or(Dtype::Fp32);
         StepModel {
@@ -85,11 +89,13 @@ impl StepModel {
                 * a.expert_dtype(w).bytes(),
             experts_touched,
             arch_for_large_b: a.clone(),
+            expert_spread: c.expert_spread,
             kv_bytes_per_token: a.kv_bytes_per_token(kv),
             state_bytes_per_seq: a.linear_state_bytes(state_dtype)
                 + a.sliding_kv_bytes_per_token(kv) * a.sliding_window as f64,
             matmul_s_per_token: a.flops_per_token_linear() / (c.matmul_flops_eff_s * tp),
             attn_s_per_pair: a.attn_flops_per_token_pair() / (c.attention_flops_eff_s * tp),
+            exposed: 1.0 - c.mem_compute_overlap,
         }
     }
 
@@ -97,7 +103,9 @@ impl StepModel {
     fn experts(&self, n_tokens: u32) -> f64 {
         match self.experts_touched.get(n_tokens as usize) {
             Some(&e) => e,
-            None => self.arch_for_large_b.experts_touched(n_tokens as f64),
+            None => self
+                .arch_for_large_b
+                .experts_touched_spread(n_tokens as f64, self.expert_spread),
         }
     }
 
@@ -119,7 +127,10 @@ impl StepModel {
         let mem = bytes * self.inv_bw;
         let compute =
             b.n_tokens as f64 * self.matmul_s_per_token + b.attn_pairs * self.attn_s_per_pair;
-        self.overhead_s + self.per_seq_s * b.n_seqs as f64 + mem.max(compute)
+        self.overhead_s
+            + self.per_seq_s * b.n_seqs as f64
+            + mem.max(compute)
+            + self.exposed * mem.min(compute)
     }
 
     /// Step duration in integer nanoseconds (at least 1 ns so time always advances).

@@ -212,11 +212,23 @@ fn bad_files_name_the_line_and_field() {
     let e = stderr(&capsim(&["simulate", "--workload", wl.to_str().unwrap()]));
     assert!(e.contains("w.toml") && e.contains("line 2"), "{e}");
     let prof = dir.join("p.toml");
-    let text = include_str!("../../models/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm.toml")
-        .replace(
-            "bandwidth_eff_bytes_s = 3.963e12",
-            "bandwidth_eff_bytes_s = nan",
-        );
+    let mut replaced = false;
+    let text: String =
+        include_str!("../../models/qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm.toml")
+            .lines()
+            .map(|l| {
+                if !replaced && l.starts_with("bandwidth_eff_bytes_s =") {
+                    replaced = true;
+                    "bandwidth_eff_bytes_s = nan".to_string()
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(
+                "
+",
+            );
     std::fs::write(&prof, text).unwrap();
     let e = stderr(&capsim(&[
         "simulate",

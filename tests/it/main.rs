@@ -1,5 +1,6 @@
 //! capsim's integration tests: one crate, one module per area.
 
+mod calibrate;
 mod catalog;
 mod cli;
 mod data;

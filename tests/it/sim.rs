@@ -313,8 +313,13 @@ fn more_burst_load_never_lowers_mean_ttft() {
 }
 
 #[test]
-fn default_profile_matches_report_001_single_request_within_10_percent() {
-    let p = default_profile();
+fn default_handset_profile_matches_report_001_single_request() {
+    // The hand-set profile of issue 3 (kept as a builtin after calibration replaced it as the default).
+    let p = Profile::load(
+        Some("qwen3-coder-30b-a3b-fp8_h200-sxm_vllm_handset"),
+        &capsim::catalog::Catalog::builtin(),
+    )
+    .unwrap();
     let pts = data::load_points(None).unwrap();
     let mut checked = 0;
     for pt in pts.iter().filter(|q| {

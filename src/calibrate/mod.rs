@@ -1,0 +1,1014 @@
+//! The calibrator: fits the step-time coefficients of a (model, GPU, engine) from measured points.
+//!
+//! Stage (a), closed form: least squares on the single-request curves. Decode step time against the KV
+//! bytes a step reads gives the effective bandwidth (slope) and the fixed overhead (intercept); TTFT
+//! against prompt length, a + b*L + c*L^2 (chunked), gives the request overhead and the effective matmul
+//! and attention FLOP/s. Stage (b), simulation in the loop: every unflagged point is replayed as the
+//! report ran it ([`crate::experiment`]) and the coefficients, with the experiments' unknowns (requests
+//! per test, KV memory fraction) within stated bounds, minimize a robust error in log space. Every
+//! coefficient stays within the GPU's physical limits; a fit that presses against one says so.
+//!
+//! The calibrator knows the simulator only through its public entry points.
+
+pub mod nelder_mead;
+
+use crate::catalog::{Catalog, ModelArch};
+use crate::data::{Point, ReportMeta};
+use crate::error::{Error, Result};
+use crate::experiment::{is_replayable, predict, ExperimentUnknowns};
+use crate::profile::{
+    CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef,
+    Profile, ProfileFile, Provenance,
+};
+use crate::units::Dtype;
+use nelder_mead::{minimize, StopReason};
+use rayon::prelude::*;
+use serde::Serialize;
+
+/// One (model, GPU, engine) to calibrate, with the assumptions made where its report is silent.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub report: String,
+    pub profile_name: String,
+    pub description: String,
+    pub model: String,
+    pub gpu: String,
+    pub engine: EngineKind,
+    pub weight_dtype: Dtype,
+    pub kv_dtype: Dtype,
+    pub assumptions: Vec<String>,
+    /// Engine settings the report does not state, tried in turn (a discrete experiment unknown); the
+    /// variant with the lower objective is kept and named in the provenance.
+    pub variants: Vec<(String, EngineSettings)>,
+}
+
+fn slug(s: &str) -> String {
+    s.to_ascii_lowercase().replace([' ', '/', '_'], "-")
+}
+
+/// The calibration targets: one per independent report.
+pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
+    let mut out = Vec::new();
+    for m in metas.iter().filter(|m| m.independent) {
+        let mut assumptions = Vec::new();
+        let arch = catalog.model(&m.model)?;
+        let gpu = match catalog.gpu(&m.gpu) {
+            Ok(g) => g.name.clone(),
+            Err(_) => {
+                let fam = catalog.gpu_family(&m.gpu);
+                let g = fam
+                    .iter()
+                    .find(|g| g.name.contains("SXM"))
+                    .or(fam.first())
+                    .ok_or_else(|| {
+                        Error::input(
+                            format!("calibration/reports/{}", m.report),
+                            None,
+                            Some("gpu"),
+                            format!("unknown GPU `{}`", m.gpu),
+                        )
+                    })?;
+                assumptions.push(format!(
+                    "GPU variant not stated ('{}'): {} assumed",
+                    m.gpu, g.name
+                ));
+                g.name.clone()
+            }
+        };
+        let engine = match m.engine.as_str() {
+            "vllm" => EngineKind::Vllm,
+            "sglang" => EngineKind::Sglang,
+            _ => {
+                assumptions.push("engine not stated: vLLM V1 scheduling assumed".into());
+                EngineKind::Vllm
+            }
+        };
+        let weight_dtype = m.precision().unwrap_or_else(|| {
+            assumptions.push("precision not stated: FP8 weights assumed (BF16 weights would leave too little KV for the report's 32K x 8 capacity on 80 GB)".into());
+            Dtype::Fp8
+        });
+        let kv_dtype = m.kv_dtype().unwrap_or_else(|| {
+            assumptions.push("KV cache dtype not stated: BF16 assumed (the engines' 'auto' for these checkpoints)".into());
+            Dtype::Bf16
+        });
+        let profile_name = format!(
+            "{}-{}_{}_{}",
+            slug(&arch.name),
+            weight_dtype,
+            slug(&gpu),
+            engine.as_str()
+        );
+        let variants = match engine {
+            EngineKind::Vllm => vec![("vLLM defaults".to_string(), EngineSettings::default())],
+            EngineKind::Sglang => vec![
+                (
+                    "SGLang defaults (decodes wait during prefill batches)".to_string(),
+                    EngineSettings::default(),
+                ),
+                (
+                    "SGLang with --enable-mixed-chunk (decodes ride in prefill batches)"
+                        .to_string(),
+                    EngineSettings {
+                        enable_mixed_chunk: Some(true),
+                        ..Default::default()
+                    },
+                ),
+            ],
+        };
+        out.push(Target {
+            report: m.report.clone(),
+            description: format!(
+                "{} {} on 1x {} under {} (report {})",
+                arch.name,
+                weight_dtype.to_string().to_uppercase(),
+                gpu,
+                engine.as_str(),
+                &m.report[..3]
+            ),
+            profile_name,
+            model: arch.name.clone(),
+            gpu,
+            engine,
+            weight_dtype,
+            kv_dtype,
+            assumptions,
+            variants,
+        });
+    }
+    Ok(out)
+}
+
+/// Options of one calibration.
+pub struct FitOptions<'a> {
+    /// Which unflagged points of the report may be used (held-out protocols narrow it).
+    pub use_point: &'a (dyn Fn(&Point) -> bool + Sync),
+    pub max_evaluations: usize,
+    /// The command line, for provenance.
+    pub command: String,
+    pub data_sha256: String,
+}
+
+/// One fitted point.
+#[derive(Debug, Clone, Serialize)]
+pub struct FitRow {
+    pub line: usize,
+    pub scenario: String,
+    pub load: String,
+    pub concurrency: u32,
+    pub aggregation: String,
+    pub metric: String,
+    pub measured: f64,
+    pub fitted: f64,
+    pub residual_pct: f64,
+}
+
+/// What the calibration did, point by point, and why it stopped.
+#[derive(Debug, Clone, Serialize)]
+pub struct FitReport {
+    pub profile_name: String,
+    pub source_report: String,
+    pub assumptions: Vec<String>,
+    pub stage_a: Vec<String>,
+    pub unidentifiable: Vec<String>,
+    pub rows: Vec<FitRow>,
+    /// Flagged points left out, with the flag.
+    pub excluded: Vec<(usize, String)>,
+    /// Points not simulated per experiment (capacity figures, summaries over scenarios, power...).
+    pub not_replayed: usize,
+    pub context_tokens_range: [u64; 2],
+    pub concurrency_range: [u32; 2],
+    pub stop_reason: StopReason,
+    pub evaluations: usize,
+    pub objective: f64,
+    pub physics_ok: bool,
+    pub physics: Vec<String>,
+    pub coefficients: Coefficients,
+    pub sigmas: CoefficientSigmas,
+    pub unknowns: ExperimentUnknowns,
+    pub gpu_memory_utilization: f64,
+    pub median_abs_error_pct: f64,
+    pub p90_abs_error_pct: f64,
+}
+
+/// Parameter vector layout (log of positive coefficients, linear for the rest).
+const P_OVERHEAD: usize = 0;
+const P_PER_SEQ: usize = 1;
+const P_BW: usize = 2;
+const P_MATMUL: usize = 3;
+const P_ATTN: usize = 4;
+const P_REQ: usize = 5;
+const P_ROUNDS_CLOSED: usize = 6;
+const P_ROUNDS_UNKNOWN: usize = 7;
+const P_MEM: usize = 8;
+const P_OVERLAP: usize = 9;
+const P_SPREAD: usize = 10;
+const N_PARAMS: usize = 11;
+
+struct Space {
+    lo: [f64; N_PARAMS],
+    hi: [f64; N_PARAMS],
+    active: Vec<usize>,
+    base: [f64; N_PARAMS],
+}
+
+impl Space {
+    fn full(&self, x: &[f64]) -> [f64; N_PARAMS] {
+        let mut v = self.base;
+        for (k, &i) in self.active.iter().enumerate() {
+            v[i] = x[k].clamp(self.lo[i], self.hi[i]);
+        }
+        v
+    }
+}
+
+struct Built {
+    coefficients: Coefficients,
+    unknowns: ExperimentUnknowns,
+    mem_fraction: f64,
+}
+
+fn build(v: &[f64; N_PARAMS]) -> Built {
+    Built {
+        coefficients: Coefficients {
+            step_overhead_s: v[P_OVERHEAD].exp(),
+            per_seq_overhead_s: v[P_PER_SEQ].exp(),
+            bandwidth_eff_bytes_s: v[P_BW].exp(),
+            matmul_flops_eff_s: v[P_MATMUL].exp(),
+            attention_flops_eff_s: v[P_ATTN].exp(),
+            request_overhead_s: v[P_REQ].exp(),
+            mem_compute_overlap: v[P_OVERLAP],
+            expert_spread: v[P_SPREAD].exp(),
+        },
+        unknowns: ExperimentUnknowns {
+            rounds_closed: v[P_ROUNDS_CLOSED],
+            rounds_unknown: v[P_ROUNDS_UNKNOWN],
+        },
+        mem_fraction: v[P_MEM],
+    }
+}
+
+fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile {
+    let mut engine = EngineSettings {
+        kind: Some(t.engine),
+        gpu_memory_utilization: Some(b.mem_fraction),
+        ..Default::default()
+    };
+    engine.merge(variant);
+    ProfileFile {
+        name: t.profile_name.clone(),
+        description: t.description.clone(),
+        model: ModelRef {
+            name: t.model.clone(),
+            weight_dtype: t.weight_dtype,
+            kv_dtype: t.kv_dtype,
+            state_dtype: None,
+        },
+        gpu: GpuRef {
+            name: t.gpu.clone(),
+            tensor_parallel: Some(1),
+        },
+        engine,
+        coefficients: b.coefficients,
+        sigmas: None,
+        provenance: Provenance::default(),
+        fit: None,
+    }
+}
+
+/// Plain least squares with non-negative coefficients for up to 3 unknowns: every subset of active
+/// columns is solved by normal equations and the best feasible one kept.
+fn nnls(cols: &[Vec<f64>], y: &[f64]) -> Option<Vec<f64>> {
+    let k = cols.len();
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    for mask in 1u32..(1 << k) {
+        let idx: Vec<usize> = (0..k).filter(|i| mask & (1 << i) != 0).collect();
+        let m = idx.len();
+        let mut a = vec![vec![0.0; m + 1]; m];
+        for (r, &i) in idx.iter().enumerate() {
+            for (c, &j) in idx.iter().enumerate() {
+                a[r][c] = cols[i].iter().zip(&cols[j]).map(|(p, q)| p * q).sum();
+            }
+            a[r][m] = cols[i].iter().zip(y).map(|(p, q)| p * q).sum();
+        }
+        // Gaussian elimination with partial pivoting.
+        let mut ok = true;
+        for c in 0..m {
+            let piv = (c..m)
+                .max_by(|&p, &q| a[p][c].abs().total_cmp(&a[q][c].abs()))
+                .unwrap();
+            if a[piv][c].abs() < 1e-300 {
+                ok = false;
+                break;
+            }
+            a.swap(c, piv);
+            let pivot_row = a[c].clone();
+            for (r, row) in a.iter_mut().enumerate() {
+                if r != c {
+                    let f = row[c] / pivot_row[c];
+                    for (x, p) in row.iter_mut().zip(&pivot_row).skip(c) {
+                        *x -= f * p;
+                    }
+                }
+            }
+        }
+        if !ok {
+            continue;
+        }
+        let sol: Vec<f64> = (0..m).map(|r| a[r][m] / a[r][r]).collect();
+        if sol.iter().any(|&v| v < 0.0 || !v.is_finite()) {
+            continue;
+        }
+        let mut full = vec![0.0; k];
+        for (r, &i) in idx.iter().enumerate() {
+            full[i] = sol[r];
+        }
+        let sse: f64 = y
+            .iter()
+            .enumerate()
+            .map(|(n, yv)| (yv - (0..k).map(|i| cols[i][n] * full[i]).sum::<f64>()).powi(2))
+            .sum();
+        if best.as_ref().is_none_or(|(s, _)| sse < *s) {
+            best = Some((sse, full));
+        }
+    }
+    best.map(|(_, v)| v)
+}
+
+fn dedup_count(xs: impl Iterator<Item = u64>) -> usize {
+    let mut v: Vec<u64> = xs.collect();
+    v.sort();
+    v.dedup();
+    v.len()
+}
+
+/// Stage (a): initial coefficients from the single-request curves, with notes on what was identified.
+fn stage_a(
+    arch: &ModelArch,
+    t: &Target,
+    gpu: &crate::catalog::GpuSpec,
+    pts: &[&Point],
+    budget: u32,
+) -> ([f64; N_PARAMS], Vec<String>, Vec<String>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut unident = Vec::new();
+    let mut physics = Vec::new();
+    let peak_bw = gpu.hbm_bandwidth_bytes_s();
+    let peak_mm = gpu.dense_flops_s(t.weight_dtype);
+    let peak_attn = gpu.max_dense_flops_s();
+    // Decode: step seconds = a + kv_bytes / bw.
+    let dec: Vec<(f64, f64)> = pts
+        .iter()
+        .filter(|p| {
+            p.scenario != "all"
+                && p.concurrency == Some(1)
+                && (p.metric == "per_user_tok_s" || p.metric == "itl_ms")
+                && p.value > 0.0
+        })
+        .map(|p| {
+            let ctx = p.input_tokens.unwrap() as f64 + p.output_tokens.unwrap() as f64 / 2.0;
+            let x = arch.kv_bytes_for_context(t.kv_dtype, ctx);
+            let y = if p.metric == "per_user_tok_s" {
+                1.0 / p.value
+            } else {
+                p.value / 1e3
+            };
+            (x, y)
+        })
+        .collect();
+    let w1 = arch.weight_bytes_read(t.weight_dtype, 1.0);
+    let n_ctx = dedup_count(dec.iter().map(|d| d.0 as u64));
+    let mut bw = 0.8 * peak_bw;
+    let mut overhead_total = 0.005;
+    if n_ctx >= 2 {
+        let sol = nnls(
+            &[vec![1.0; dec.len()], dec.iter().map(|d| d.0).collect()],
+            &dec.iter().map(|d| d.1).collect::<Vec<_>>(),
+        );
+        match sol {
+            Some(s) if s[1] > 0.0 => {
+                let implied = 1.0 / s[1];
+                notes.push(format!(
+                    "decode: {} single-request points over {n_ctx} contexts: step = {:.3} ms + KV bytes / {:.2} TB/s",
+                    dec.len(),
+                    s[0] * 1e3,
+                    implied / 1e12
+                ));
+                if implied > peak_bw {
+                    physics.push(format!(
+                        "single-request decode slope implies {:.2} TB/s, above the {:.2} TB/s HBM peak of the {}: the fit is held at the peak",
+                        implied / 1e12,
+                        peak_bw / 1e12,
+                        gpu.name
+                    ));
+                }
+                bw = implied.min(peak_bw);
+                overhead_total = s[0] - w1 / bw;
+            }
+            _ => unident.push("bandwidth_eff_bytes_s: decode speed does not fall with context in the data; prior 0.8 x HBM peak".into()),
+        }
+    } else if !dec.is_empty() {
+        unident.push(format!(
+            "bandwidth_eff_bytes_s: single-request decode measured at {n_ctx} context only; prior 0.8 x HBM peak (aiconfigurator's empirical factor)"
+        ));
+        let y = dec.iter().map(|d| d.1).sum::<f64>() / dec.len() as f64;
+        let x = dec.iter().map(|d| d.0).sum::<f64>() / dec.len() as f64;
+        overhead_total = y - (w1 + x) / bw;
+    } else {
+        unident.push("bandwidth_eff_bytes_s and step overhead: no single-request decode point; priors 0.8 x HBM peak and 5 ms".into());
+    }
+    if overhead_total <= 2e-4 {
+        physics.push(format!(
+            "single-request decode is faster than reading the active weights at {:.2} TB/s allows ({:.2} ms per step left for overhead): overhead floored at 0.2 ms",
+            bw / 1e12,
+            overhead_total * 1e3
+        ));
+        overhead_total = 2e-4;
+    }
+    // TTFT(L) = r + chunks(L) * overhead + L * lin / M + pairs(L) * attn / A.
+    let ttft: Vec<(f64, f64)> = pts
+        .iter()
+        .filter(|p| p.scenario != "all" && p.concurrency == Some(1) && p.metric == "ttft_s")
+        .map(|p| (p.input_tokens.unwrap() as f64, p.value))
+        .collect();
+    let n_len = dedup_count(ttft.iter().map(|d| d.0 as u64));
+    let lin = arch.flops_per_token_linear();
+    let pair = arch.attn_flops_per_token_pair();
+    let mut mm = 0.3 * peak_mm;
+    let mut attn = 0.6 * gpu.dense_flops_s(Dtype::Bf16);
+    let mut req = 0.05;
+    let chunks = |l: f64| (l / budget as f64).ceil();
+    let y: Vec<f64> = ttft
+        .iter()
+        .map(|(l, v)| v - chunks(*l) * overhead_total)
+        .collect();
+    let c_one = vec![1.0; ttft.len()];
+    let c_lin: Vec<f64> = ttft.iter().map(|(l, _)| l * lin).collect();
+    let c_attn: Vec<f64> = ttft
+        .iter()
+        .map(|(l, _)| l * (l + 1.0) / 2.0 * pair)
+        .collect();
+    if n_len >= 3 {
+        if let Some(s) = nnls(&[c_one.clone(), c_lin.clone(), c_attn.clone()], &y) {
+            req = s[0];
+            if s[1] > 0.0 {
+                mm = 1.0 / s[1];
+            }
+            if s[2] > 0.0 {
+                attn = 1.0 / s[2];
+            }
+            notes.push(format!(
+                "prefill: {} single-request TTFTs over {n_len} lengths: a = {:.3} s, matmul {:.0} TFLOP/s, attention {:.0} TFLOP/s",
+                ttft.len(),
+                req,
+                mm / 1e12,
+                attn / 1e12
+            ));
+        }
+    } else if n_len >= 1 {
+        let rest: Vec<f64> = y
+            .iter()
+            .zip(&c_attn)
+            .map(|(yv, ca)| yv - ca / attn)
+            .collect();
+        let cols = if n_len == 2 {
+            vec![c_one.clone(), c_lin.clone()]
+        } else {
+            vec![c_one.clone()]
+        };
+        let rest = if n_len == 2 {
+            rest
+        } else {
+            rest.iter().zip(&c_lin).map(|(r, cl)| r - cl / mm).collect()
+        };
+        if let Some(s) = nnls(&cols, &rest) {
+            req = s[0];
+            if n_len == 2 && s[1] > 0.0 {
+                mm = 1.0 / s[1];
+            }
+        }
+        unident.push(format!("attention_flops_eff_s: single-request TTFT at {n_len} prompt length(s) only; prior 0.6 x BF16 peak"));
+        if n_len == 1 {
+            unident.push("matmul_flops_eff_s: single-request TTFT at one prompt length only; prior 0.3 x dense peak".into());
+        }
+    } else {
+        unident.push("request_overhead_s, matmul and attention FLOP/s: no single-request TTFT; priors 50 ms, 0.3 and 0.6 x peak".into());
+    }
+    for (name, v, peak) in [
+        ("matmul", &mut mm, peak_mm),
+        ("attention", &mut attn, peak_attn),
+    ] {
+        if *v > peak {
+            physics.push(format!(
+                "single-request TTFT implies {name} at {:.0} TFLOP/s, above the {:.0} TFLOP/s dense peak: held at the peak",
+                *v / 1e12,
+                peak / 1e12
+            ));
+            *v = peak;
+        }
+    }
+    let mut v = [0.0; N_PARAMS];
+    v[P_OVERHEAD] = (overhead_total * 0.85).ln();
+    v[P_PER_SEQ] = (overhead_total * 0.15).max(2e-6).ln();
+    v[P_BW] = bw.ln();
+    v[P_MATMUL] = mm.ln();
+    v[P_ATTN] = attn.ln();
+    v[P_REQ] = req.max(1e-3).ln();
+    v[P_ROUNDS_CLOSED] = ExperimentUnknowns::default().rounds_closed;
+    v[P_ROUNDS_UNKNOWN] = ExperimentUnknowns::default().rounds_unknown;
+    v[P_MEM] = 0.9;
+    v[P_OVERLAP] = 0.5;
+    v[P_SPREAD] = (0.5f64).ln();
+    (v, notes, unident, physics)
+}
+
+/// Robust loss of one log residual: soft L1 with a 5% scale.
+fn loss(r: f64) -> f64 {
+    let z = r / 0.05;
+    2.0 * ((1.0 + z * z).sqrt() - 1.0)
+}
+
+/// Calibrate one target from its report's points: every engine variant, keeping the best.
+pub fn calibrate(
+    points: &[Point],
+    metas: &[ReportMeta],
+    t: &Target,
+    catalog: &Catalog,
+    opts: &FitOptions,
+) -> Result<(ProfileFile, FitReport)> {
+    let mut best: Option<(ProfileFile, FitReport)> = None;
+    let mut tried = Vec::new();
+    for (label, settings) in &t.variants {
+        let (pf, rep) = calibrate_variant(points, metas, t, catalog, opts, settings)?;
+        tried.push(format!(
+            "{label}: objective {:.4}, median |error| {:.1}%",
+            rep.objective, rep.median_abs_error_pct
+        ));
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| rep.objective < b.objective)
+        {
+            best = Some((pf, rep));
+        }
+    }
+    let (mut pf, mut rep) = best.expect("at least one variant");
+    if t.variants.len() > 1 {
+        let chosen = t
+            .variants
+            .iter()
+            .zip(&tried)
+            .find(|(_, tr)| tr.contains(&format!("objective {:.4}", rep.objective)))
+            .map(|(v, _)| v.0.clone())
+            .unwrap_or_default();
+        let note = format!(
+            "engine settings not stated, fitted as a discrete unknown: {} (tried: {})",
+            chosen,
+            tried.join("; ")
+        );
+        pf.provenance.notes.push(note.clone());
+        rep.assumptions.push(note);
+    }
+    Ok((pf, rep))
+}
+
+fn calibrate_variant(
+    points: &[Point],
+    metas: &[ReportMeta],
+    t: &Target,
+    catalog: &Catalog,
+    opts: &FitOptions,
+    variant: &EngineSettings,
+) -> Result<(ProfileFile, FitReport)> {
+    let arch = catalog.model(&t.model)?;
+    let gpu = catalog.gpu(&t.gpu)?.clone();
+    let report_pts: Vec<&Point> = points.iter().filter(|p| p.report == t.report).collect();
+    let excluded: Vec<(usize, String)> = report_pts
+        .iter()
+        .filter(|p| p.is_flagged())
+        .map(|p| (p.line, p.flags.join(" | ")))
+        .collect();
+    let fit_pts: Vec<&Point> = report_pts
+        .iter()
+        .copied()
+        .filter(|p| !p.is_flagged() && is_replayable(p, metas) && (opts.use_point)(p))
+        .collect();
+    let not_replayed = report_pts
+        .iter()
+        .filter(|p| !p.is_flagged() && !is_replayable(p, metas))
+        .count();
+    if fit_pts.is_empty() {
+        return Err(Error::Infeasible(format!(
+            "{}: no usable points to calibrate on",
+            t.report
+        )));
+    }
+    let base_budget = match t.engine {
+        EngineKind::Vllm => gpu.vllm_default_max_num_batched_tokens(),
+        EngineKind::Sglang => gpu.sglang_default_chunked_prefill_size(),
+    };
+    let (v0, stage_notes, mut unident, mut physics) =
+        stage_a(&arch, t, &gpu, &fit_pts, base_budget);
+
+    let peak_bw = gpu.hbm_bandwidth_bytes_s();
+    let peak_mm = gpu.dense_flops_s(t.weight_dtype);
+    let peak_attn = gpu.max_dense_flops_s();
+    let has = |f: &dyn Fn(&Point) -> bool| fit_pts.iter().any(|p| f(p));
+    let multi_closed = has(&|p: &Point| {
+        p.load == crate::data::LoadKind::ClosedLoop && p.concurrency.unwrap_or(1) > 1
+    });
+    let multi_unknown = has(&|p: &Point| {
+        p.load == crate::data::LoadKind::Unknown && p.concurrency.unwrap_or(1) > 1
+    });
+    let multi = has(&|p: &Point| p.concurrency.unwrap_or(1) > 1);
+    let mut active = vec![P_OVERHEAD, P_BW, P_MATMUL, P_ATTN, P_REQ];
+    if multi {
+        active.push(P_PER_SEQ);
+        active.push(P_MEM);
+        active.push(P_OVERLAP);
+        if arch.moe.is_some() {
+            active.push(P_SPREAD);
+        }
+    } else {
+        unident.push(
+            "per_seq_overhead_s: no multi-user point; 15% of the single-request step overhead"
+                .into(),
+        );
+        unident.push("gpu_memory_utilization: no multi-user point; 0.9".into());
+        unident.push("mem_compute_overlap: no multi-user (mixed-step) point; 0.5".into());
+        if arch.moe.is_some() {
+            unident.push("expert_spread: no multi-user point; uniform routing (1.0)".into());
+        }
+    }
+    if multi_closed {
+        active.push(P_ROUNDS_CLOSED);
+    }
+    if multi_unknown {
+        active.push(P_ROUNDS_UNKNOWN);
+    }
+    let space = Space {
+        lo: [
+            (1e-4f64).ln(),
+            (1e-6f64).ln(),
+            (0.05 * peak_bw).ln(),
+            (0.01 * peak_mm).ln(),
+            (0.01 * peak_attn).ln(),
+            (1e-3f64).ln(),
+            1.0,
+            1.0,
+            0.75,
+            0.0,
+            (0.01f64).ln(),
+        ],
+        hi: [
+            (0.1f64).ln(),
+            (0.01f64).ln(),
+            peak_bw.ln(),
+            peak_mm.ln(),
+            peak_attn.ln(),
+            (3.0f64).ln(),
+            ExperimentUnknowns::ROUNDS_MAX,
+            ExperimentUnknowns::ROUNDS_MAX,
+            0.95,
+            1.0,
+            0.0,
+        ],
+        active: active.clone(),
+        base: v0,
+    };
+    let x0: Vec<f64> = active
+        .iter()
+        .map(|&i| v0[i].clamp(space.lo[i], space.hi[i]))
+        .collect();
+    let step: Vec<f64> = active
+        .iter()
+        .map(|&i| match i {
+            P_ROUNDS_CLOSED | P_ROUNDS_UNKNOWN => 1.0,
+            P_MEM => 0.05,
+            P_OVERLAP => 0.3,
+            P_SPREAD => -0.7,
+            P_PER_SEQ => 1.0,
+            _ => 0.3,
+        })
+        .collect();
+
+    let predict_all = |v: &[f64; N_PARAMS]| -> Vec<Option<f64>> {
+        let b = build(v);
+        let pf = profile_file(t, &b, variant);
+        let Ok(profile) = pf.resolve(&t.profile_name, catalog) else {
+            return vec![None; fit_pts.len()];
+        };
+        fit_pts
+            .par_iter()
+            .map(|p| predict(&profile, p, &b.unknowns, metas))
+            .collect()
+    };
+    let objective_of = |preds: &[Option<f64>]| -> f64 {
+        preds
+            .iter()
+            .zip(&fit_pts)
+            .map(|(pr, p)| match pr {
+                Some(v) if *v > 0.0 => loss((v / p.value).ln()),
+                _ => loss(10f64.ln()),
+            })
+            .sum::<f64>()
+            / fit_pts.len() as f64
+    };
+    let nm = minimize(
+        |batch: &[Vec<f64>]| {
+            batch
+                .iter()
+                .map(|x| objective_of(&predict_all(&space.full(x))))
+                .collect()
+        },
+        &x0,
+        &step,
+        opts.max_evaluations,
+        1e-4,
+        1e-3,
+    );
+    let v = space.full(&nm.x);
+    let b = build(&v);
+    let preds = predict_all(&v);
+
+    // Diagonal Laplace approximation of each coefficient's relative uncertainty: curvature of the sum
+    // of squared log residuals along each coordinate, scaled by the residual variance.
+    let sse = |v: &[f64; N_PARAMS]| -> f64 {
+        predict_all(v)
+            .iter()
+            .zip(&fit_pts)
+            .map(|(pr, p)| pr.map_or(10f64.ln().powi(2), |x| (x / p.value).ln().powi(2)))
+            .sum()
+    };
+    let s0 = sse(&v);
+    let dof = (fit_pts.len() as f64 - active.len() as f64).max(1.0);
+    let sigma_r2 = s0 / dof;
+    let h = 0.05;
+    let sig = |i: usize| -> f64 {
+        if !active.contains(&i) {
+            return 0.0;
+        }
+        let (mut up, mut dn) = (v, v);
+        up[i] = (v[i] + h).min(space.hi[i]);
+        dn[i] = (v[i] - h).max(space.lo[i]);
+        let d2 = (sse(&up) - 2.0 * s0 + sse(&dn)) / (h * h);
+        if d2 > 1e-12 {
+            (2.0 * sigma_r2 / d2).sqrt().min(1.0)
+        } else {
+            1.0
+        }
+    };
+    let sigmas = CoefficientSigmas {
+        step_overhead_s: sig(P_OVERHEAD),
+        per_seq_overhead_s: sig(P_PER_SEQ),
+        bandwidth_eff_bytes_s: sig(P_BW),
+        matmul_flops_eff_s: sig(P_MATMUL),
+        attention_flops_eff_s: sig(P_ATTN),
+        request_overhead_s: sig(P_REQ),
+        mem_compute_overlap: sig(P_OVERLAP),
+        expert_spread: sig(P_SPREAD),
+    };
+
+    // Physics: coefficients at a physical bound mean the data pushed past it.
+    for (i, name, peak, what) in [
+        (P_BW, "bandwidth_eff_bytes_s", peak_bw, "HBM peak"),
+        (P_MATMUL, "matmul_flops_eff_s", peak_mm, "dense peak"),
+        (P_ATTN, "attention_flops_eff_s", peak_attn, "dense peak"),
+    ] {
+        let val = v[i].exp();
+        if active.contains(&i) && val >= 0.99 * peak {
+            physics.push(format!(
+                "{name} = {:.3e} sits at the {what} ({:.3e}): the data would push it past physics",
+                val, peak
+            ));
+        }
+    }
+    let physics_ok = physics.is_empty();
+
+    let rows: Vec<FitRow> = fit_pts
+        .iter()
+        .zip(&preds)
+        .map(|(p, pr)| {
+            let fitted = pr.unwrap_or(f64::NAN);
+            FitRow {
+                line: p.line,
+                scenario: p.scenario.clone(),
+                load: p.load.as_str().into(),
+                concurrency: p.concurrency.unwrap_or(0),
+                aggregation: format!("{:?}", p.aggregation).to_lowercase(),
+                metric: p.metric.clone(),
+                measured: p.value,
+                fitted,
+                residual_pct: (fitted - p.value) / p.value * 100.0,
+            }
+        })
+        .collect();
+    let mut abs: Vec<f64> = rows
+        .iter()
+        .map(|r| {
+            if r.residual_pct.is_finite() {
+                r.residual_pct.abs()
+            } else {
+                1e9
+            }
+        })
+        .collect();
+    abs.sort_by(f64::total_cmp);
+    let med = crate::metrics::percentile_sorted(&abs, 50.0);
+    let p90 = crate::metrics::percentile_sorted(&abs, 90.0);
+    let ctx: Vec<u64> = fit_pts.iter().filter_map(|p| p.input_tokens).collect();
+    let conc: Vec<u32> = fit_pts.iter().filter_map(|p| p.concurrency).collect();
+    let ctx_range = [
+        *ctx.iter().min().unwrap_or(&0),
+        *ctx.iter().max().unwrap_or(&0),
+    ];
+    let conc_range = [
+        *conc.iter().min().unwrap_or(&0),
+        *conc.iter().max().unwrap_or(&0),
+    ];
+
+    let mut pf = profile_file(t, &b, variant);
+    pf.sigmas = Some(sigmas);
+    let mut notes = t.assumptions.clone();
+    notes.extend(stage_notes.iter().cloned());
+    notes.extend(unident.iter().map(|u| format!("unidentifiable: {u}")));
+    notes.push(format!(
+        "experiment unknowns fitted: {:.2} requests per client in closed-loop tests, {:.2} in tests of unknown load (1 = burst); KV memory fraction {:.3}",
+        b.unknowns.rounds_closed, b.unknowns.rounds_unknown, b.mem_fraction
+    ));
+    pf.provenance = Provenance {
+        method: "stage (a) closed-form least squares on single-request decode and TTFT curves; stage (b) Nelder-Mead over simulated replays of every unflagged point, soft-L1 loss on log residuals".into(),
+        source_report: t.report.clone(),
+        command: opts.command.clone(),
+        data_sha256: opts.data_sha256.clone(),
+        capsim_version: env!("CARGO_PKG_VERSION").into(),
+        notes,
+    };
+    pf.fit = Some(FitQuality {
+        n_points: fit_pts.len(),
+        n_flagged_excluded: excluded.len(),
+        median_abs_error_pct: med,
+        p90_abs_error_pct: p90,
+        stop_reason: format!(
+            "{} after {} evaluations",
+            nm.stop.describe(),
+            nm.evaluations
+        ),
+        physics_ok,
+        physics_notes: physics.clone(),
+        context_tokens_range: ctx_range,
+        concurrency_range: conc_range,
+    });
+    let report = FitReport {
+        profile_name: t.profile_name.clone(),
+        source_report: t.report.clone(),
+        assumptions: t.assumptions.clone(),
+        stage_a: stage_notes,
+        unidentifiable: unident,
+        rows,
+        excluded,
+        not_replayed,
+        context_tokens_range: ctx_range,
+        concurrency_range: conc_range,
+        stop_reason: nm.stop,
+        evaluations: nm.evaluations,
+        objective: nm.f,
+        physics_ok,
+        physics,
+        coefficients: b.coefficients,
+        sigmas,
+        unknowns: b.unknowns,
+        gpu_memory_utilization: b.mem_fraction,
+        median_abs_error_pct: med,
+        p90_abs_error_pct: p90,
+    };
+    Ok((pf, report))
+}
+
+/// The fitted profile resolved against the catalog.
+pub fn resolved(pf: &ProfileFile, catalog: &Catalog) -> Result<Profile> {
+    pf.resolve(&pf.name, catalog)
+}
+
+/// SHA-256 of the data, hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The fit report as text (printed and saved next to the profile).
+pub fn report_text(r: &FitReport) -> String {
+    use crate::report::{num, table};
+    let mut s = format!(
+        "# fit report: {}\nsource report: {}\n\n",
+        r.profile_name, r.source_report
+    );
+    for a in &r.assumptions {
+        s += &format!("assumption: {a}\n");
+    }
+    for a in &r.stage_a {
+        s += &format!("stage (a): {a}\n");
+    }
+    for u in &r.unidentifiable {
+        s += &format!("unidentifiable: {u}\n");
+    }
+    let c = &r.coefficients;
+    let sg = &r.sigmas;
+    s += "\ncoefficient                  value        rel. sigma\n";
+    for (n, v, e) in [
+        ("step_overhead_s", c.step_overhead_s, sg.step_overhead_s),
+        (
+            "per_seq_overhead_s",
+            c.per_seq_overhead_s,
+            sg.per_seq_overhead_s,
+        ),
+        (
+            "bandwidth_eff_bytes_s",
+            c.bandwidth_eff_bytes_s,
+            sg.bandwidth_eff_bytes_s,
+        ),
+        (
+            "matmul_flops_eff_s",
+            c.matmul_flops_eff_s,
+            sg.matmul_flops_eff_s,
+        ),
+        (
+            "attention_flops_eff_s",
+            c.attention_flops_eff_s,
+            sg.attention_flops_eff_s,
+        ),
+        (
+            "request_overhead_s",
+            c.request_overhead_s,
+            sg.request_overhead_s,
+        ),
+        (
+            "mem_compute_overlap",
+            c.mem_compute_overlap,
+            sg.mem_compute_overlap,
+        ),
+        ("expert_spread", c.expert_spread, sg.expert_spread),
+    ] {
+        s += &format!("{n:<28} {v:<12.4e} {:.1}%\n", e * 100.0);
+    }
+    s += &format!(
+        "experiment unknowns: {:.2} requests/client (closed loop), {:.2} (unknown load); KV memory fraction {:.3}\n",
+        r.unknowns.rounds_closed, r.unknowns.rounds_unknown, r.gpu_memory_utilization
+    );
+    s += &format!(
+        "\nranges seen: context {}..{} tokens, concurrency {}..{}\n",
+        r.context_tokens_range[0],
+        r.context_tokens_range[1],
+        r.concurrency_range[0],
+        r.concurrency_range[1]
+    );
+    s += &format!(
+        "optimizer: {} after {} evaluations (objective {:.4})\n",
+        r.stop_reason.describe(),
+        r.evaluations,
+        r.objective
+    );
+    s += &format!(
+        "physics: {}\n",
+        if r.physics_ok {
+            "all coefficients within the GPU's limits".to_string()
+        } else {
+            r.physics.join("; ")
+        }
+    );
+    s += &format!(
+        "fit: median |error| {:.1}%, p90 {:.1}% over {} points\n\n",
+        r.median_abs_error_pct,
+        r.p90_abs_error_pct,
+        r.rows.len()
+    );
+    let rows: Vec<Vec<String>> = r
+        .rows
+        .iter()
+        .map(|x| {
+            vec![
+                x.line.to_string(),
+                x.scenario.clone(),
+                x.load.clone(),
+                x.concurrency.to_string(),
+                x.metric.clone(),
+                num(x.measured, 4),
+                num(x.fitted, 4),
+                format!("{:+.1}%", x.residual_pct),
+            ]
+        })
+        .collect();
+    s += &table(
+        &[
+            "line", "scenario", "load", "conc", "metric", "measured", "fitted", "residual",
+        ],
+        &rows,
+    );
+    s += &format!("\nleft out as flagged ({}):\n", r.excluded.len());
+    for (line, why) in &r.excluded {
+        s += &format!("  line {line}: {why}\n");
+    }
+    s += &format!("not replayed per experiment (capacity figures, summaries over scenarios, power): {} points\n", r.not_replayed);
+    s
+}

@@ -1,0 +1,245 @@
+//! A measured point as an experiment to replay (DESIGN.md section 3): the load as the report ran it, the
+//! metric as the report defines it. Used by the calibrator (simulation in the loop) and by validation.
+//!
+//! What the reports do not state is an explicit unknown ([`ExperimentUnknowns`]): how many requests a
+//! closed-loop test held, and how tests of unknown load were driven (1 round = all N sent at once, a
+//! burst; more rounds = a closed loop that drifts apart).
+
+use crate::data::{Aggregation, LoadKind, Point, ReportMeta};
+use crate::metrics::{summarize, RequestSlo, Summary};
+use crate::profile::Profile;
+use crate::sim::{simulate, SimOptions};
+use crate::workload::{Arrivals, Workload};
+use serde::{Deserialize, Serialize};
+
+/// Metrics a simulation of one experiment predicts directly.
+pub const REPLAYABLE_METRICS: &[&str] = &[
+    "ttft_s",
+    "itl_ms",
+    "per_user_tok_s",
+    "e2e_ms",
+    "queue_wait_s",
+    "system_tok_s",
+    "system_tok_per_hour",
+    "scaling_eff_pct",
+];
+
+/// Unknowns of the experiments, stated and fitted within bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentUnknowns {
+    /// Requests per client in closed-loop tests (the reports do not say how many requests a test held).
+    pub rounds_closed: f64,
+    /// Requests per client in tests whose load the report does not describe (1 = a burst).
+    pub rounds_unknown: f64,
+}
+
+impl Default for ExperimentUnknowns {
+    fn default() -> Self {
+        ExperimentUnknowns {
+            rounds_closed: 3.0,
+            rounds_unknown: 2.0,
+        }
+    }
+}
+
+impl ExperimentUnknowns {
+    pub const ROUNDS_MIN: f64 = 1.0;
+    pub const ROUNDS_MAX: f64 = 8.0;
+}
+
+/// Whether the simulator predicts the point: one experiment, a peak or range over the report's
+/// scenarios at one concurrency, or a max safe queue depth.
+pub fn is_replayable(p: &Point, metas: &[ReportMeta]) -> bool {
+    if p.metric == "max_safe_queue_depth" {
+        return p.input_tokens.is_some() && queue_threshold(p, metas).is_some();
+    }
+    if p.concurrency.is_none() || !REPLAYABLE_METRICS.contains(&p.metric.as_str()) {
+        return false;
+    }
+    if p.scenario == "all" {
+        return !matches!(p.aggregation, Aggregation::Value) && !scenarios_of(p, metas).is_empty();
+    }
+    p.is_experiment()
+}
+
+fn meta_of<'a>(p: &Point, metas: &'a [ReportMeta]) -> Option<&'a ReportMeta> {
+    metas.iter().find(|m| m.report == p.report)
+}
+
+/// The concrete scenarios a summary point ranges over, as points of their own.
+fn scenarios_of(p: &Point, metas: &[ReportMeta]) -> Vec<Point> {
+    meta_of(p, metas).map_or(Vec::new(), |m| {
+        m.scenario
+            .iter()
+            .map(|s| {
+                let mut q = p.clone();
+                q.scenario = s.name.clone();
+                q.input_tokens = Some(s.input_tokens);
+                q.output_tokens = Some(s.output_tokens);
+                q.aggregation = Aggregation::Value;
+                q
+            })
+            .collect()
+    })
+}
+
+fn queue_threshold(p: &Point, metas: &[ReportMeta]) -> Option<f64> {
+    meta_of(p, metas)?
+        .threshold
+        .iter()
+        .find(|t| t.use_case == "max_safe_queue_depth")
+        .and_then(|t| t.ttft_s_max)
+}
+
+/// The workload of a point's experiment.
+pub fn workload_for(p: &Point, u: &ExperimentUnknowns) -> Option<Workload> {
+    let n = p.concurrency? as u64;
+    let (input, output) = (p.input_tokens? as u32, p.output_tokens? as u32);
+    let rounds = match p.load {
+        LoadKind::Burst => 1.0,
+        LoadKind::ClosedLoop => u.rounds_closed,
+        LoadKind::Unknown => u.rounds_unknown,
+    };
+    let requests = ((n as f64 * rounds).round() as u64).max(n);
+    let arrivals = if requests == n {
+        Arrivals::Burst { n: n as u32 }
+    } else {
+        Arrivals::ClosedLoop {
+            clients: n as u32,
+            think_time_s: 0.0,
+            think_exponential: false,
+        }
+    };
+    Workload::fixed(arrivals, input, output, Some(requests)).ok()
+}
+
+/// The value of `metric` in a summary, in the metric's unit, as the reports define it. The reports'
+/// system throughput is the sum of the concurrent streams' speeds ("system = sum across all concurrent
+/// streams"; report 000's table: 8 x 140.2 = 1,121 and 32 x 81.7 = 2,614), i.e. N x the mean per-user
+/// speed, not output tokens over wall time (which also counts prefill time).
+pub fn metric_of(s: &Summary, metric: &str, concurrency: u32) -> Option<f64> {
+    let v = match metric {
+        "system_tok_s" => s.per_user_tok_s.mean * concurrency as f64,
+        "ttft_s" => s.ttft_s.mean,
+        "itl_ms" => s.itl_ms.mean,
+        "per_user_tok_s" => s.per_user_tok_s.mean,
+        "e2e_ms" => s.e2e_s.mean * 1e3,
+        "queue_wait_s" => s.queue_wait_s.mean,
+        _ => return None,
+    };
+    (s.requests_measured > 0 && v.is_finite()).then_some(v)
+}
+
+fn simulate_summary(profile: &Profile, p: &Point, u: &ExperimentUnknowns) -> Option<Summary> {
+    let w = workload_for(p, u)?;
+    let out = simulate(
+        profile,
+        &w,
+        1,
+        SimOptions {
+            horizon_s: 1e6,
+            series_points: 2,
+        },
+    );
+    Some(summarize(&out, 0, 0, 0.0, &RequestSlo::default()))
+}
+
+/// Simulate a point's experiment(s) and return the predicted value of its metric.
+pub fn predict(
+    profile: &Profile,
+    p: &Point,
+    u: &ExperimentUnknowns,
+    metas: &[ReportMeta],
+) -> Option<f64> {
+    if p.metric == "max_safe_queue_depth" {
+        let t = queue_threshold(p, metas)?;
+        return Some(max_safe_queue_depth(
+            profile,
+            p.input_tokens? as u32,
+            p.output_tokens? as u32,
+            t,
+            1024,
+        ) as f64);
+    }
+    if p.scenario == "all" {
+        let vals: Vec<f64> = scenarios_of(p, metas)
+            .iter()
+            .filter_map(|q| predict(profile, q, u, metas))
+            .collect();
+        if vals.is_empty() {
+            return None;
+        }
+        return Some(match p.aggregation {
+            Aggregation::RangeLow => vals.iter().copied().fold(f64::INFINITY, f64::min),
+            _ => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        });
+    }
+    let n = p.concurrency.unwrap_or(1);
+    match p.metric.as_str() {
+        "scaling_eff_pct" => {
+            // system(N) / (system(1) x N) with system = sum of stream speeds: per-user(N) / per-user(1).
+            let at_n = simulate_summary(profile, p, u)?.per_user_tok_s.mean;
+            let mut one = p.clone();
+            one.concurrency = Some(1);
+            let at_1 = simulate_summary(profile, &one, u)?.per_user_tok_s.mean;
+            (at_1 > 0.0).then(|| at_n / at_1 * 100.0)
+        }
+        "system_tok_per_hour" => {
+            metric_of(&simulate_summary(profile, p, u)?, "system_tok_s", n).map(|v| v * 3600.0)
+        }
+        m => metric_of(&simulate_summary(profile, p, u)?, m, n),
+    }
+}
+
+/// Mean TTFT of a burst of `n` requests.
+pub fn burst_mean_ttft_s(profile: &Profile, n: u32, input: u32, output: u32) -> f64 {
+    let w = Workload::fixed(Arrivals::Burst { n }, input, output, None).expect("valid burst");
+    let out = simulate(
+        profile,
+        &w,
+        1,
+        SimOptions {
+            horizon_s: 1e6,
+            series_points: 2,
+        },
+    );
+    summarize(&out, 0, 0, 0.0, &RequestSlo::default())
+        .ttft_s
+        .mean
+}
+
+/// The largest burst whose mean TTFT stays within `ttft_s_max` (seed 002's "max safe queue depth"),
+/// by bracketing and bisection over integers; mean TTFT grows with the burst. 0 if even one request
+/// misses it; `limit` if the limit itself meets it.
+pub fn max_safe_queue_depth(
+    profile: &Profile,
+    input: u32,
+    output: u32,
+    ttft_s_max: f64,
+    limit: u32,
+) -> u32 {
+    let ok = |n: u32| burst_mean_ttft_s(profile, n, input, output) <= ttft_s_max;
+    if !ok(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1u32, 2u32);
+    while hi <= limit && ok(hi) {
+        lo = hi;
+        hi *= 2;
+    }
+    if hi > limit {
+        if ok(limit) {
+            return limit;
+        }
+        hi = limit;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
