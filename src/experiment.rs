@@ -50,6 +50,9 @@ impl ExperimentUnknowns {
 /// Whether the simulator predicts the point: one experiment, a peak or range over the report's
 /// scenarios at one concurrency, or a max safe queue depth.
 pub fn is_replayable(p: &Point, metas: &[ReportMeta]) -> bool {
+    if p.metric == "capacity_requests" {
+        return p.input_tokens.is_some() && use_case_slo(p, metas).is_some();
+    }
     if p.metric == "max_safe_queue_depth" {
         return p.input_tokens.is_some() && queue_threshold(p, metas).is_some();
     }
@@ -161,6 +164,17 @@ pub fn predict(
             1024,
         ) as f64);
     }
+    if p.metric == "capacity_requests" {
+        let slo = use_case_slo(p, metas)?;
+        return Some(max_concurrency_within(
+            profile,
+            p.input_tokens? as u32,
+            p.output_tokens? as u32,
+            &slo,
+            u,
+            512,
+        ) as f64);
+    }
     if p.scenario == "all" {
         let vals: Vec<f64> = scenarios_of(p, metas)
             .iter()
@@ -242,4 +256,94 @@ pub fn max_safe_queue_depth(
         }
     }
     lo
+}
+
+/// Use-case limits on means, as the reports state them (TTFT at most, per-user speed at least, E2E at
+/// most).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct MeanSlo {
+    pub ttft_s_max: Option<f64>,
+    pub per_user_tok_s_min: Option<f64>,
+    pub e2e_s_max: Option<f64>,
+}
+
+impl MeanSlo {
+    pub fn met_by(&self, s: &Summary) -> bool {
+        self.ttft_s_max.is_none_or(|m| s.ttft_s.mean <= m)
+            && self
+                .per_user_tok_s_min
+                .is_none_or(|m| s.per_user_tok_s.mean >= m)
+            && self.e2e_s_max.is_none_or(|m| s.e2e_s.mean <= m)
+    }
+}
+
+/// The largest closed-loop concurrency whose means meet `slo`, replayed like the report's capacity
+/// tables (requests per client from `u.rounds_unknown`); bracket and bisect over integers up to
+/// `limit`. 0 when one client already misses.
+pub fn max_concurrency_within(
+    profile: &Profile,
+    input: u32,
+    output: u32,
+    slo: &MeanSlo,
+    u: &ExperimentUnknowns,
+    limit: u32,
+) -> u32 {
+    let ok = |n: u32| {
+        let p = Point {
+            line: 0,
+            report: String::new(),
+            model: String::new(),
+            precision: None,
+            gpu: String::new(),
+            engine: String::new(),
+            scenario: String::new(),
+            input_tokens: Some(input as u64),
+            output_tokens: Some(output as u64),
+            load: LoadKind::Unknown,
+            concurrency: Some(n),
+            metric: String::new(),
+            value: 0.0,
+            approx: false,
+            aggregation: Aggregation::Value,
+            quote: String::new(),
+            flags: vec![],
+        };
+        simulate_summary(profile, &p, u).is_some_and(|s| slo.met_by(&s))
+    };
+    if !ok(1) {
+        return 0;
+    }
+    let (mut lo, mut hi) = (1u32, 2u32);
+    while hi <= limit && ok(hi) {
+        lo = hi;
+        hi *= 2;
+    }
+    if hi > limit {
+        if ok(limit) {
+            return limit;
+        }
+        hi = limit;
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ok(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The use-case limits a report states for a capacity point's scenario.
+pub fn use_case_slo(p: &Point, metas: &[ReportMeta]) -> Option<MeanSlo> {
+    let t = meta_of(p, metas)?
+        .threshold
+        .iter()
+        .find(|t| t.use_case == p.scenario)?;
+    Some(MeanSlo {
+        ttft_s_max: t.ttft_s_max,
+        per_user_tok_s_min: t.per_user_tok_s_min,
+        e2e_s_max: t.e2e_s_max,
+    })
 }

@@ -17,6 +17,7 @@ pub mod report;
 pub mod sim;
 pub mod sweep;
 pub mod units;
+pub mod validate;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -208,6 +208,10 @@ pub struct ProfileFile {
     pub coefficients: Coefficients,
     #[serde(default)]
     pub sigmas: Option<CoefficientSigmas>,
+    /// The unknowns of the source report's experiments as calibration fitted them (requests per test);
+    /// validation replays the experiments with them.
+    #[serde(default)]
+    pub experiment: Option<crate::experiment::ExperimentUnknowns>,
     pub provenance: Provenance,
     #[serde(default)]
     pub fit: Option<FitQuality>,

@@ -270,6 +270,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
         engine,
         coefficients: b.coefficients,
         sigmas: None,
+        experiment: Some(b.unknowns),
         provenance: Provenance::default(),
         fit: None,
     }
@@ -589,7 +590,12 @@ fn calibrate_variant(
     let fit_pts: Vec<&Point> = report_pts
         .iter()
         .copied()
-        .filter(|p| !p.is_flagged() && is_replayable(p, metas) && (opts.use_point)(p))
+        .filter(|p| {
+            !p.is_flagged()
+                && is_replayable(p, metas)
+                && p.metric != "capacity_requests"
+                && (opts.use_point)(p)
+        })
         .collect();
     let not_replayed = report_pts
         .iter()
@@ -1009,6 +1015,6 @@ pub fn report_text(r: &FitReport) -> String {
     for (line, why) in &r.excluded {
         s += &format!("  line {line}: {why}\n");
     }
-    s += &format!("not replayed per experiment (capacity figures, summaries over scenarios, power): {} points\n", r.not_replayed);
+    s += &format!("not fitted ({} points): capacity figures (replayed by `capsim validate`), power, success rates, request counts\n", r.not_replayed);
     s
 }

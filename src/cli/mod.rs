@@ -4,6 +4,7 @@ mod calibrate;
 mod catalog;
 mod simulate;
 mod sweep;
+mod validate;
 
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
@@ -34,7 +35,7 @@ pub enum Cmd {
     /// The largest load that meets an SLO.
     Capacity,
     /// Replay every measured experiment and compare predicted with measured.
-    Validate,
+    Validate(validate::ValidateArgs),
     /// List the profiles.
     Profiles(catalog::ProfilesArgs),
     /// List the GPU catalog.
@@ -52,7 +53,7 @@ pub fn run() -> Result<()> {
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Sweep(a) => sweep::run(a),
         Cmd::Capacity => Err(Error::NotImplemented("capacity (issue 6)")),
-        Cmd::Validate => Err(Error::NotImplemented("validate (issue 5)")),
+        Cmd::Validate(a) => validate::run(a),
         Cmd::Profiles(a) => catalog::profiles(a),
         Cmd::Gpus(a) => catalog::gpus(a),
         Cmd::Models(a) => catalog::models(a),

@@ -1,0 +1,370 @@
+//! `capsim validate`: predicted against measured for every point, per protocol; VALIDATION.md.
+
+use super::ProfileArgs;
+use capsim::catalog::Catalog;
+use capsim::data::{self, LoadKind, Point};
+use capsim::error::{Error, Result};
+use capsim::experiment::{predict, ExperimentUnknowns};
+use capsim::report::{num, svg_chart, table, Series};
+use capsim::validate::{self, abs_error_stats, summarize_rows, Protocol, Row, TARGETS};
+use clap::Args;
+use rayon::prelude::*;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct ValidateArgs {
+    /// Validate this profile (its source_report's points) instead of the shipped one.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, or all.
+    #[arg(long, default_value = "in-sample")]
+    pub protocol: String,
+    /// Only the report whose file name starts with this (e.g. 002).
+    #[arg(long)]
+    pub report: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+    /// Write the full validation document (all protocols, tables and plots) to this file.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Folder for the SVG plots of --markdown (relative paths are written into the document).
+    #[arg(long, default_value = "validation")]
+    pub plots: PathBuf,
+}
+
+fn protocols(s: &str) -> Result<Vec<Protocol>> {
+    if s == "all" {
+        return Ok(Protocol::ALL.to_vec());
+    }
+    Protocol::parse(s).map(|p| vec![p]).ok_or_else(|| {
+        Error::flag("--protocol", format!("unknown protocol `{s}`; one of in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, all"))
+    })
+}
+
+fn fmt_opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| num(x, digits))
+}
+
+fn rows_table(rows: &[Row]) -> String {
+    let t: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.report[..3].to_string(),
+                r.line.to_string(),
+                r.scenario.clone(),
+                r.load.clone(),
+                r.concurrency.map_or("-".into(), |c| c.to_string()),
+                r.metric.clone(),
+                num(r.measured, 4),
+                fmt_opt(r.predicted, 4),
+                r.error_pct.map_or("-".into(), |e| format!("{e:+.1}%")),
+                if r.flagged {
+                    "flagged".into()
+                } else {
+                    String::new()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "rep",
+            "line",
+            "scenario",
+            "load",
+            "conc",
+            "metric",
+            "measured",
+            "predicted",
+            "error",
+            "left out",
+        ],
+        &t,
+    )
+}
+
+fn summary_table(rows: &[Row]) -> String {
+    let t: Vec<Vec<String>> = summarize_rows(rows)
+        .iter()
+        .map(|g| {
+            vec![
+                g.report[..3].to_string(),
+                g.metric.clone(),
+                g.count.to_string(),
+                format!("{:.1}%", g.median_abs_error_pct),
+                format!("{:.1}%", g.p90_abs_error_pct),
+            ]
+        })
+        .collect();
+    table(
+        &["report", "metric", "count", "median |error|", "p90 |error|"],
+        &t,
+    )
+}
+
+/// The target lines of one protocol: group, count, median, p90, verdict.
+pub fn target_lines(protocol: Protocol, rows: &[Row]) -> Vec<(String, bool)> {
+    TARGETS
+        .iter()
+        .filter(|(p, ..)| *p == protocol)
+        .map(|(_, g, med_max, p90_max)| {
+            let (n, med, p90) = abs_error_stats(rows, |r| g.contains(&r.metric));
+            let ok = med <= *med_max && p90_max.is_none_or(|m| p90 <= m);
+            (
+                format!(
+                    "{:?} over {n} unflagged points: median |error| {med:.1}% (target <= {med_max}%){}: {}",
+                    g,
+                    p90_max.map_or(String::new(), |m| format!(", p90 {p90:.1}% (target <= {m}%)")),
+                    if ok { "met" } else { "NOT met" }
+                ),
+                ok,
+            )
+        })
+        .collect()
+}
+
+pub fn run(a: ValidateArgs) -> Result<()> {
+    let catalog = Catalog::builtin();
+    let points = data::load_points(None)?;
+    let metas = data::report_metas()?;
+    let override_profile = match &a.profile {
+        Some(p) => Some(
+            ProfileArgs {
+                profile: Some(p.clone()),
+                ..Default::default()
+            }
+            .resolve(&catalog)?,
+        ),
+        None => None,
+    };
+    if let Some(path) = &a.markdown {
+        return markdown(path, &a.plots, &points, &metas, &catalog);
+    }
+    let mut all = Vec::new();
+    for p in protocols(&a.protocol)? {
+        all.extend(validate::run(
+            p,
+            &points,
+            &metas,
+            &catalog,
+            a.report.as_deref(),
+            override_profile.as_ref(),
+        )?);
+    }
+    if a.json {
+        let summary: Vec<_> = Protocol::ALL
+            .iter()
+            .filter(|p| all.iter().any(|r| r.protocol == p.as_str()))
+            .map(|p| {
+                let rows: Vec<Row> = all.iter().filter(|r| r.protocol == p.as_str()).cloned().collect();
+                json!({"protocol": p.as_str(), "groups": summarize_rows(&rows),
+                       "targets": target_lines(*p, &rows).iter().map(|(s, ok)| json!({"target": s, "met": ok})).collect::<Vec<_>>()})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"rows": all, "summary": summary})).expect("json")
+        );
+        return Ok(());
+    }
+    for p in Protocol::ALL
+        .iter()
+        .filter(|p| all.iter().any(|r| r.protocol == p.as_str()))
+    {
+        let rows: Vec<Row> = all
+            .iter()
+            .filter(|r| r.protocol == p.as_str())
+            .cloned()
+            .collect();
+        println!(
+            "== protocol {} ==\n{}\n{}",
+            p.as_str(),
+            rows_table(&rows),
+            summary_table(&rows)
+        );
+        for (line, _) in target_lines(*p, &rows) {
+            println!("target: {line}");
+        }
+        println!();
+    }
+    Ok(())
+}
+
+/// Simulated curve of a scenario: metric against concurrency.
+fn curve(
+    profile: &capsim::profile::Profile,
+    base: &Point,
+    metric: &str,
+    concs: &[u32],
+    u: &ExperimentUnknowns,
+    metas: &[data::ReportMeta],
+) -> Vec<(f64, f64)> {
+    concs
+        .par_iter()
+        .filter_map(|&c| {
+            let mut q = base.clone();
+            q.concurrency = Some(c);
+            q.metric = metric.into();
+            predict(profile, &q, u, metas).map(|v| (c as f64, v))
+        })
+        .collect()
+}
+
+fn markdown(
+    path: &PathBuf,
+    plots: &PathBuf,
+    points: &[Point],
+    metas: &[data::ReportMeta],
+    catalog: &Catalog,
+) -> Result<()> {
+    std::fs::create_dir_all(plots).map_err(|err| Error::Io {
+        path: plots.display().to_string(),
+        err,
+    })?;
+    let mut md = format!(
+        "<!-- Generated by `capsim validate --markdown {} --plots {}`; do not edit by hand. -->\n# Validation: predicted against measured\n\n",
+        path.display(),
+        plots.display()
+    );
+    md += "Every point of calibration/points.csv replayed as its report ran it (DESIGN.md section 3), predicted by\n\
+           the simulator and compared with the measured value. Error = (predicted - measured) / measured. Flagged\n\
+           points are shown and left out of every statistic. Targets (src/validate.rs `TARGETS`): in-sample median\n\
+           |error| <= 10% and p90 <= 25% for TTFT, ITL or per-user tok/s, and E2E; extrapolate-concurrency median <= 15%.\n\n";
+    for p in Protocol::ALL {
+        let rows = validate::run(p, points, metas, catalog, None, None)?;
+        let _ = writeln!(md, "## Protocol `{}`\n", p.as_str());
+        md += match p {
+            Protocol::InSample => "The shipped profiles, calibrated on all unflagged points of their report.\n\n",
+            Protocol::ExtrapolateConcurrency => "Profiles fitted only on points at concurrency 4 or less, predicting every higher-concurrency point.\n\n",
+            Protocol::LeaveOneContextOut => "Each input length predicted by a profile fitted without any point at that length.\n\n",
+            Protocol::CrossGpu => "Qwen3-Coder-30B-A3B: report 000's profile moved to the H200 SXM predicts report 001, and 001's moved to the H100 PCIe predicts 000.\n\n",
+        };
+        for (line, _) in target_lines(p, &rows) {
+            let _ = writeln!(md, "- target: {line}");
+        }
+        md += "\n```\n";
+        md += &summary_table(&rows);
+        md += "```\n\n<details><summary>every point</summary>\n\n```\n";
+        md += &rows_table(&rows);
+        md += "```\n\n</details>\n\n";
+    }
+    // Max safe queue depth of report 002.
+    let rows = validate::run(
+        Protocol::InSample,
+        points,
+        metas,
+        catalog,
+        Some("002"),
+        None,
+    )?;
+    md += "## Max safe queue depth (report 002: burst, mean TTFT <= 3.0 s)\n\n| scenario | reported | predicted |\n| --- | --- | --- |\n";
+    for r in rows.iter().filter(|r| r.metric == "max_safe_queue_depth") {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} |",
+            r.scenario,
+            num(r.measured, 4),
+            fmt_opt(r.predicted, 4)
+        );
+    }
+    md += "\n## Plots\n\nMeasured points (dots) over simulated curves (lines), in-sample profiles, per report and scenario.\n\n";
+    let profiles = validate::builtin_profiles_by_report(catalog)?;
+    let mut reports: Vec<&str> = points.iter().map(|p| p.report.as_str()).collect();
+    reports.dedup();
+    for rep in reports {
+        let Some((_, prof)) = profiles.iter().find(|(r, _)| r == rep) else {
+            continue;
+        };
+        let u = prof.file.experiment.unwrap_or_default();
+        for metric in ["ttft_s", "per_user_tok_s"] {
+            let pts: Vec<&Point> = points
+                .iter()
+                .filter(|p| {
+                    p.report == rep
+                        && p.metric == metric
+                        && p.is_experiment()
+                        && p.concurrency.is_some()
+                        && !p.is_flagged()
+                })
+                .collect();
+            let mut scen: Vec<&str> = pts.iter().map(|p| p.scenario.as_str()).collect();
+            scen.sort();
+            scen.dedup();
+            if scen.is_empty() {
+                continue;
+            }
+            let mut series = Vec::new();
+            for s in &scen {
+                let sp: Vec<&&Point> = pts.iter().filter(|p| p.scenario == *s).collect();
+                let max_c = sp.iter().filter_map(|p| p.concurrency).max().unwrap_or(1);
+                let mut concs: Vec<u32> = [1u32, 2, 4, 8, 16, 32, 64, 128]
+                    .into_iter()
+                    .filter(|&c| c <= max_c)
+                    .collect();
+                concs.extend(sp.iter().filter_map(|p| p.concurrency));
+                concs.sort();
+                concs.dedup();
+                let base = (*sp[0]).clone();
+                let load = if base.load == LoadKind::Unknown {
+                    "unknown load"
+                } else {
+                    base.load.as_str()
+                };
+                series.push((
+                    format!("{s} ({load}) simulated"),
+                    curve(prof, &base, metric, &concs, &u, metas),
+                    false,
+                ));
+                series.push((
+                    format!("{s} measured"),
+                    sp.iter()
+                        .map(|p| (p.concurrency.unwrap() as f64, p.value))
+                        .collect(),
+                    true,
+                ));
+            }
+            let ser: Vec<Series> = series
+                .iter()
+                .map(|(l, pts, m)| Series {
+                    label: l,
+                    points: pts.clone(),
+                    markers: *m,
+                })
+                .collect();
+            let file = format!("{}_{}.svg", &rep[..3], metric);
+            let svg = svg_chart(
+                &format!("report {}: {metric} against concurrency", &rep[..3]),
+                "concurrency",
+                metric,
+                &ser,
+                None,
+                None,
+                true,
+            );
+            let fpath = plots.join(&file);
+            std::fs::write(&fpath, svg).map_err(|err| Error::Io {
+                path: fpath.display().to_string(),
+                err,
+            })?;
+            let _ = writeln!(
+                md,
+                "![report {} {metric}]({}/{file})\n",
+                &rep[..3],
+                plots.display()
+            );
+        }
+    }
+    std::fs::write(path, md).map_err(|err| Error::Io {
+        path: path.display().to_string(),
+        err,
+    })?;
+    println!(
+        "wrote {} and plots under {}",
+        path.display(),
+        plots.display()
+    );
+    Ok(())
+}

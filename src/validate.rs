@@ -1,0 +1,370 @@
+//! Validation: every measured point replayed as its report ran it, predicted against measured, in-sample
+//! and held out (DESIGN.md section 5). Targets live in [`TARGETS`], the one place tests read them from.
+
+use crate::calibrate::{self, FitOptions, Target};
+use crate::catalog::Catalog;
+use crate::data::{Point, ReportMeta};
+use crate::error::{Error, Result};
+use crate::experiment::{is_replayable, predict, ExperimentUnknowns};
+use crate::metrics::percentile_sorted;
+use crate::profile::{Profile, ProfileFile, BUILTIN_PROFILES};
+use rayon::prelude::*;
+use serde::Serialize;
+
+/// The accuracy targets (issue 5), over unflagged points: (protocol, metric group, median max %, p90 max %).
+pub const TARGETS: &[(Protocol, MetricGroup, f64, Option<f64>)] = &[
+    (Protocol::InSample, MetricGroup::Ttft, 10.0, Some(25.0)),
+    (Protocol::InSample, MetricGroup::Decode, 10.0, Some(25.0)),
+    (Protocol::InSample, MetricGroup::E2e, 10.0, Some(25.0)),
+    (
+        Protocol::ExtrapolateConcurrency,
+        MetricGroup::All,
+        15.0,
+        None,
+    ),
+];
+
+/// Held-out fits use this evaluation budget (the shipped profiles use the CLI default).
+pub const HELD_OUT_MAX_EVALS: usize = 600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    InSample,
+    ExtrapolateConcurrency,
+    LeaveOneContextOut,
+    CrossGpu,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 4] = [
+        Protocol::InSample,
+        Protocol::ExtrapolateConcurrency,
+        Protocol::LeaveOneContextOut,
+        Protocol::CrossGpu,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::InSample => "in-sample",
+            Protocol::ExtrapolateConcurrency => "extrapolate-concurrency",
+            Protocol::LeaveOneContextOut => "leave-one-context-out",
+            Protocol::CrossGpu => "cross-gpu",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// Metric groups the targets speak of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricGroup {
+    Ttft,
+    /// ITL or per-user tok/s (one is the reciprocal of the other).
+    Decode,
+    E2e,
+    All,
+}
+
+impl MetricGroup {
+    pub fn contains(self, metric: &str) -> bool {
+        match self {
+            MetricGroup::Ttft => metric == "ttft_s",
+            MetricGroup::Decode => metric == "itl_ms" || metric == "per_user_tok_s",
+            MetricGroup::E2e => metric == "e2e_ms",
+            MetricGroup::All => true,
+        }
+    }
+}
+
+/// One point: measured against predicted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub report: String,
+    pub line: usize,
+    pub scenario: String,
+    pub metric: String,
+    pub load: String,
+    pub concurrency: Option<u32>,
+    pub input_tokens: Option<u64>,
+    pub measured: f64,
+    pub predicted: Option<f64>,
+    pub error_pct: Option<f64>,
+    pub flagged: bool,
+    pub protocol: String,
+    /// Which profile predicted it, or why nothing did.
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupSummary {
+    pub report: String,
+    pub metric: String,
+    pub count: usize,
+    pub median_abs_error_pct: f64,
+    pub p90_abs_error_pct: f64,
+}
+
+/// Median and p90 of |error| over unflagged rows that match.
+pub fn abs_error_stats(rows: &[Row], keep: impl Fn(&Row) -> bool) -> (usize, f64, f64) {
+    let mut e: Vec<f64> = rows
+        .iter()
+        .filter(|r| !r.flagged && keep(r))
+        .filter_map(|r| r.error_pct.map(f64::abs))
+        .collect();
+    e.sort_by(f64::total_cmp);
+    if e.is_empty() {
+        return (0, f64::NAN, f64::NAN);
+    }
+    (
+        e.len(),
+        percentile_sorted(&e, 50.0),
+        percentile_sorted(&e, 90.0),
+    )
+}
+
+pub fn summarize_rows(rows: &[Row]) -> Vec<GroupSummary> {
+    let mut keys: Vec<(String, String)> = rows
+        .iter()
+        .filter(|r| r.error_pct.is_some())
+        .map(|r| (r.report.clone(), r.metric.clone()))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter_map(|(rep, m)| {
+            let (count, med, p90) = abs_error_stats(rows, |r| r.report == rep && r.metric == m);
+            (count > 0).then(|| GroupSummary {
+                report: rep,
+                metric: m,
+                count,
+                median_abs_error_pct: med,
+                p90_abs_error_pct: p90,
+            })
+        })
+        .collect()
+}
+
+/// The shipped (in-sample) profile of each report.
+pub fn builtin_profiles_by_report(catalog: &Catalog) -> Result<Vec<(String, Profile)>> {
+    let mut out = Vec::new();
+    for (file, text) in BUILTIN_PROFILES {
+        let pf = ProfileFile::parse(file, text)?;
+        if pf.fit.is_none() {
+            continue;
+        }
+        out.push((
+            pf.provenance.source_report.clone(),
+            pf.resolve(file, catalog)?,
+        ));
+    }
+    Ok(out)
+}
+
+fn row(p: &Point, protocol: Protocol, predicted: Option<f64>, note: String) -> Row {
+    Row {
+        report: p.report.clone(),
+        line: p.line,
+        scenario: p.scenario.clone(),
+        metric: p.metric.clone(),
+        load: p.load.as_str().into(),
+        concurrency: p.concurrency,
+        input_tokens: p.input_tokens,
+        measured: p.value,
+        predicted,
+        error_pct: predicted.map(|v| (v - p.value) / p.value * 100.0),
+        flagged: p.is_flagged(),
+        protocol: protocol.as_str().into(),
+        note,
+    }
+}
+
+fn unknowns_of(p: &Profile) -> ExperimentUnknowns {
+    p.file.experiment.unwrap_or_default()
+}
+
+/// Predict the given points with one profile, in parallel, in order.
+fn predict_rows(
+    points: &[&Point],
+    profile: &Profile,
+    metas: &[ReportMeta],
+    protocol: Protocol,
+    note: &str,
+) -> Vec<Row> {
+    let u = unknowns_of(profile);
+    points
+        .par_iter()
+        .map(|p| {
+            if !is_replayable(p, metas) {
+                return row(p, protocol, None, not_replayable_reason(p));
+            }
+            let v = predict(profile, p, &u, metas);
+            row(
+                p,
+                protocol,
+                v,
+                if v.is_some() {
+                    note.to_string()
+                } else {
+                    "simulation produced no value".into()
+                },
+            )
+        })
+        .collect()
+}
+
+fn not_replayable_reason(p: &Point) -> String {
+    match p.metric.as_str() {
+        "capacity_requests" => "not predicted: the report states no thresholds for this capacity".into(),
+        "power_w" | "power_cost_usd_per_hour" => "not predicted: capsim models time, not power draw".into(),
+        "success_rate_pct" | "requests_total" => "not predicted: a property of the run, not of the engine".into(),
+        "prefill_tok_s" => "not predicted: the report's per-user prefill speed is a peak over contexts whose definition it does not give".into(),
+        "throughput_scaling_x" => "not predicted: averaged over contexts the report does not list".into(),
+        _ => "not predicted: not one experiment (a summary without a scenario list)".into(),
+    }
+}
+
+fn held_out_fit(
+    points: &[Point],
+    metas: &[ReportMeta],
+    t: &Target,
+    catalog: &Catalog,
+    keep: &(dyn Fn(&Point) -> bool + Sync),
+) -> Result<Profile> {
+    let opts = FitOptions {
+        use_point: keep,
+        max_evaluations: HELD_OUT_MAX_EVALS,
+        command: "capsim validate (held-out fit)".into(),
+        data_sha256: String::new(),
+    };
+    let (pf, _) = calibrate::calibrate(points, metas, t, catalog, &opts)?;
+    pf.resolve(&pf.name, catalog)
+}
+
+/// Run one protocol over all points (or only those of `only_report`). `profile_override` replaces the
+/// in-sample profile of its report.
+pub fn run(
+    protocol: Protocol,
+    points: &[Point],
+    metas: &[ReportMeta],
+    catalog: &Catalog,
+    only_report: Option<&str>,
+    profile_override: Option<&Profile>,
+) -> Result<Vec<Row>> {
+    let mut profiles = builtin_profiles_by_report(catalog)?;
+    if let Some(p) = profile_override {
+        let rep = p.file.provenance.source_report.clone();
+        if rep.is_empty() {
+            return Err(Error::flag("--profile", "the profile names no source_report: validation needs to know which report it describes"));
+        }
+        profiles.retain(|(r, _)| *r != rep);
+        profiles.push((rep, p.clone()));
+    }
+    let targets = calibrate::targets(metas, catalog)?;
+    let mut rows = Vec::new();
+    let reports: Vec<String> = {
+        let mut r: Vec<String> = points.iter().map(|p| p.report.clone()).collect();
+        r.dedup();
+        r
+    };
+    for rep in reports
+        .iter()
+        .filter(|r| only_report.is_none_or(|o| r.starts_with(o)))
+    {
+        let pts: Vec<&Point> = points.iter().filter(|p| &p.report == rep).collect();
+        let meta = metas.iter().find(|m| &m.report == rep);
+        // A duplicate report is predicted by its original's profile.
+        let source = meta
+            .and_then(|m| m.duplicate_of.clone())
+            .unwrap_or_else(|| rep.clone());
+        let profile = profiles.iter().find(|(r, _)| *r == source).map(|(_, p)| p);
+        let target = targets.iter().find(|t| t.report == source);
+        match protocol {
+            Protocol::InSample => match profile {
+                Some(p) => rows.extend(predict_rows(
+                    &pts,
+                    p,
+                    metas,
+                    protocol,
+                    &format!("profile {}", p.name()),
+                )),
+                None => rows.extend(
+                    pts.iter()
+                        .map(|p| row(p, protocol, None, "no profile for this report".into())),
+                ),
+            },
+            Protocol::ExtrapolateConcurrency => {
+                let Some(t) = target else { continue };
+                let fitted = held_out_fit(points, metas, t, catalog, &|p: &Point| {
+                    p.concurrency.is_some_and(|c| c <= 4)
+                })?;
+                let high: Vec<&Point> = pts
+                    .iter()
+                    .copied()
+                    .filter(|p| p.concurrency.is_some_and(|c| c > 4))
+                    .collect();
+                rows.extend(predict_rows(
+                    &high,
+                    &fitted,
+                    metas,
+                    protocol,
+                    "fitted on concurrency <= 4 only",
+                ));
+            }
+            Protocol::LeaveOneContextOut => {
+                let Some(t) = target else { continue };
+                let mut ctxs: Vec<u64> = pts
+                    .iter()
+                    .filter(|p| p.scenario != "all")
+                    .filter_map(|p| p.input_tokens)
+                    .collect();
+                ctxs.sort();
+                ctxs.dedup();
+                for l in ctxs {
+                    let fitted = held_out_fit(points, metas, t, catalog, &move |p: &Point| {
+                        p.input_tokens != Some(l)
+                    })?;
+                    let held: Vec<&Point> = pts
+                        .iter()
+                        .copied()
+                        .filter(|p| p.input_tokens == Some(l))
+                        .collect();
+                    rows.extend(predict_rows(
+                        &held,
+                        &fitted,
+                        metas,
+                        protocol,
+                        &format!("fitted without {l}-token contexts"),
+                    ));
+                }
+            }
+            Protocol::CrossGpu => {
+                // Qwen3-Coder-30B-A3B: report 000 (H100 PCIe) and 001 (H200 SXM) predict each other.
+                let other = match &rep[..3] {
+                    "000" => "001_755e0d5560c212ac.txt",
+                    "001" => "000_2d6ea432ec8bd63a.txt",
+                    _ => continue,
+                };
+                let Some((_, from)) = profiles.iter().find(|(r, _)| r == other) else {
+                    continue;
+                };
+                let Some((_, own)) = profiles.iter().find(|(r, _)| *r == source) else {
+                    continue;
+                };
+                let moved = from.retarget(catalog, Some(&own.gpu.name), None, None)?;
+                // The experiment unknowns belong to the report being predicted.
+                let mut moved = moved;
+                moved.file.experiment = own.file.experiment;
+                rows.extend(predict_rows(
+                    &pts,
+                    &moved,
+                    metas,
+                    protocol,
+                    &format!("profile {} retargeted to {}", from.name(), own.gpu.name),
+                ));
+            }
+        }
+    }
+    Ok(rows)
+}
