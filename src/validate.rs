@@ -135,7 +135,7 @@ pub fn summarize_rows(rows: &[Row]) -> Vec<GroupSummary> {
     keys.into_iter()
         .filter_map(|(rep, m)| {
             let (count, med, p90) = abs_error_stats(rows, |r| r.report == rep && r.metric == m);
-            (count > 0).then(|| GroupSummary {
+            (count > 0).then_some(GroupSummary {
                 report: rep,
                 metric: m,
                 count,
