@@ -116,13 +116,35 @@ pub fn workload_for(p: &Point, u: &ExperimentUnknowns) -> Option<Workload> {
     Workload::fixed(arrivals, input, output, Some(requests)).ok()
 }
 
-/// The value of `metric` in a summary, in the metric's unit, as the reports define it. The reports'
-/// system throughput is the sum of the concurrent streams' speeds ("system = sum across all concurrent
-/// streams"; report 000's table: 8 x 140.2 = 1,121 and 32 x 81.7 = 2,614), i.e. N x the mean per-user
-/// speed, not output tokens over wall time (which also counts prefill time).
-pub fn metric_of(s: &Summary, metric: &str, concurrency: u32) -> Option<f64> {
+/// How a report computes system throughput.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SystemThroughput {
+    /// The sum of the concurrent streams' speeds: N x mean per-user speed (report 000's table:
+    /// 8 x 140.2 = 1,121 and 32 x 81.7 = 2,614).
+    SumOfStreams,
+    /// Output tokens over the wall time of the run (prefill time included).
+    WallClock,
+}
+
+fn system_def(p: &Point, metas: &[ReportMeta]) -> SystemThroughput {
+    match meta_of(p, metas).map(|m| m.system_throughput.as_str()) {
+        Some("wall_clock") => SystemThroughput::WallClock,
+        _ => SystemThroughput::SumOfStreams,
+    }
+}
+
+/// The value of `metric` in a summary, in the metric's unit, as the report defines it.
+pub fn metric_of(
+    s: &Summary,
+    metric: &str,
+    concurrency: u32,
+    system: SystemThroughput,
+) -> Option<f64> {
     let v = match metric {
-        "system_tok_s" => s.per_user_tok_s.mean * concurrency as f64,
+        "system_tok_s" => match system {
+            SystemThroughput::SumOfStreams => s.per_user_tok_s.mean * concurrency as f64,
+            SystemThroughput::WallClock => s.system_output_tok_s,
+        },
         "ttft_s" => s.ttft_s.mean,
         "itl_ms" => s.itl_ms.mean,
         "per_user_tok_s" => s.per_user_tok_s.mean,
@@ -198,10 +220,19 @@ pub fn predict(
             let at_1 = simulate_summary(profile, &one, u)?.per_user_tok_s.mean;
             (at_1 > 0.0).then(|| at_n / at_1 * 100.0)
         }
-        "system_tok_per_hour" => {
-            metric_of(&simulate_summary(profile, p, u)?, "system_tok_s", n).map(|v| v * 3600.0)
-        }
-        m => metric_of(&simulate_summary(profile, p, u)?, m, n),
+        "system_tok_per_hour" => metric_of(
+            &simulate_summary(profile, p, u)?,
+            "system_tok_s",
+            n,
+            system_def(p, metas),
+        )
+        .map(|v| v * 3600.0),
+        m => metric_of(
+            &simulate_summary(profile, p, u)?,
+            m,
+            n,
+            system_def(p, metas),
+        ),
     }
 }
 

@@ -139,6 +139,10 @@ pub struct Coefficients {
     /// E(1-(1-k/E)^B); less when routing is correlated, as for benchmark prompts).
     #[serde(default = "one")]
     pub expert_spread: f64,
+    /// Per-request work done one request at a time before the engine (the API server's parsing and
+    /// tokenization): a FIFO stage, so a burst queues here as well as in the engine (s).
+    #[serde(default)]
+    pub frontend_serial_s: f64,
 }
 
 fn one() -> f64 {
@@ -159,6 +163,8 @@ pub struct CoefficientSigmas {
     pub mem_compute_overlap: f64,
     #[serde(default)]
     pub expert_spread: f64,
+    #[serde(default)]
+    pub frontend_serial_s: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -308,6 +314,7 @@ impl ProfileFile {
                 0.0,
             ),
             ("coefficients.expert_spread", c.expert_spread, 0.0),
+            ("coefficients.frontend_serial_s", c.frontend_serial_s, 0.0),
         ] {
             if !v.is_finite() || v < lo {
                 return Err(Error::input(

@@ -202,7 +202,8 @@ const P_ROUNDS_UNKNOWN: usize = 7;
 const P_MEM: usize = 8;
 const P_OVERLAP: usize = 9;
 const P_SPREAD: usize = 10;
-const N_PARAMS: usize = 11;
+const P_FRONTEND: usize = 11;
+const N_PARAMS: usize = 12;
 
 struct Space {
     lo: [f64; N_PARAMS],
@@ -238,6 +239,7 @@ fn build(v: &[f64; N_PARAMS]) -> Built {
             request_overhead_s: v[P_REQ].exp(),
             mem_compute_overlap: v[P_OVERLAP],
             expert_spread: v[P_SPREAD].exp(),
+            frontend_serial_s: v[P_FRONTEND].exp(),
         },
         unknowns: ExperimentUnknowns {
             rounds_closed: v[P_ROUNDS_CLOSED],
@@ -519,6 +521,7 @@ fn stage_a(
     v[P_MEM] = 0.9;
     v[P_OVERLAP] = 0.5;
     v[P_SPREAD] = (0.5f64).ln();
+    v[P_FRONTEND] = (1e-3f64).ln();
     (v, notes, unident, physics)
 }
 
@@ -633,6 +636,7 @@ fn calibrate_variant(
         if arch.moe.is_some() {
             active.push(P_SPREAD);
         }
+        active.push(P_FRONTEND);
     } else {
         unident.push(
             "per_seq_overhead_s: no multi-user point; 15% of the single-request step overhead"
@@ -643,6 +647,7 @@ fn calibrate_variant(
         if arch.moe.is_some() {
             unident.push("expert_spread: no multi-user point; uniform routing (1.0)".into());
         }
+        unident.push("frontend_serial_s: no multi-user point; 1 ms".into());
     }
     if multi_closed {
         active.push(P_ROUNDS_CLOSED);
@@ -663,6 +668,7 @@ fn calibrate_variant(
             0.75,
             0.0,
             (0.01f64).ln(),
+            (1e-5f64).ln(),
         ],
         hi: [
             (0.1f64).ln(),
@@ -676,6 +682,7 @@ fn calibrate_variant(
             0.95,
             1.0,
             0.0,
+            (0.2f64).ln(),
         ],
         active: active.clone(),
         base: v0,
@@ -691,6 +698,7 @@ fn calibrate_variant(
             P_MEM => 0.05,
             P_OVERLAP => 0.3,
             P_SPREAD => -0.7,
+            P_FRONTEND => 2.0,
             P_PER_SEQ => 1.0,
             _ => 0.3,
         })
@@ -718,19 +726,40 @@ fn calibrate_variant(
             .sum::<f64>()
             / fit_pts.len() as f64
     };
-    let nm = minimize(
-        |batch: &[Vec<f64>]| {
-            batch
-                .iter()
-                .map(|x| objective_of(&predict_all(&space.full(x))))
-                .collect()
-        },
-        &x0,
-        &step,
-        opts.max_evaluations,
-        1e-4,
-        1e-3,
-    );
+    // Nelder-Mead with restarts: a fresh simplex at the best point (half the steps) while a restart
+    // still improves the objective, within one evaluation budget.
+    let eval_batch = |batch: &[Vec<f64>]| -> Vec<f64> {
+        batch
+            .iter()
+            .map(|x| objective_of(&predict_all(&space.full(x))))
+            .collect()
+    };
+    let first_budget = opts.max_evaluations * 3 / 5;
+    let mut nm = minimize(eval_batch, &x0, &step, first_budget, 1e-4, 1e-3);
+    let mut used = nm.evaluations;
+    let mut restarts = 0;
+    let mut step_now = step.clone();
+    while used + 2 * active.len() < opts.max_evaluations {
+        step_now.iter_mut().for_each(|s| *s *= 0.5);
+        let again = minimize(
+            eval_batch,
+            &nm.x,
+            &step_now,
+            opts.max_evaluations - used,
+            1e-4,
+            1e-4,
+        );
+        used += again.evaluations;
+        restarts += 1;
+        let gain = nm.f - again.f;
+        if again.f < nm.f {
+            nm = again;
+        }
+        if gain < 1e-3 {
+            break;
+        }
+    }
+    nm.evaluations = used;
     let v = space.full(&nm.x);
     let b = build(&v);
     let preds = predict_all(&v);
@@ -771,6 +800,7 @@ fn calibrate_variant(
         request_overhead_s: sig(P_REQ),
         mem_compute_overlap: sig(P_OVERLAP),
         expert_spread: sig(P_SPREAD),
+        frontend_serial_s: sig(P_FRONTEND),
     };
 
     // Physics: coefficients at a physical bound mean the data pushed past it.
@@ -854,7 +884,7 @@ fn calibrate_variant(
         median_abs_error_pct: med,
         p90_abs_error_pct: p90,
         stop_reason: format!(
-            "{} after {} evaluations",
+            "{} after {} evaluations and {restarts} restart(s)",
             nm.stop.describe(),
             nm.evaluations
         ),
@@ -955,6 +985,11 @@ pub fn report_text(r: &FitReport) -> String {
             sg.mem_compute_overlap,
         ),
         ("expert_spread", c.expert_spread, sg.expert_spread),
+        (
+            "frontend_serial_s",
+            c.frontend_serial_s,
+            sg.frontend_serial_s,
+        ),
     ] {
         s += &format!("{n:<28} {v:<12.4e} {:.1}%\n", e * 100.0);
     }

@@ -438,6 +438,9 @@ pub struct ReportMeta {
     pub independent: bool,
     #[serde(default)]
     pub duplicate_of: Option<String>,
+    /// How the report computes system throughput: "sum_of_streams" (N x per-user speed) or
+    /// "wall_clock" (output tokens / wall time).
+    pub system_throughput: String,
     pub methodology: Methodology,
     #[serde(default)]
     pub threshold: Vec<Threshold>,

@@ -88,6 +88,7 @@ struct Live {
     client: u32,
     class: u16,
     arrival_ns: u64,
+    enqueued_ns: u64,
     prompt: u32,
     output: u32,
     num_tokens: u32,
@@ -575,6 +576,15 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
         preemptions: 0,
     };
     let overhead_ns = SimTime::from_secs(p.coefficients.request_overhead_s).0;
+    let serial_ns = SimTime::from_secs(p.coefficients.frontend_serial_s).0;
+    // The serial front-end: when it is free next. A request reaches the engine at
+    // max(send, front-end free) + serial + overhead.
+    let mut frontend_free: u64 = 0;
+    let enqueue_at = |send: u64, free: u64| {
+        send.max(free)
+            .saturating_add(serial_ns)
+            .saturating_add(overhead_ns)
+    };
     let mut arr = Pending::new(w, seed);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
     let mut out = SimOutput {
@@ -603,15 +613,18 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
     loop {
         // Arrivals whose engine-arrival time has come join the queue, in order.
         while let Some(send) = arr.peek_send() {
-            if send.saturating_add(overhead_ns) > now {
+            let enqueued = enqueue_at(send, frontend_free);
+            if enqueued > now {
                 break;
             }
             let (send, client, input, output, class) = arr.pop();
+            frontend_free = send.max(frontend_free) + serial_ns;
             let live = Live {
                 id: out.requests_sent as u32,
                 client,
                 class,
                 arrival_ns: send,
+                enqueued_ns: enqueued,
                 prompt: input,
                 output,
                 num_tokens: input,
@@ -650,7 +663,7 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
         if idle {
             match arr.peek_send() {
                 Some(t) => {
-                    now = now.max(t.saturating_add(overhead_ns));
+                    now = now.max(enqueue_at(t, frontend_free));
                     continue;
                 }
                 None => break,
@@ -669,8 +682,8 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
             // Nothing could be scheduled although work is queued: the engine waits for an arrival.
             // (fits_ever() guarantees the head runs once the engine is empty.)
             match arr.peek_send() {
-                Some(t) if t.saturating_add(overhead_ns) > now => {
-                    now = t.saturating_add(overhead_ns);
+                Some(t) if enqueue_at(t, frontend_free) > now => {
+                    now = enqueue_at(t, frontend_free);
                     continue;
                 }
                 _ => break,
@@ -746,7 +759,7 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
                         input_tokens: r.prompt,
                         output_tokens: r.output,
                         arrival: SimTime(r.arrival_ns),
-                        enqueued: SimTime(r.arrival_ns + overhead_ns),
+                        enqueued: SimTime(r.enqueued_ns),
                         first_scheduled: SimTime(r.first_sched_ns),
                         first_token: SimTime(r.first_token_ns),
                         finish: SimTime(now),

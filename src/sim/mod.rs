@@ -27,7 +27,7 @@ pub struct RequestRecord {
     pub input_tokens: u32,
     pub output_tokens: u32,
     pub arrival: SimTime,
-    /// When the engine received it: arrival + the profile's request overhead (HTTP, tokenization).
+    /// When the engine received it: after the serial front-end and the request overhead.
     pub enqueued: SimTime,
     /// First step that scheduled any of its tokens.
     pub first_scheduled: SimTime,
