@@ -7,6 +7,7 @@
 //! (src/main.rs, src/cli) is the only part that prints. See ARCHITECTURE.md.
 
 pub mod calibrate;
+pub mod capacity;
 pub mod catalog;
 pub mod data;
 pub mod error;

@@ -1,6 +1,7 @@
 //! Argument parsing (what the user typed) and its resolution into library objects (profile, workload).
 
 mod calibrate;
+mod capacity;
 mod catalog;
 mod simulate;
 mod sweep;
@@ -32,8 +33,8 @@ pub enum Cmd {
     Simulate(simulate::SimulateArgs),
     /// Simulate a list of loads (concurrencies, rates or burst sizes) in parallel.
     Sweep(sweep::SweepArgs),
-    /// The largest load that meets an SLO.
-    Capacity,
+    /// The largest load that meets an SLO; side by side across GPUs; fleet sizing.
+    Capacity(capacity::CapacityArgs),
     /// Replay every measured experiment and compare predicted with measured.
     Validate(validate::ValidateArgs),
     /// List the profiles.
@@ -52,7 +53,7 @@ pub fn run() -> Result<()> {
         Cmd::Calibrate(a) => calibrate::run(a),
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Sweep(a) => sweep::run(a),
-        Cmd::Capacity => Err(Error::NotImplemented("capacity (issue 6)")),
+        Cmd::Capacity(a) => capacity::run(a),
         Cmd::Validate(a) => validate::run(a),
         Cmd::Profiles(a) => catalog::profiles(a),
         Cmd::Gpus(a) => catalog::gpus(a),

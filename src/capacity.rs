@@ -1,0 +1,603 @@
+//! Capacity planning: the largest load that meets an SLO (burst size, closed-loop concurrency or
+//! open-loop rate), with a band from the profile's fitted uncertainty, verdicts for open loops, fleet
+//! sizing with simulated routing, and side-by-side GPUs.
+//!
+//! Searches bracket (doubling) and then split the bracket in four per round: the candidates of a round
+//! run in parallel, and the answer does not depend on the number of threads. Several seeds per load are
+//! merged at the per-request level (percentiles are never averaged).
+
+use crate::error::{Error, Result};
+use crate::metrics::{summarize, RequestSlo, StatKind, Summary};
+use crate::profile::Profile;
+use crate::sim::{simulate, SimOptions, SimOutput};
+use crate::sweep::point_seed;
+use crate::workload::{
+    Arrivals, Generator, LoadAxis, LoadTemplate, TraceRecord, Workload, WorkloadSpec,
+};
+use rayon::prelude::*;
+use serde::Serialize;
+
+/// A metric an SLO can bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SloMetric {
+    TtftS,
+    ItlMs,
+    TpotMs,
+    E2eS,
+    QueueWaitS,
+    PerUserTokS,
+}
+
+/// One limit: `ttft_p99_s=2.0` (at most), `per_user_tok_s_mean=15` (at least).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Slo {
+    pub metric: SloMetric,
+    pub stat: StatKind,
+    pub limit: f64,
+}
+
+impl Slo {
+    /// Parse `NAME=VALUE` with NAME one of ttft_<stat>_s, itl_<stat>_ms, tpot_<stat>_ms, e2e_<stat>_s,
+    /// queue_wait_<stat>_s (upper limits) or per_user_tok_s_<stat> (a lower limit); stat is mean, p50,
+    /// p90, p95 or p99.
+    pub fn parse(s: &str) -> Result<Slo> {
+        let bad = |m: String| Error::flag("--slo", m);
+        let (name, value) = s
+            .split_once('=')
+            .ok_or_else(|| bad(format!("`{s}`: expected NAME=VALUE, e.g. ttft_mean_s=3.0")))?;
+        let limit: f64 = value
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("`{value}` is not a number")))?;
+        if !(limit.is_finite() && limit > 0.0) {
+            return Err(bad(format!(
+                "`{name}` needs a positive finite limit, got {value}"
+            )));
+        }
+        let name = name.trim();
+        let (metric, rest) = if let Some(r) = name.strip_prefix("per_user_tok_s_") {
+            (SloMetric::PerUserTokS, r.to_string())
+        } else {
+            let table = [
+                ("ttft_", "_s", SloMetric::TtftS),
+                ("itl_", "_ms", SloMetric::ItlMs),
+                ("tpot_", "_ms", SloMetric::TpotMs),
+                ("e2e_", "_s", SloMetric::E2eS),
+                ("queue_wait_", "_s", SloMetric::QueueWaitS),
+            ];
+            table
+                .iter()
+                .find_map(|(pre, suf, m)| name.strip_prefix(pre).and_then(|r| r.strip_suffix(suf)).map(|r| (*m, r.to_string())))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "unknown SLO `{name}`; use ttft_<stat>_s, itl_<stat>_ms, tpot_<stat>_ms, e2e_<stat>_s, queue_wait_<stat>_s or per_user_tok_s_<stat> with stat mean|p50|p90|p95|p99"
+                    ))
+                })?
+        };
+        let stat = StatKind::parse(&rest).ok_or_else(|| {
+            bad(format!(
+                "unknown statistic `{rest}` in `{name}` (mean, p50, p90, p95, p99)"
+            ))
+        })?;
+        Ok(Slo {
+            metric,
+            stat,
+            limit,
+        })
+    }
+    pub fn name(&self) -> String {
+        let stat = serde_json::to_value(self.stat)
+            .expect("stat")
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        match self.metric {
+            SloMetric::TtftS => format!("ttft_{stat}_s"),
+            SloMetric::ItlMs => format!("itl_{stat}_ms"),
+            SloMetric::TpotMs => format!("tpot_{stat}_ms"),
+            SloMetric::E2eS => format!("e2e_{stat}_s"),
+            SloMetric::QueueWaitS => format!("queue_wait_{stat}_s"),
+            SloMetric::PerUserTokS => format!("per_user_tok_s_{stat}"),
+        }
+    }
+    pub fn is_lower_bound(&self) -> bool {
+        self.metric == SloMetric::PerUserTokS
+    }
+    pub fn value(&self, s: &Summary) -> f64 {
+        let st = match self.metric {
+            SloMetric::TtftS => &s.ttft_s,
+            SloMetric::ItlMs => &s.itl_ms,
+            SloMetric::TpotMs => &s.tpot_ms,
+            SloMetric::E2eS => &s.e2e_s,
+            SloMetric::QueueWaitS => &s.queue_wait_s,
+            SloMetric::PerUserTokS => &s.per_user_tok_s,
+        };
+        st.get(self.stat)
+    }
+    pub fn met(&self, s: &Summary) -> bool {
+        let v = self.value(s);
+        if s.requests_measured == 0 || !v.is_finite() {
+            return false;
+        }
+        if self.is_lower_bound() {
+            v >= self.limit
+        } else {
+            v <= self.limit
+        }
+    }
+}
+
+/// A named use case of the reports: lengths and SLOs (means, as the reports state them).
+pub struct Preset {
+    pub name: &'static str,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub slos: &'static [(&'static str, f64)],
+}
+
+/// The reports' use cases (reports 001 and 003, "Use Case Guidance").
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "code-completion",
+        input_tokens: 1024,
+        output_tokens: 128,
+        slos: &[("e2e_mean_s", 2.0)],
+    },
+    Preset {
+        name: "short-chat",
+        input_tokens: 8192,
+        output_tokens: 1024,
+        slos: &[("ttft_mean_s", 10.0), ("per_user_tok_s_mean", 10.0)],
+    },
+    Preset {
+        name: "general-chat",
+        input_tokens: 32768,
+        output_tokens: 1024,
+        slos: &[("ttft_mean_s", 8.0), ("per_user_tok_s_mean", 15.0)],
+    },
+    Preset {
+        name: "long-documents",
+        input_tokens: 65536,
+        output_tokens: 1024,
+        slos: &[("ttft_mean_s", 12.0), ("per_user_tok_s_mean", 15.0)],
+    },
+    Preset {
+        name: "coding-agent",
+        input_tokens: 98304,
+        output_tokens: 1024,
+        slos: &[("ttft_mean_s", 12.0), ("per_user_tok_s_mean", 20.0)],
+    },
+];
+
+pub fn preset(name: &str) -> Result<&'static Preset> {
+    PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
+        Error::flag(
+            "--preset",
+            format!(
+                "unknown preset `{name}`; one of {}",
+                PRESETS
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })
+}
+
+/// What a capacity question asks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Question {
+    pub axis: LoadAxis,
+    pub template: LoadTemplate,
+    pub slos: Vec<Slo>,
+    /// Search no further than this load.
+    pub max_load: f64,
+    /// Seeds per load, merged per request.
+    pub seeds: u32,
+    pub seed: u64,
+    /// Relative resolution of a rate search.
+    pub rate_rel_tol: f64,
+}
+
+/// Open-loop verdict at one rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stability {
+    /// The queue stays bounded while requests arrive.
+    Stable,
+    /// The queue is still growing when the last request arrives: a longer run would look worse.
+    Backlogged,
+    /// Completions fall well behind arrivals: the engine cannot keep up at this rate.
+    Overloaded,
+}
+
+/// One load the search tried.
+#[derive(Debug, Clone, Serialize)]
+pub struct TriedPoint {
+    pub load: f64,
+    pub meets_slo: bool,
+    /// The SLO metrics at this load, by name.
+    pub slo_values: Vec<(String, f64)>,
+    pub ttft_s_mean: f64,
+    pub ttft_s_p99: f64,
+    pub itl_ms_mean: f64,
+    pub e2e_s_mean: f64,
+    pub per_user_tok_s_mean: f64,
+    pub system_output_tok_s: f64,
+    pub requests_measured: u64,
+    pub utilization: f64,
+    pub stability: Option<Stability>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// A largest load meeting the SLO was found inside the search range.
+    Found,
+    /// Even the smallest load violates the SLO.
+    NoLoadMeetsSlo,
+    /// The SLO still holds at the search limit: capacity is at least that.
+    AtSearchLimit,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Capacity {
+    pub capacity: f64,
+    pub band: (f64, f64),
+    pub verdict: Verdict,
+    /// Open loops: the stability of the capacity point.
+    pub stability: Option<Stability>,
+    pub points: Vec<TriedPoint>,
+    pub profile: String,
+    pub retargeted_from: Option<String>,
+}
+
+fn stability(out: &SimOutput, w: &Workload, offered_rate: f64) -> Stability {
+    let sent = out.requests_sent.max(1) as f64;
+    let t_end = out.last_send.secs().max(1e-9);
+    // Completions by the last send, against arrivals by then.
+    let done_by_end = out
+        .records
+        .iter()
+        .filter(|r| r.finish <= out.last_send)
+        .count() as f64;
+    let behind = (sent - done_by_end) / sent;
+    let _ = (w, offered_rate, t_end);
+    let waiting: Vec<(f64, f64)> = out
+        .series
+        .iter()
+        .filter(|s| s.t_s <= out.last_send.secs())
+        .map(|s| (s.t_s, (s.waiting + s.running) as f64))
+        .collect();
+    let quarter = |a: f64, b: f64| {
+        let v: Vec<f64> = waiting
+            .iter()
+            .filter(|(t, _)| *t >= a * t_end && *t < b * t_end)
+            .map(|x| x.1)
+            .collect();
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    let (q2, q4) = (quarter(0.25, 0.5), quarter(0.75, 1.0));
+    if behind > 0.25 {
+        Stability::Overloaded
+    } else if q4 > 2.0 * q2.max(1.0) && q4 - q2 > 8.0 {
+        Stability::Backlogged
+    } else {
+        Stability::Stable
+    }
+}
+
+/// Simulate one load with every seed; latency statistics over the merged requests, throughputs
+/// averaged over seeds.
+pub fn evaluate(p: &Profile, q: &Question, load: f64) -> Result<TriedPoint> {
+    let w = q.template.at(q.axis, load)?;
+    let runs: Vec<(SimOutput, Summary)> = (0..q.seeds.max(1))
+        .into_par_iter()
+        .map(|i| {
+            let out = simulate(p, &w, point_seed(q.seed, i as u64), SimOptions::default());
+            let s = summarize(
+                &out,
+                w.spec.warmup_requests,
+                w.spec.cooldown_requests,
+                w.spec.warmup_s,
+                &RequestSlo::default(),
+            );
+            (out, s)
+        })
+        .collect();
+    let merged = merge(&runs, &w);
+    let n = runs.len() as f64;
+    let mean_of = |f: &dyn Fn(&Summary) -> f64| runs.iter().map(|(_, s)| f(s)).sum::<f64>() / n;
+    let meets = q.slos.iter().all(|s| s.met(&merged));
+    let stab = (q.axis == LoadAxis::Rate).then(|| {
+        // The worst verdict over seeds.
+        runs.iter()
+            .map(|(o, _)| stability(o, &w, load))
+            .max_by_key(|s| *s as u8)
+            .expect("one seed at least")
+    });
+    Ok(TriedPoint {
+        load,
+        meets_slo: meets && stab != Some(Stability::Overloaded),
+        slo_values: q
+            .slos
+            .iter()
+            .map(|s| (s.name(), s.value(&merged)))
+            .collect(),
+        ttft_s_mean: merged.ttft_s.mean,
+        ttft_s_p99: merged.ttft_s.p99,
+        itl_ms_mean: merged.itl_ms.mean,
+        e2e_s_mean: merged.e2e_s.mean,
+        per_user_tok_s_mean: merged.per_user_tok_s.mean,
+        system_output_tok_s: mean_of(&|s| s.system_output_tok_s),
+        requests_measured: merged.requests_measured,
+        utilization: mean_of(&|s| s.busy_fraction),
+        stability: stab,
+    })
+}
+
+/// Per-request merge of several seeds' runs (warm-up and cool-down applied per run).
+fn merge(runs: &[(SimOutput, Summary)], w: &Workload) -> Summary {
+    let mut all = runs[0].0.clone();
+    all.records.clear();
+    let mut next_id = 0u32;
+    for (out, _) in runs {
+        let last = out.requests_sent.saturating_sub(w.spec.cooldown_requests);
+        for r in out
+            .records
+            .iter()
+            .filter(|r| (r.id as u64) >= w.spec.warmup_requests && (r.id as u64) < last)
+        {
+            let mut r = *r;
+            r.id = next_id;
+            next_id += 1;
+            all.records.push(r);
+        }
+    }
+    all.requests_sent = next_id as u64;
+    summarize(&all, 0, 0, 0.0, &RequestSlo::default())
+}
+
+/// The largest load meeting the SLO: double until it fails, then split the bracket in four per round.
+/// `tick` is called once per evaluated load (for a progress bar).
+pub fn search(
+    p: &Profile,
+    q: &Question,
+    tick: &(dyn Fn() + Sync),
+) -> Result<(f64, Verdict, Vec<TriedPoint>)> {
+    let integer = q.axis.is_integer();
+    let mut tried: Vec<TriedPoint> = Vec::new();
+    let eval = |loads: &[f64]| -> Result<Vec<TriedPoint>> {
+        loads
+            .par_iter()
+            .map(|&l| {
+                let r = evaluate(p, q, l);
+                tick();
+                r
+            })
+            .collect()
+    };
+    let start = if integer {
+        1.0
+    } else {
+        (q.max_load / 1024.0).max(1e-3)
+    };
+    let first = eval(&[start])?;
+    tried.extend(first.clone());
+    if !first[0].meets_slo {
+        if integer {
+            tried.sort_by(|a, b| a.load.total_cmp(&b.load));
+            return Ok((0.0, Verdict::NoLoadMeetsSlo, tried));
+        }
+    }
+    let (mut lo, mut hi) = if first[0].meets_slo {
+        (start, f64::NAN)
+    } else {
+        (0.0, start)
+    };
+    // Bracket by doubling, two candidates per round.
+    while hi.is_nan() {
+        let cands: Vec<f64> = [lo * 2.0, lo * 4.0]
+            .into_iter()
+            .map(|x| x.min(q.max_load))
+            .collect();
+        let mut cands = cands;
+        cands.dedup();
+        let res = eval(&cands)?;
+        tried.extend(res.clone());
+        for r in &res {
+            if r.meets_slo {
+                lo = lo.max(r.load);
+            } else if hi.is_nan() || r.load < hi {
+                hi = r.load;
+            }
+        }
+        if hi.is_nan() && lo >= q.max_load {
+            tried.sort_by(|a, b| a.load.total_cmp(&b.load));
+            return Ok((q.max_load, Verdict::AtSearchLimit, tried));
+        }
+        // A failure below a success (noise): keep the lowest failure above the highest success.
+        if !hi.is_nan() && hi < lo {
+            hi = tried
+                .iter()
+                .filter(|t| !t.meets_slo && t.load > lo)
+                .map(|t| t.load)
+                .fold(f64::NAN, |a: f64, b| if a.is_nan() { b } else { a.min(b) });
+        }
+    }
+    // Split [lo, hi] in four per round until the bracket is one integer (or the rate tolerance).
+    loop {
+        let done = if integer {
+            hi - lo <= 1.0
+        } else {
+            (hi - lo) <= q.rate_rel_tol * hi.max(1e-9)
+        };
+        if done {
+            break;
+        }
+        let mut cands: Vec<f64> = (1..4).map(|k| lo + (hi - lo) * k as f64 / 4.0).collect();
+        if integer {
+            cands.iter_mut().for_each(|c| *c = c.round());
+            cands.retain(|c| *c > lo && *c < hi);
+            cands.dedup();
+            if cands.is_empty() {
+                break;
+            }
+        }
+        let res = eval(&cands)?;
+        tried.extend(res.clone());
+        // Monotone reading: the new lo is the largest passing candidate below the smallest failing one.
+        let first_fail = res
+            .iter()
+            .filter(|r| !r.meets_slo)
+            .map(|r| r.load)
+            .fold(hi, f64::min);
+        lo = res
+            .iter()
+            .filter(|r| r.meets_slo && r.load < first_fail)
+            .map(|r| r.load)
+            .fold(lo, f64::max);
+        hi = first_fail;
+    }
+    tried.sort_by(|a, b| a.load.total_cmp(&b.load));
+    if lo <= 0.0 {
+        return Ok((0.0, Verdict::NoLoadMeetsSlo, tried));
+    }
+    Ok((lo, Verdict::Found, tried))
+}
+
+/// The profile moved one fitted sigma towards slower (`sign` = -1) or faster (+1) service.
+pub fn perturbed(p: &Profile, sign: f64) -> Profile {
+    let Some(sg) = p.file.sigmas else {
+        return p.clone();
+    };
+    let mut q = p.clone();
+    let c = &mut q.coefficients;
+    let up = |v: f64, s: f64| v * (1.0 + s.min(0.9) * sign);
+    let down = |v: f64, s: f64| v * (1.0 - s.min(0.9) * sign).max(0.05);
+    c.bandwidth_eff_bytes_s = up(c.bandwidth_eff_bytes_s, sg.bandwidth_eff_bytes_s)
+        .min(p.gpu.hbm_bandwidth_bytes_s() * p.tensor_parallel as f64);
+    c.matmul_flops_eff_s = up(c.matmul_flops_eff_s, sg.matmul_flops_eff_s);
+    c.attention_flops_eff_s = up(c.attention_flops_eff_s, sg.attention_flops_eff_s);
+    c.step_overhead_s = down(c.step_overhead_s, sg.step_overhead_s);
+    c.per_seq_overhead_s = down(c.per_seq_overhead_s, sg.per_seq_overhead_s);
+    c.request_overhead_s = down(c.request_overhead_s, sg.request_overhead_s);
+    c.frontend_serial_s = down(c.frontend_serial_s, sg.frontend_serial_s);
+    q.file.coefficients = *c;
+    q
+}
+
+/// Capacity with its band: the nominal profile and the profiles one sigma slower and faster.
+pub fn capacity(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<Capacity> {
+    let variants = [perturbed(p, -1.0), p.clone(), perturbed(p, 1.0)];
+    let res: Vec<Result<(f64, Verdict, Vec<TriedPoint>)>> =
+        variants.par_iter().map(|v| search(v, q, tick)).collect();
+    let mut res: Vec<(f64, Verdict, Vec<TriedPoint>)> = res.into_iter().collect::<Result<_>>()?;
+    let (hi_cap, _, _) = res.pop().expect("three");
+    let (cap, verdict, points) = res.pop().expect("three");
+    let (lo_cap, _, _) = res.pop().expect("three");
+    let stability = points
+        .iter()
+        .find(|t| t.load == cap)
+        .and_then(|t| t.stability);
+    Ok(Capacity {
+        capacity: cap,
+        band: (lo_cap.min(cap), hi_cap.max(cap)),
+        verdict,
+        stability,
+        points,
+        profile: p.name().to_string(),
+        retargeted_from: p.retargeted_from.clone(),
+    })
+}
+
+/// How requests are spread over replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Routing {
+    /// Request i goes to replica i mod K.
+    RoundRobin,
+}
+
+/// A fleet of K replicas at a total open-loop rate: arrivals are drawn once for the fleet, routed, and
+/// each replica is simulated with exactly the requests it receives; metrics merge all requests.
+pub fn simulate_fleet(
+    p: &Profile,
+    t: &LoadTemplate,
+    rate: f64,
+    replicas: u32,
+    routing: Routing,
+    seed: u64,
+) -> Result<Summary> {
+    let fleet = t.at(LoadAxis::Rate, rate)?;
+    let total = fleet.planned_requests().unwrap_or(1000);
+    let Arrivals::OpenLoop {
+        process,
+        rate: sched,
+        ..
+    } = &fleet.spec.arrivals
+    else {
+        unreachable!("rate workload")
+    };
+    let mut g = Generator::new(&fleet, seed);
+    let mut per: Vec<Vec<TraceRecord>> = vec![Vec::new(); replicas as usize];
+    for i in 0..total {
+        let at = g.next_open_arrival_s(*process, sched);
+        let (input, output, _) = g.lengths();
+        let k = match routing {
+            Routing::RoundRobin => (i % replicas as u64) as usize,
+        };
+        per[k].push(TraceRecord {
+            arrival_s: at,
+            input_tokens: input,
+            output_tokens: output,
+        });
+    }
+    let runs: Vec<(SimOutput, Summary)> = per
+        .into_par_iter()
+        .filter(|r| !r.is_empty())
+        .map(|records| {
+            let n = records.len() as u64;
+            let w = WorkloadSpec {
+                arrivals: Arrivals::Trace { records },
+                classes: vec![],
+                requests: None,
+                duration_s: None,
+                warmup_requests: t.warmup_requests.min(n / 10),
+                cooldown_requests: t.cooldown_requests.min(n / 10),
+                warmup_s: 0.0,
+            }
+            .validate()
+            .expect("generated trace is valid");
+            let out = simulate(p, &w, seed, SimOptions::default());
+            let s = summarize(
+                &out,
+                w.spec.warmup_requests,
+                w.spec.cooldown_requests,
+                0.0,
+                &RequestSlo::default(),
+            );
+            (out, s)
+        })
+        .collect();
+    let w0 = t.at(LoadAxis::Rate, rate)?;
+    let mut m = merge(
+        &runs,
+        &WorkloadSpec {
+            warmup_requests: 0,
+            cooldown_requests: 0,
+            ..w0.spec
+        }
+        .validate()?,
+    );
+    m.system_output_tok_s = runs.iter().map(|(_, s)| s.system_output_tok_s).sum();
+    m.busy_fraction =
+        runs.iter().map(|(_, s)| s.busy_fraction).sum::<f64>() / runs.len().max(1) as f64;
+    Ok(m)
+}
