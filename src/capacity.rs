@@ -214,7 +214,7 @@ pub enum Stability {
 }
 
 /// One load the search tried.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TriedPoint {
     pub load: f64,
     pub meets_slo: bool,

@@ -496,9 +496,15 @@ impl Profile {
         model: Option<&str>,
         tp: Option<u32>,
     ) -> Result<Profile> {
-        if gpu.is_none() && model.is_none() && tp.is_none() {
+        let same_gpu = match gpu {
+            None => true,
+            Some(g) => catalog.gpu(g)?.name == self.gpu.name,
+        };
+        let same_tp = tp.is_none_or(|t| t == self.tensor_parallel);
+        if same_gpu && model.is_none() && same_tp {
             return Ok(self.clone());
         }
+        let gpu = if same_gpu { None } else { gpu };
         let mut f = self.file.clone();
         let old_gpu = self.gpu.clone();
         let new_gpu = match gpu {

@@ -299,3 +299,77 @@ fn catalog_listings_work_from_any_directory() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v.as_array().unwrap().len() >= 11);
 }
+
+#[test]
+fn capacity_json_contract_side_by_side_and_fleet() {
+    let o = capsim(&[
+        "capacity",
+        "--load",
+        "burst",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "256",
+        "--slo",
+        "ttft_mean_s=3.0",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["capacity"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["band"].as_array().unwrap().len(), 2);
+    assert!(v["verdict"].is_string() && v["points"].as_array().unwrap().len() > 3);
+    let o = capsim(&[
+        "capacity",
+        "--preset",
+        "general-chat",
+        "--gpus",
+        "H200 SXM,B200",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["side_by_side"].as_array().unwrap();
+    assert_eq!(
+        rows[0]["extrapolation"], false,
+        "the profile's own GPU is not an extrapolation"
+    );
+    assert_eq!(rows[1]["extrapolation"], true);
+    let o = capsim(&[
+        "capacity",
+        "--input-len",
+        "2048",
+        "--output-len",
+        "128",
+        "--slo",
+        "ttft_p95_s=2.0",
+        "--target-rate",
+        "20",
+        "--gpu-price-per-hour",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v["fleet"][0];
+    assert!(
+        f["replicas"].as_u64().unwrap() >= 1
+            && f["cost_per_million_output_tokens"].as_f64().unwrap() > 0.0
+    );
+    // A model that needs more than one GPU gets a tensor-parallel degree.
+    let o = capsim(&[
+        "capacity",
+        "--model",
+        "Llama-3.3-70B-Instruct",
+        "--gpu",
+        "H100 SXM",
+        "--preset",
+        "code-completion",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["tensor_parallel"].as_u64().unwrap() >= 2);
+    let e = stderr(&capsim(&["capacity", "--slo", "ttft_forever=3"]));
+    assert!(e.contains("--slo"), "{e}");
+}

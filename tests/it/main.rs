@@ -1,6 +1,7 @@
 //! capsim's integration tests: one crate, one module per area.
 
 mod calibrate;
+mod capacity;
 mod catalog;
 mod cli;
 mod data;
