@@ -15,33 +15,20 @@ fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 fn main() {
-    let n: u64 = std::env::var("CAPSIM_BENCH_REQUESTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let n: u64 = std::env::var("CAPSIM_BENCH_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let p = Profile::load(None, &Catalog::builtin()).expect("default profile");
     // The profile's capacity for this request shape: saturated closed-loop throughput (1024 clients).
     let mut t = LoadTemplate::fixed(1024, 256);
     t.requests = Some(20_000);
-    let sat = simulate(
-        &p,
-        &t.at(LoadAxis::Concurrency, 1024.0).unwrap(),
-        1,
-        SimOptions::default(),
-    );
+    let sat = simulate(&p, &t.at(LoadAxis::Concurrency, 1024.0).unwrap(), 1, SimOptions::default());
     let cap = summarize(&sat, 2000, 2000, 0.0, &RequestSlo::default()).request_throughput_per_s;
-    println!(
-        "profile {}: capacity at 1024/256 = {cap:.1} requests/s (closed loop, 1024 clients)",
-        p.name()
-    );
+    println!("profile {}: capacity at 1024/256 = {cap:.1} requests/s (closed loop, 1024 clients)", p.name());
     t.requests = Some(n);
     for (label, axis, load) in [
         ("closed loop, 64 clients", LoadAxis::Concurrency, 64.0),

@@ -11,9 +11,7 @@ use crate::metrics::{summarize, RequestSlo, StatKind, Summary};
 use crate::profile::Profile;
 use crate::sim::{simulate, SimOptions, SimOutput};
 use crate::sweep::point_seed;
-use crate::workload::{
-    Arrivals, Generator, LoadAxis, LoadTemplate, TraceRecord, Workload, WorkloadSpec,
-};
+use crate::workload::{Arrivals, Generator, LoadAxis, LoadTemplate, TraceRecord, Workload, WorkloadSpec};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -43,17 +41,11 @@ impl Slo {
     /// p90, p95 or p99.
     pub fn parse(s: &str) -> Result<Slo> {
         let bad = |m: String| Error::flag("--slo", m);
-        let (name, value) = s
-            .split_once('=')
-            .ok_or_else(|| bad(format!("`{s}`: expected NAME=VALUE, e.g. ttft_mean_s=3.0")))?;
-        let limit: f64 = value
-            .trim()
-            .parse()
-            .map_err(|_| bad(format!("`{value}` is not a number")))?;
+        let (name, value) =
+            s.split_once('=').ok_or_else(|| bad(format!("`{s}`: expected NAME=VALUE, e.g. ttft_mean_s=3.0")))?;
+        let limit: f64 = value.trim().parse().map_err(|_| bad(format!("`{value}` is not a number")))?;
         if !(limit.is_finite() && limit > 0.0) {
-            return Err(bad(format!(
-                "`{name}` needs a positive finite limit, got {value}"
-            )));
+            return Err(bad(format!("`{name}` needs a positive finite limit, got {value}")));
         }
         let name = name.trim();
         let (metric, rest) = if let Some(r) = name.strip_prefix("per_user_tok_s_") {
@@ -75,23 +67,12 @@ impl Slo {
                     ))
                 })?
         };
-        let stat = StatKind::parse(&rest).ok_or_else(|| {
-            bad(format!(
-                "unknown statistic `{rest}` in `{name}` (mean, p50, p90, p95, p99)"
-            ))
-        })?;
-        Ok(Slo {
-            metric,
-            stat,
-            limit,
-        })
+        let stat = StatKind::parse(&rest)
+            .ok_or_else(|| bad(format!("unknown statistic `{rest}` in `{name}` (mean, p50, p90, p95, p99)")))?;
+        Ok(Slo { metric, stat, limit })
     }
     pub fn name(&self) -> String {
-        let stat = serde_json::to_value(self.stat)
-            .expect("stat")
-            .as_str()
-            .unwrap_or("")
-            .to_string();
+        let stat = serde_json::to_value(self.stat).expect("stat").as_str().unwrap_or("").to_string();
         match self.metric {
             SloMetric::TtftS => format!("ttft_{stat}_s"),
             SloMetric::ItlMs => format!("itl_{stat}_ms"),
@@ -138,12 +119,7 @@ pub struct Preset {
 
 /// The reports' use cases (reports 001 and 003, "Use Case Guidance").
 pub const PRESETS: &[Preset] = &[
-    Preset {
-        name: "code-completion",
-        input_tokens: 1024,
-        output_tokens: 128,
-        slos: &[("e2e_mean_s", 2.0)],
-    },
+    Preset { name: "code-completion", input_tokens: 1024, output_tokens: 128, slos: &[("e2e_mean_s", 2.0)] },
     Preset {
         name: "short-chat",
         input_tokens: 8192,
@@ -176,11 +152,7 @@ pub fn preset(name: &str) -> Result<&'static Preset> {
             "--preset",
             format!(
                 "unknown preset `{name}`; one of {}",
-                PRESETS
-                    .iter()
-                    .map(|p| p.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
             ),
         )
     })
@@ -258,11 +230,7 @@ fn stability(out: &SimOutput, w: &Workload, offered_rate: f64) -> Stability {
     let sent = out.requests_sent.max(1) as f64;
     let t_end = out.last_send.secs().max(1e-9);
     // Completions by the last send, against arrivals by then.
-    let done_by_end = out
-        .records
-        .iter()
-        .filter(|r| r.finish <= out.last_send)
-        .count() as f64;
+    let done_by_end = out.records.iter().filter(|r| r.finish <= out.last_send).count() as f64;
     let behind = (sent - done_by_end) / sent;
     let _ = (w, offered_rate, t_end);
     let waiting: Vec<(f64, f64)> = out
@@ -272,11 +240,7 @@ fn stability(out: &SimOutput, w: &Workload, offered_rate: f64) -> Stability {
         .map(|s| (s.t_s, (s.waiting + s.running) as f64))
         .collect();
     let quarter = |a: f64, b: f64| {
-        let v: Vec<f64> = waiting
-            .iter()
-            .filter(|(t, _)| *t >= a * t_end && *t < b * t_end)
-            .map(|x| x.1)
-            .collect();
+        let v: Vec<f64> = waiting.iter().filter(|(t, _)| *t >= a * t_end && *t < b * t_end).map(|x| x.1).collect();
         if v.is_empty() {
             0.0
         } else {
@@ -317,19 +281,12 @@ pub fn evaluate(p: &Profile, q: &Question, load: f64) -> Result<TriedPoint> {
     let meets = q.slos.iter().all(|s| s.met(&merged));
     let stab = (q.axis == LoadAxis::Rate).then(|| {
         // The worst verdict over seeds.
-        runs.iter()
-            .map(|(o, _)| stability(o, &w, load))
-            .max_by_key(|s| *s as u8)
-            .expect("one seed at least")
+        runs.iter().map(|(o, _)| stability(o, &w, load)).max_by_key(|s| *s as u8).expect("one seed at least")
     });
     Ok(TriedPoint {
         load,
         meets_slo: meets && stab != Some(Stability::Overloaded),
-        slo_values: q
-            .slos
-            .iter()
-            .map(|s| (s.name(), s.value(&merged)))
-            .collect(),
+        slo_values: q.slos.iter().map(|s| (s.name(), s.value(&merged))).collect(),
         ttft_s_mean: merged.ttft_s.mean,
         ttft_s_p99: merged.ttft_s.p99,
         itl_ms_mean: merged.itl_ms.mean,
@@ -349,11 +306,7 @@ fn merge(runs: &[(SimOutput, Summary)], w: &Workload) -> Summary {
     let mut next_id = 0u32;
     for (out, _) in runs {
         let last = out.requests_sent.saturating_sub(w.spec.cooldown_requests);
-        for r in out
-            .records
-            .iter()
-            .filter(|r| (r.id as u64) >= w.spec.warmup_requests && (r.id as u64) < last)
-        {
+        for r in out.records.iter().filter(|r| (r.id as u64) >= w.spec.warmup_requests && (r.id as u64) < last) {
             let mut r = *r;
             r.id = next_id;
             next_id += 1;
@@ -366,11 +319,7 @@ fn merge(runs: &[(SimOutput, Summary)], w: &Workload) -> Summary {
 
 /// The largest load meeting the SLO: double until it fails, then split the bracket in four per round.
 /// `tick` is called once per evaluated load (for a progress bar).
-pub fn search(
-    p: &Profile,
-    q: &Question,
-    tick: &(dyn Fn() + Sync),
-) -> Result<(f64, Verdict, Vec<TriedPoint>)> {
+pub fn search(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<(f64, Verdict, Vec<TriedPoint>)> {
     let integer = q.axis.is_integer();
     let mut tried: Vec<TriedPoint> = Vec::new();
     let eval = |loads: &[f64]| -> Result<Vec<TriedPoint>> {
@@ -383,30 +332,17 @@ pub fn search(
             })
             .collect()
     };
-    let start = if integer {
-        1.0
-    } else {
-        (q.max_load / 1024.0).max(1e-3)
-    };
+    let start = if integer { 1.0 } else { (q.max_load / 1024.0).max(1e-3) };
     let first = eval(&[start])?;
     tried.extend(first.clone());
-    if !first[0].meets_slo {
-        if integer {
-            tried.sort_by(|a, b| a.load.total_cmp(&b.load));
-            return Ok((0.0, Verdict::NoLoadMeetsSlo, tried));
-        }
+    if !first[0].meets_slo && integer {
+        tried.sort_by(|a, b| a.load.total_cmp(&b.load));
+        return Ok((0.0, Verdict::NoLoadMeetsSlo, tried));
     }
-    let (mut lo, mut hi) = if first[0].meets_slo {
-        (start, f64::NAN)
-    } else {
-        (0.0, start)
-    };
+    let (mut lo, mut hi) = if first[0].meets_slo { (start, f64::NAN) } else { (0.0, start) };
     // Bracket by doubling, two candidates per round.
     while hi.is_nan() {
-        let cands: Vec<f64> = [lo * 2.0, lo * 4.0]
-            .into_iter()
-            .map(|x| x.min(q.max_load))
-            .collect();
+        let cands: Vec<f64> = [lo * 2.0, lo * 4.0].into_iter().map(|x| x.min(q.max_load)).collect();
         let mut cands = cands;
         cands.dedup();
         let res = eval(&cands)?;
@@ -424,20 +360,18 @@ pub fn search(
         }
         // A failure below a success (noise): keep the lowest failure above the highest success.
         if !hi.is_nan() && hi < lo {
-            hi = tried
-                .iter()
-                .filter(|t| !t.meets_slo && t.load > lo)
-                .map(|t| t.load)
-                .fold(f64::NAN, |a: f64, b| if a.is_nan() { b } else { a.min(b) });
+            hi = tried.iter().filter(|t| !t.meets_slo && t.load > lo).map(|t| t.load).fold(f64::NAN, |a: f64, b| {
+                if a.is_nan() {
+                    b
+                } else {
+                    a.min(b)
+                }
+            });
         }
     }
     // Split [lo, hi] in four per round until the bracket is one integer (or the rate tolerance).
     loop {
-        let done = if integer {
-            hi - lo <= 1.0
-        } else {
-            (hi - lo) <= q.rate_rel_tol * hi.max(1e-9)
-        };
+        let done = if integer { hi - lo <= 1.0 } else { (hi - lo) <= q.rate_rel_tol * hi.max(1e-9) };
         if done {
             break;
         }
@@ -453,16 +387,8 @@ pub fn search(
         let res = eval(&cands)?;
         tried.extend(res.clone());
         // Monotone reading: the new lo is the largest passing candidate below the smallest failing one.
-        let first_fail = res
-            .iter()
-            .filter(|r| !r.meets_slo)
-            .map(|r| r.load)
-            .fold(hi, f64::min);
-        lo = res
-            .iter()
-            .filter(|r| r.meets_slo && r.load < first_fail)
-            .map(|r| r.load)
-            .fold(lo, f64::max);
+        let first_fail = res.iter().filter(|r| !r.meets_slo).map(|r| r.load).fold(hi, f64::min);
+        lo = res.iter().filter(|r| r.meets_slo && r.load < first_fail).map(|r| r.load).fold(lo, f64::max);
         hi = first_fail;
     }
     tried.sort_by(|a, b| a.load.total_cmp(&b.load));
@@ -496,16 +422,12 @@ pub fn perturbed(p: &Profile, sign: f64) -> Profile {
 /// Capacity with its band: the nominal profile and the profiles one sigma slower and faster.
 pub fn capacity(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<Capacity> {
     let variants = [perturbed(p, -1.0), p.clone(), perturbed(p, 1.0)];
-    let res: Vec<Result<(f64, Verdict, Vec<TriedPoint>)>> =
-        variants.par_iter().map(|v| search(v, q, tick)).collect();
+    let res: Vec<Result<(f64, Verdict, Vec<TriedPoint>)>> = variants.par_iter().map(|v| search(v, q, tick)).collect();
     let mut res: Vec<(f64, Verdict, Vec<TriedPoint>)> = res.into_iter().collect::<Result<_>>()?;
     let (hi_cap, _, _) = res.pop().expect("three");
     let (cap, verdict, points) = res.pop().expect("three");
     let (lo_cap, _, _) = res.pop().expect("three");
-    let stability = points
-        .iter()
-        .find(|t| t.load == cap)
-        .and_then(|t| t.stability);
+    let stability = points.iter().find(|t| t.load == cap).and_then(|t| t.stability);
     Ok(Capacity {
         capacity: cap,
         band: (lo_cap.min(cap), hi_cap.max(cap)),
@@ -537,14 +459,7 @@ pub fn simulate_fleet(
 ) -> Result<Summary> {
     let fleet = t.at(LoadAxis::Rate, rate)?;
     let total = fleet.planned_requests().unwrap_or(1000);
-    let Arrivals::OpenLoop {
-        process,
-        rate: sched,
-        ..
-    } = &fleet.spec.arrivals
-    else {
-        unreachable!("rate workload")
-    };
+    let Arrivals::OpenLoop { process, rate: sched, .. } = &fleet.spec.arrivals else { unreachable!("rate workload") };
     let mut g = Generator::new(&fleet, seed);
     let mut per: Vec<Vec<TraceRecord>> = vec![Vec::new(); replicas as usize];
     for i in 0..total {
@@ -553,11 +468,7 @@ pub fn simulate_fleet(
         let k = match routing {
             Routing::RoundRobin => (i % replicas as u64) as usize,
         };
-        per[k].push(TraceRecord {
-            arrival_s: at,
-            input_tokens: input,
-            output_tokens: output,
-        });
+        per[k].push(TraceRecord { arrival_s: at, input_tokens: input, output_tokens: output });
     }
     let runs: Vec<(SimOutput, Summary)> = per
         .into_par_iter()
@@ -576,28 +487,13 @@ pub fn simulate_fleet(
             .validate()
             .expect("generated trace is valid");
             let out = simulate(p, &w, seed, SimOptions::default());
-            let s = summarize(
-                &out,
-                w.spec.warmup_requests,
-                w.spec.cooldown_requests,
-                0.0,
-                &RequestSlo::default(),
-            );
+            let s = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, 0.0, &RequestSlo::default());
             (out, s)
         })
         .collect();
     let w0 = t.at(LoadAxis::Rate, rate)?;
-    let mut m = merge(
-        &runs,
-        &WorkloadSpec {
-            warmup_requests: 0,
-            cooldown_requests: 0,
-            ..w0.spec
-        }
-        .validate()?,
-    );
+    let mut m = merge(&runs, &WorkloadSpec { warmup_requests: 0, cooldown_requests: 0, ..w0.spec }.validate()?);
     m.system_output_tok_s = runs.iter().map(|(_, s)| s.system_output_tok_s).sum();
-    m.busy_fraction =
-        runs.iter().map(|(_, s)| s.busy_fraction).sum::<f64>() / runs.len().max(1) as f64;
+    m.busy_fraction = runs.iter().map(|(_, s)| s.busy_fraction).sum::<f64>() / runs.len().max(1) as f64;
     Ok(m)
 }

@@ -31,11 +31,7 @@ pub enum Error {
     /// A file could not be read or written.
     Io { path: String, err: std::io::Error },
     /// A name that no catalog knows (GPU, model, profile).
-    Unknown {
-        kind: &'static str,
-        name: String,
-        known: Vec<String>,
-    },
+    Unknown { kind: &'static str, name: String, known: Vec<String> },
     /// A request that is well-formed but cannot be answered (e.g. a model that does not fit the GPU).
     Infeasible(String),
     /// A subcommand or option that a later issue fills in.
@@ -45,20 +41,8 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub fn input(
-        source: impl Into<String>,
-        line: Option<usize>,
-        field: Option<&str>,
-        msg: impl Into<String>,
-    ) -> Self {
-        Error::Input {
-            at: Location {
-                source: source.into(),
-                line,
-                field: field.map(str::to_string),
-            },
-            msg: msg.into(),
-        }
+    pub fn input(source: impl Into<String>, line: Option<usize>, field: Option<&str>, msg: impl Into<String>) -> Self {
+        Error::Input { at: Location { source: source.into(), line, field: field.map(str::to_string) }, msg: msg.into() }
     }
     pub fn flag(flag: &str, msg: impl Into<String>) -> Self {
         Error::input("command line", None, Some(flag), msg)
@@ -83,37 +67,22 @@ impl std::error::Error for Error {}
 
 /// Read a file with the path in the error.
 pub fn read_file(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|err| Error::Io {
-        path: path.display().to_string(),
-        err,
-    })
+    std::fs::read_to_string(path).map_err(|err| Error::Io { path: path.display().to_string(), err })
 }
 
 /// Check that a float is finite and within [lo, hi]; the error names the field.
 pub fn check_range(source: &str, field: &str, v: f64, lo: f64, hi: f64) -> Result<f64> {
     if !v.is_finite() {
-        return Err(Error::input(
-            source,
-            None,
-            Some(field),
-            format!("must be a finite number, got {v}"),
-        ));
+        return Err(Error::input(source, None, Some(field), format!("must be a finite number, got {v}")));
     }
     if v < lo || v > hi {
-        return Err(Error::input(
-            source,
-            None,
-            Some(field),
-            format!("must be in [{lo}, {hi}], got {v}"),
-        ));
+        return Err(Error::input(source, None, Some(field), format!("must be in [{lo}, {hi}], got {v}")));
     }
     Ok(v)
 }
 
 /// Turn a toml parse error into an Input error with the line of the span.
 pub fn toml_error(source: &str, text: &str, err: toml::de::Error) -> Error {
-    let line = err
-        .span()
-        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let line = err.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
     Error::input(source, line, None, err.message().to_string())
 }

@@ -35,10 +35,7 @@ pub struct ExperimentUnknowns {
 
 impl Default for ExperimentUnknowns {
     fn default() -> Self {
-        ExperimentUnknowns {
-            rounds_closed: 3.0,
-            rounds_unknown: 2.0,
-        }
+        ExperimentUnknowns { rounds_closed: 3.0, rounds_unknown: 2.0 }
     }
 }
 
@@ -87,11 +84,7 @@ fn scenarios_of(p: &Point, metas: &[ReportMeta]) -> Vec<Point> {
 }
 
 fn queue_threshold(p: &Point, metas: &[ReportMeta]) -> Option<f64> {
-    meta_of(p, metas)?
-        .threshold
-        .iter()
-        .find(|t| t.use_case == "max_safe_queue_depth")
-        .and_then(|t| t.ttft_s_max)
+    meta_of(p, metas)?.threshold.iter().find(|t| t.use_case == "max_safe_queue_depth").and_then(|t| t.ttft_s_max)
 }
 
 /// The workload of a point's experiment.
@@ -107,11 +100,7 @@ pub fn workload_for(p: &Point, u: &ExperimentUnknowns) -> Option<Workload> {
     let arrivals = if requests == n {
         Arrivals::Burst { n: n as u32 }
     } else {
-        Arrivals::ClosedLoop {
-            clients: n as u32,
-            think_time_s: 0.0,
-            think_exponential: false,
-        }
+        Arrivals::ClosedLoop { clients: n as u32, think_time_s: 0.0, think_exponential: false }
     };
     Workload::fixed(arrivals, input, output, Some(requests)).ok()
 }
@@ -134,12 +123,7 @@ fn system_def(p: &Point, metas: &[ReportMeta]) -> SystemThroughput {
 }
 
 /// The value of `metric` in a summary, in the metric's unit, as the report defines it.
-pub fn metric_of(
-    s: &Summary,
-    metric: &str,
-    concurrency: u32,
-    system: SystemThroughput,
-) -> Option<f64> {
+pub fn metric_of(s: &Summary, metric: &str, concurrency: u32, system: SystemThroughput) -> Option<f64> {
     let v = match metric {
         "system_tok_s" => match system {
             SystemThroughput::SumOfStreams => s.per_user_tok_s.mean * concurrency as f64,
@@ -157,51 +141,56 @@ pub fn metric_of(
 
 fn simulate_summary(profile: &Profile, p: &Point, u: &ExperimentUnknowns) -> Option<Summary> {
     let w = workload_for(p, u)?;
-    let out = simulate(
-        profile,
-        &w,
-        1,
-        SimOptions {
-            horizon_s: 1e6,
-            series_points: 2,
-        },
-    );
+    let out = simulate(profile, &w, 1, SimOptions { horizon_s: 1e6, series_points: 2 });
     Some(summarize(&out, 0, 0, 0.0, &RequestSlo::default()))
 }
 
+type WorkloadKey = (u64, u64, u8, u32);
+
+/// Summaries of the experiments already simulated for one (profile, unknowns): points that share an
+/// experiment (several metrics of one run, summaries across scenarios) simulate it once.
+#[derive(Default)]
+pub struct ReplayCache {
+    map: std::sync::Mutex<std::collections::HashMap<WorkloadKey, Option<Summary>>>,
+}
+
+impl ReplayCache {
+    fn summary(&self, profile: &Profile, p: &Point, u: &ExperimentUnknowns) -> Option<Summary> {
+        let key = (p.input_tokens?, p.output_tokens?, p.load as u8, p.concurrency?);
+        if let Some(s) = self.map.lock().expect("cache lock").get(&key) {
+            return s.clone();
+        }
+        let s = simulate_summary(profile, p, u);
+        self.map.lock().expect("cache lock").insert(key, s.clone());
+        s
+    }
+}
+
 /// Simulate a point's experiment(s) and return the predicted value of its metric.
-pub fn predict(
+pub fn predict(profile: &Profile, p: &Point, u: &ExperimentUnknowns, metas: &[ReportMeta]) -> Option<f64> {
+    predict_cached(profile, p, u, metas, &ReplayCache::default())
+}
+
+/// [`predict`] sharing simulations with other points through `cache` (same profile and unknowns).
+pub fn predict_cached(
     profile: &Profile,
     p: &Point,
     u: &ExperimentUnknowns,
     metas: &[ReportMeta],
+    cache: &ReplayCache,
 ) -> Option<f64> {
+    let (input, output) = (p.input_tokens.map(|x| x as u32), p.output_tokens.map(|x| x as u32));
     if p.metric == "max_safe_queue_depth" {
         let t = queue_threshold(p, metas)?;
-        return Some(max_safe_queue_depth(
-            profile,
-            p.input_tokens? as u32,
-            p.output_tokens? as u32,
-            t,
-            1024,
-        ) as f64);
+        return Some(max_safe_queue_depth(profile, input?, output?, t, 1024) as f64);
     }
     if p.metric == "capacity_requests" {
         let slo = use_case_slo(p, metas)?;
-        return Some(max_concurrency_within(
-            profile,
-            p.input_tokens? as u32,
-            p.output_tokens? as u32,
-            &slo,
-            u,
-            512,
-        ) as f64);
+        return Some(max_concurrency_within(profile, input?, output?, &slo, u, 512) as f64);
     }
     if p.scenario == "all" {
-        let vals: Vec<f64> = scenarios_of(p, metas)
-            .iter()
-            .filter_map(|q| predict(profile, q, u, metas))
-            .collect();
+        let vals: Vec<f64> =
+            scenarios_of(p, metas).iter().filter_map(|q| predict_cached(profile, q, u, metas, cache)).collect();
         if vals.is_empty() {
             return None;
         }
@@ -211,58 +200,34 @@ pub fn predict(
         });
     }
     let n = p.concurrency.unwrap_or(1);
+    let system = system_def(p, metas);
     match p.metric.as_str() {
         "scaling_eff_pct" => {
             // system(N) / (system(1) x N) with system = sum of stream speeds: per-user(N) / per-user(1).
-            let at_n = simulate_summary(profile, p, u)?.per_user_tok_s.mean;
+            let at_n = cache.summary(profile, p, u)?.per_user_tok_s.mean;
             let mut one = p.clone();
             one.concurrency = Some(1);
-            let at_1 = simulate_summary(profile, &one, u)?.per_user_tok_s.mean;
+            let at_1 = cache.summary(profile, &one, u)?.per_user_tok_s.mean;
             (at_1 > 0.0).then(|| at_n / at_1 * 100.0)
         }
-        "system_tok_per_hour" => metric_of(
-            &simulate_summary(profile, p, u)?,
-            "system_tok_s",
-            n,
-            system_def(p, metas),
-        )
-        .map(|v| v * 3600.0),
-        m => metric_of(
-            &simulate_summary(profile, p, u)?,
-            m,
-            n,
-            system_def(p, metas),
-        ),
+        "system_tok_per_hour" => {
+            metric_of(&cache.summary(profile, p, u)?, "system_tok_s", n, system).map(|v| v * 3600.0)
+        }
+        m => metric_of(&cache.summary(profile, p, u)?, m, n, system),
     }
 }
 
 /// Mean TTFT of a burst of `n` requests.
 pub fn burst_mean_ttft_s(profile: &Profile, n: u32, input: u32, output: u32) -> f64 {
     let w = Workload::fixed(Arrivals::Burst { n }, input, output, None).expect("valid burst");
-    let out = simulate(
-        profile,
-        &w,
-        1,
-        SimOptions {
-            horizon_s: 1e6,
-            series_points: 2,
-        },
-    );
-    summarize(&out, 0, 0, 0.0, &RequestSlo::default())
-        .ttft_s
-        .mean
+    let out = simulate(profile, &w, 1, SimOptions { horizon_s: 1e6, series_points: 2 });
+    summarize(&out, 0, 0, 0.0, &RequestSlo::default()).ttft_s.mean
 }
 
 /// The largest burst whose mean TTFT stays within `ttft_s_max` (seed 002's "max safe queue depth"),
 /// by bracketing and bisection over integers; mean TTFT grows with the burst. 0 if even one request
 /// misses it; `limit` if the limit itself meets it.
-pub fn max_safe_queue_depth(
-    profile: &Profile,
-    input: u32,
-    output: u32,
-    ttft_s_max: f64,
-    limit: u32,
-) -> u32 {
+pub fn max_safe_queue_depth(profile: &Profile, input: u32, output: u32, ttft_s_max: f64, limit: u32) -> u32 {
     let ok = |n: u32| burst_mean_ttft_s(profile, n, input, output) <= ttft_s_max;
     if !ok(1) {
         return 0;
@@ -301,9 +266,7 @@ pub struct MeanSlo {
 impl MeanSlo {
     pub fn met_by(&self, s: &Summary) -> bool {
         self.ttft_s_max.is_none_or(|m| s.ttft_s.mean <= m)
-            && self
-                .per_user_tok_s_min
-                .is_none_or(|m| s.per_user_tok_s.mean >= m)
+            && self.per_user_tok_s_min.is_none_or(|m| s.per_user_tok_s.mean >= m)
             && self.e2e_s_max.is_none_or(|m| s.e2e_s.mean <= m)
     }
 }
@@ -368,13 +331,6 @@ pub fn max_concurrency_within(
 
 /// The use-case limits a report states for a capacity point's scenario.
 pub fn use_case_slo(p: &Point, metas: &[ReportMeta]) -> Option<MeanSlo> {
-    let t = meta_of(p, metas)?
-        .threshold
-        .iter()
-        .find(|t| t.use_case == p.scenario)?;
-    Some(MeanSlo {
-        ttft_s_max: t.ttft_s_max,
-        per_user_tok_s_min: t.per_user_tok_s_min,
-        e2e_s_max: t.e2e_s_max,
-    })
+    let t = meta_of(p, metas)?.threshold.iter().find(|t| t.use_case == p.scenario)?;
+    Some(MeanSlo { ttft_s_max: t.ttft_s_max, per_user_tok_s_min: t.per_user_tok_s_min, e2e_s_max: t.e2e_s_max })
 }

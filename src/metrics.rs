@@ -97,9 +97,7 @@ impl RequestSlo {
     }
     fn meets(&self, r: &RequestRecord) -> bool {
         self.ttft_s_max.is_none_or(|m| r.ttft_s() <= m)
-            && self
-                .itl_ms_max
-                .is_none_or(|m| itl_ms(r).is_none_or(|v| v <= m))
+            && self.itl_ms_max.is_none_or(|m| itl_ms(r).is_none_or(|v| v <= m))
             && self.e2e_s_max.is_none_or(|m| r.e2e_s() <= m)
     }
 }
@@ -155,9 +153,7 @@ pub fn summarize(
     let measured: Vec<&RequestRecord> = out
         .records
         .iter()
-        .filter(|r| {
-            (r.id as u64) >= warmup_requests && (r.id as u64) < last_id && r.arrival.0 >= warm_ns
-        })
+        .filter(|r| (r.id as u64) >= warmup_requests && (r.id as u64) < last_id && r.arrival.0 >= warm_ns)
         .collect();
     let n = measured.len();
     let mut ttft: Vec<f64> = measured.iter().map(|r| r.ttft_s()).collect();
@@ -170,20 +166,12 @@ pub fn summarize(
         .filter(|r| r.output_tokens > 1 && r.decode_s() > 0.0)
         .map(|r| r.output_tokens as f64 / r.decode_s())
         .collect();
-    let (t0, t1) = measured.iter().fold((u64::MAX, 0u64), |(a, b), r| {
-        (a.min(r.arrival.0), b.max(r.finish.0))
-    });
-    let wall_s = if n > 0 && t1 > t0 {
-        (t1 - t0) as f64 * 1e-9
-    } else {
-        0.0
-    };
+    let (t0, t1) = measured.iter().fold((u64::MAX, 0u64), |(a, b), r| (a.min(r.arrival.0), b.max(r.finish.0)));
+    let wall_s = if n > 0 && t1 > t0 { (t1 - t0) as f64 * 1e-9 } else { 0.0 };
     let out_tokens: u64 = measured.iter().map(|r| r.output_tokens as u64).sum();
     let in_tokens: u64 = measured.iter().map(|r| r.input_tokens as u64).sum();
     let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
-    let good = slo
-        .is_set()
-        .then(|| measured.iter().filter(|r| slo.meets(r)).count());
+    let good = slo.is_set().then(|| measured.iter().filter(|r| slo.meets(r)).count());
     Summary {
         requests_sent: sent,
         requests_completed: out.records.len() as u64,
@@ -204,11 +192,7 @@ pub fn summarize(
         preemptions: out.preemptions,
         steps: out.steps,
         sim_time_s: out.end.secs(),
-        busy_fraction: if out.end.0 > 0 {
-            out.busy_ns as f64 / out.end.0 as f64
-        } else {
-            0.0
-        },
+        busy_fraction: if out.end.0 > 0 { out.busy_ns as f64 / out.end.0 as f64 } else { 0.0 },
         kv_util_mean: out.kv_util_time_weighted_mean,
         kv_util_max: out.kv_util_max,
         max_waiting: out.max_waiting,

@@ -22,14 +22,8 @@ pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
         "qwen3-coder-30b-a3b-instruct-fp8_h100-pcie_vllm.toml",
         include_str!("../models/qwen3-coder-30b-a3b-instruct-fp8_h100-pcie_vllm.toml"),
     ),
-    (
-        "qwen3.5-35b-a3b-fp8_h100-sxm_vllm.toml",
-        include_str!("../models/qwen3.5-35b-a3b-fp8_h100-sxm_vllm.toml"),
-    ),
-    (
-        "qwen3-coder-next-fp8_h200-sxm_sglang.toml",
-        include_str!("../models/qwen3-coder-next-fp8_h200-sxm_sglang.toml"),
-    ),
+    ("qwen3.5-35b-a3b-fp8_h100-sxm_vllm.toml", include_str!("../models/qwen3.5-35b-a3b-fp8_h100-sxm_vllm.toml")),
+    ("qwen3-coder-next-fp8_h200-sxm_sglang.toml", include_str!("../models/qwen3-coder-next-fp8_h200-sxm_sglang.toml")),
     (
         "qwen3-coder-30b-a3b-fp8_h200-sxm_vllm_handset.toml",
         include_str!("../models/qwen3-coder-30b-a3b-fp8_h200-sxm_vllm_handset.toml"),
@@ -87,6 +81,9 @@ pub struct EngineSettings {
     pub max_prefill_tokens: Option<u32>,
     pub max_running_requests: Option<u32>,
     pub enable_mixed_chunk: Option<bool>,
+    /// SGLang: run a decode batch between consecutive prefill batches while requests are decoding
+    /// (decode-friendly interleaving), instead of prefill-first.
+    pub interleave_decode: Option<bool>,
     pub new_token_ratio_init: Option<f64>,
     pub new_token_ratio_min: Option<f64>,
     pub new_token_ratio_decay_steps: Option<u32>,
@@ -107,6 +104,7 @@ impl EngineSettings {
             max_prefill_tokens,
             max_running_requests,
             enable_mixed_chunk,
+            interleave_decode,
             new_token_ratio_init,
             new_token_ratio_min,
             new_token_ratio_decay_steps
@@ -239,6 +237,7 @@ pub struct EngineConfig {
     pub per_seq_reserved_blocks: u32,
     pub max_prefill_tokens: u32,
     pub enable_mixed_chunk: bool,
+    pub interleave_decode: bool,
     pub new_token_ratio_init: f64,
     pub new_token_ratio_min: f64,
     pub new_token_ratio_decay_steps: u32,
@@ -296,23 +295,11 @@ impl ProfileFile {
         for (field, v, lo) in [
             ("coefficients.step_overhead_s", c.step_overhead_s, 0.0),
             ("coefficients.per_seq_overhead_s", c.per_seq_overhead_s, 0.0),
-            (
-                "coefficients.bandwidth_eff_bytes_s",
-                c.bandwidth_eff_bytes_s,
-                1e9,
-            ),
+            ("coefficients.bandwidth_eff_bytes_s", c.bandwidth_eff_bytes_s, 1e9),
             ("coefficients.matmul_flops_eff_s", c.matmul_flops_eff_s, 1e9),
-            (
-                "coefficients.attention_flops_eff_s",
-                c.attention_flops_eff_s,
-                1e9,
-            ),
+            ("coefficients.attention_flops_eff_s", c.attention_flops_eff_s, 1e9),
             ("coefficients.request_overhead_s", c.request_overhead_s, 0.0),
-            (
-                "coefficients.mem_compute_overlap",
-                c.mem_compute_overlap,
-                0.0,
-            ),
+            ("coefficients.mem_compute_overlap", c.mem_compute_overlap, 0.0),
             ("coefficients.expert_spread", c.expert_spread, 0.0),
             ("coefficients.frontend_serial_s", c.frontend_serial_s, 0.0),
         ] {
@@ -350,10 +337,8 @@ fn resolve_engine(
     let err = |f: &str, msg: String| Error::input(source, None, Some(f), msg);
     let (budget, seqs, block, util) = match kind {
         EngineKind::Vllm => (
-            s.max_num_batched_tokens
-                .unwrap_or_else(|| gpu.vllm_default_max_num_batched_tokens()),
-            s.max_num_seqs
-                .unwrap_or_else(|| gpu.vllm_default_max_num_seqs()),
+            s.max_num_batched_tokens.unwrap_or_else(|| gpu.vllm_default_max_num_batched_tokens()),
+            s.max_num_seqs.unwrap_or_else(|| gpu.vllm_default_max_num_seqs()),
             s.block_size_tokens.unwrap_or(16),
             s.gpu_memory_utilization.unwrap_or(0.92),
         ),
@@ -365,48 +350,32 @@ fn resolve_engine(
             // capsim's stated choice, overridable.
             s.max_running_requests.or(s.max_num_seqs).unwrap_or(1024),
             s.block_size_tokens.unwrap_or(1),
-            s.gpu_memory_utilization
-                .unwrap_or_else(|| gpu.sglang_default_mem_fraction_static()),
+            s.gpu_memory_utilization.unwrap_or_else(|| gpu.sglang_default_mem_fraction_static()),
         ),
     };
     if budget == 0 {
-        return Err(err(
-            "engine.max_num_batched_tokens",
-            "must be positive".into(),
-        ));
+        return Err(err("engine.max_num_batched_tokens", "must be positive".into()));
     }
     if seqs == 0 {
         return Err(err("engine.max_num_seqs", "must be positive".into()));
     }
     if block == 0 || block > 1024 {
-        return Err(err(
-            "engine.block_size_tokens",
-            format!("must be in 1..=1024, got {block}"),
-        ));
+        return Err(err("engine.block_size_tokens", format!("must be in 1..=1024, got {block}")));
     }
     if !(util.is_finite() && util > 0.0 && util <= 1.0) {
-        return Err(err(
-            "engine.gpu_memory_utilization",
-            format!("must be in (0, 1], got {util}"),
-        ));
+        return Err(err("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
     }
     let kv_per_token = arch.kv_bytes_per_token(m.kv_dtype);
     let state_dtype = m.state_dtype.unwrap_or(Dtype::Fp32);
-    let reserved_bytes = arch.linear_state_bytes(state_dtype)
-        + arch.sliding_kv_bytes_per_token(m.kv_dtype) * arch.sliding_window as f64;
+    let reserved_bytes =
+        arch.linear_state_bytes(state_dtype) + arch.sliding_kv_bytes_per_token(m.kv_dtype) * arch.sliding_window as f64;
     let block_bytes = kv_per_token * block as f64;
-    let per_seq_reserved_blocks = if reserved_bytes > 0.0 {
-        (reserved_bytes / block_bytes).ceil() as u32
-    } else {
-        0
-    };
+    let per_seq_reserved_blocks = if reserved_bytes > 0.0 { (reserved_bytes / block_bytes).ceil() as u32 } else { 0 };
     let kv_capacity_tokens = match s.kv_capacity_tokens {
         Some(t) => t,
         None => {
             let mem = gpu.memory_bytes() * tp as f64 * util;
-            let free = mem
-                - arch.weight_bytes(m.weight_dtype)
-                - activation_bytes(arch, budget) * tp as f64;
+            let free = mem - arch.weight_bytes(m.weight_dtype) - activation_bytes(arch, budget) * tp as f64;
             if free <= 0.0 {
                 return Err(Error::Infeasible(format!(
                     "{} in {} ({:.1} GB of weights) does not fit {} x {} at memory utilization {util}; raise tensor_parallel",
@@ -444,6 +413,7 @@ fn resolve_engine(
         per_seq_reserved_blocks,
         max_prefill_tokens: s.max_prefill_tokens.unwrap_or(16384).max(budget),
         enable_mixed_chunk: s.enable_mixed_chunk.unwrap_or(false),
+        interleave_decode: s.interleave_decode.unwrap_or(false),
         new_token_ratio_init: ratio_init,
         new_token_ratio_min: ratio_min,
         // SGLang decays the ratio linearly from init to min over about 600 decode steps.
@@ -457,17 +427,12 @@ impl Profile {
     }
     pub fn load(name_or_path: Option<&str>, catalog: &Catalog) -> Result<Profile> {
         let (source, text) = match name_or_path {
-            None => (
-                format!("<builtin>/{}", BUILTIN_PROFILES[0].0),
-                BUILTIN_PROFILES[0].1.to_string(),
-            ),
+            None => (format!("<builtin>/{}", BUILTIN_PROFILES[0].0), BUILTIN_PROFILES[0].1.to_string()),
             Some(n) => {
                 let stem = n.trim_end_matches(".toml");
                 if let Some((f, t)) = BUILTIN_PROFILES.iter().find(|(f, t)| {
                     f.trim_end_matches(".toml") == stem
-                        || ProfileFile::parse(f, t)
-                            .map(|p| p.name == n)
-                            .unwrap_or(false)
+                        || ProfileFile::parse(f, t).map(|p| p.name == n).unwrap_or(false)
                 }) {
                     (format!("<builtin>/{f}"), t.to_string())
                 } else if Path::new(n).is_file() {
@@ -476,10 +441,7 @@ impl Profile {
                     return Err(Error::Unknown {
                         kind: "profile (name or file)",
                         name: n.to_string(),
-                        known: BUILTIN_PROFILES
-                            .iter()
-                            .map(|(f, _)| f.trim_end_matches(".toml").to_string())
-                            .collect(),
+                        known: BUILTIN_PROFILES.iter().map(|(f, _)| f.trim_end_matches(".toml").to_string()).collect(),
                     });
                 }
             }
@@ -513,11 +475,9 @@ impl Profile {
         };
         let w = f.model.weight_dtype;
         let c = &mut f.coefficients;
-        c.bandwidth_eff_bytes_s *=
-            new_gpu.hbm_bandwidth_bytes_s() / old_gpu.hbm_bandwidth_bytes_s();
+        c.bandwidth_eff_bytes_s *= new_gpu.hbm_bandwidth_bytes_s() / old_gpu.hbm_bandwidth_bytes_s();
         c.matmul_flops_eff_s *= new_gpu.dense_flops_s(w) / old_gpu.dense_flops_s(w);
-        c.attention_flops_eff_s *=
-            new_gpu.dense_flops_s(Dtype::Bf16) / old_gpu.dense_flops_s(Dtype::Bf16);
+        c.attention_flops_eff_s *= new_gpu.dense_flops_s(Dtype::Bf16) / old_gpu.dense_flops_s(Dtype::Bf16);
         f.gpu.name = new_gpu.name.clone();
         if let Some(tp) = tp {
             f.gpu.tensor_parallel = Some(tp);
@@ -534,12 +494,8 @@ impl Profile {
         if let Some(m) = model {
             f.model.name = m.to_string();
         }
-        f.name = format!(
-            "{} -> {}{}",
-            self.file.name,
-            new_gpu.name,
-            model.map(|m| format!(" / {m}")).unwrap_or_default()
-        );
+        f.name =
+            format!("{} -> {}{}", self.file.name, new_gpu.name, model.map(|m| format!(" / {m}")).unwrap_or_default());
         let mut p = f.resolve("retargeted profile", catalog)?;
         p.retargeted_from = Some(self.file.name.clone());
         Ok(p)

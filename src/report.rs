@@ -29,14 +29,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     };
     let mut out = line(headers.to_vec());
     out.push('\n');
-    out.push_str(&line(
-        w.iter()
-            .map(|&x| "-".repeat(x))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(String::as_str)
-            .collect(),
-    ));
+    out.push_str(&line(w.iter().map(|&x| "-".repeat(x)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
     out.push('\n');
     for r in rows {
         out.push_str(&line(r.iter().map(String::as_str).collect()));
@@ -47,9 +40,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// CSV text of a header and rows.
 pub fn csv(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut w = csv::WriterBuilder::new()
-        .terminator(csv::Terminator::Any(b'\n'))
-        .from_writer(Vec::new());
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
     w.write_record(headers).expect("in-memory CSV");
     for r in rows {
         w.write_record(r).expect("in-memory CSV");
@@ -92,11 +83,8 @@ pub fn svg_chart(
     let pw = w - ml - mr;
     let ph = h - mt - mb;
     let tx = |x: f64| if log_x { x.max(1e-9).ln() } else { x };
-    let all: Vec<(f64, f64)> = series
-        .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .filter(|(x, y)| x.is_finite() && y.is_finite())
-        .collect();
+    let all: Vec<(f64, f64)> =
+        series.iter().flat_map(|s| s.points.iter().copied()).filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
     for &(x, y) in &all {
         x0 = x0.min(tx(x));
@@ -116,9 +104,7 @@ pub fn svg_chart(
     y1 *= 1.08;
     let px = |x: f64| ml + (tx(x) - x0) / (x1 - x0) * pw;
     let py = |y: f64| mt + ph - y / y1 * ph;
-    let colors = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    ];
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"14\" text-anchor=\"middle\">{}</text>\n",
         ml + pw / 2.0,
@@ -149,13 +135,13 @@ pub fn svg_chart(
             num(*x, 3)
         );
     }
+    s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", ml + pw / 2.0, h - 10.0, esc(x_label));
     s += &format!(
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-        ml + pw / 2.0,
-        h - 10.0,
-        esc(x_label)
+        "<text x=\"16\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {})\">{}</text>\n",
+        mt + ph / 2.0,
+        mt + ph / 2.0,
+        esc(y_label)
     );
-    s += &format!("<text x=\"16\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {})\">{}</text>\n", mt + ph / 2.0, mt + ph / 2.0, esc(y_label));
     if let Some((y, label)) = hline {
         s += &format!(
             "<line x1=\"{ml}\" x2=\"{}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#d62728\" stroke-dasharray=\"6 4\"/><text x=\"{}\" y=\"{:.1}\" fill=\"#d62728\">{}</text>\n",
@@ -180,29 +166,14 @@ pub fn svg_chart(
     }
     for (i, se) in series.iter().enumerate() {
         let c = colors[i % colors.len()];
-        let pts: Vec<(f64, f64)> = se
-            .points
-            .iter()
-            .copied()
-            .filter(|(x, y)| x.is_finite() && y.is_finite())
-            .collect();
+        let pts: Vec<(f64, f64)> = se.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
         if se.markers {
             for (x, y) in &pts {
-                s += &format!(
-                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"/>\n",
-                    px(*x),
-                    py(*y)
-                );
+                s += &format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"/>\n", px(*x), py(*y));
             }
         } else if !pts.is_empty() {
-            let d: Vec<String> = pts
-                .iter()
-                .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
-                .collect();
-            s += &format!(
-                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n",
-                d.join(" ")
-            );
+            let d: Vec<String> = pts.iter().map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
+            s += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n", d.join(" "));
         }
         let ly = mt + 14.0 + i as f64 * 18.0;
         s += &format!(
@@ -219,7 +190,5 @@ pub fn svg_chart(
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }

@@ -37,19 +37,8 @@ pub fn run_point(
 ) -> Result<SweepPoint> {
     let w = t.at(axis, load)?;
     let out = simulate(p, &w, seed, SimOptions::default());
-    let summary = summarize(
-        &out,
-        w.spec.warmup_requests,
-        w.spec.cooldown_requests,
-        w.spec.warmup_s,
-        slo,
-    );
-    Ok(SweepPoint {
-        axis,
-        load,
-        seed,
-        summary,
-    })
+    let summary = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, slo);
+    Ok(SweepPoint { axis, load, seed, summary })
 }
 
 /// Run every load in parallel; results in the order of `loads`.

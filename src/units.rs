@@ -52,9 +52,7 @@ impl fmt::Display for Dtype {
 
 /// Simulated time in integer nanoseconds. Integer time keeps event order exact and runs reproducible;
 /// 2^63 ns is about 292 years of simulated time.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 pub struct SimTime(pub u64);
 
 impl SimTime {

@@ -5,7 +5,7 @@ use crate::calibrate::{self, FitOptions, Target};
 use crate::catalog::Catalog;
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
-use crate::experiment::{is_replayable, predict, ExperimentUnknowns};
+use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::metrics::percentile_sorted;
 use crate::profile::{Profile, ProfileFile, BUILTIN_PROFILES};
 use rayon::prelude::*;
@@ -16,12 +16,7 @@ pub const TARGETS: &[(Protocol, MetricGroup, f64, Option<f64>)] = &[
     (Protocol::InSample, MetricGroup::Ttft, 10.0, Some(25.0)),
     (Protocol::InSample, MetricGroup::Decode, 10.0, Some(25.0)),
     (Protocol::InSample, MetricGroup::E2e, 10.0, Some(25.0)),
-    (
-        Protocol::ExtrapolateConcurrency,
-        MetricGroup::All,
-        15.0,
-        None,
-    ),
+    (Protocol::ExtrapolateConcurrency, MetricGroup::All, 15.0, None),
 ];
 
 /// Held-out fits use this evaluation budget (the shipped profiles use the CLI default).
@@ -37,12 +32,8 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 4] = [
-        Protocol::InSample,
-        Protocol::ExtrapolateConcurrency,
-        Protocol::LeaveOneContextOut,
-        Protocol::CrossGpu,
-    ];
+    pub const ALL: [Protocol; 4] =
+        [Protocol::InSample, Protocol::ExtrapolateConcurrency, Protocol::LeaveOneContextOut, Protocol::CrossGpu];
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::InSample => "in-sample",
@@ -108,28 +99,18 @@ pub struct GroupSummary {
 
 /// Median and p90 of |error| over unflagged rows that match.
 pub fn abs_error_stats(rows: &[Row], keep: impl Fn(&Row) -> bool) -> (usize, f64, f64) {
-    let mut e: Vec<f64> = rows
-        .iter()
-        .filter(|r| !r.flagged && keep(r))
-        .filter_map(|r| r.error_pct.map(f64::abs))
-        .collect();
+    let mut e: Vec<f64> =
+        rows.iter().filter(|r| !r.flagged && keep(r)).filter_map(|r| r.error_pct.map(f64::abs)).collect();
     e.sort_by(f64::total_cmp);
     if e.is_empty() {
         return (0, f64::NAN, f64::NAN);
     }
-    (
-        e.len(),
-        percentile_sorted(&e, 50.0),
-        percentile_sorted(&e, 90.0),
-    )
+    (e.len(), percentile_sorted(&e, 50.0), percentile_sorted(&e, 90.0))
 }
 
 pub fn summarize_rows(rows: &[Row]) -> Vec<GroupSummary> {
-    let mut keys: Vec<(String, String)> = rows
-        .iter()
-        .filter(|r| r.error_pct.is_some())
-        .map(|r| (r.report.clone(), r.metric.clone()))
-        .collect();
+    let mut keys: Vec<(String, String)> =
+        rows.iter().filter(|r| r.error_pct.is_some()).map(|r| (r.report.clone(), r.metric.clone())).collect();
     keys.sort();
     keys.dedup();
     keys.into_iter()
@@ -154,10 +135,7 @@ pub fn builtin_profiles_by_report(catalog: &Catalog) -> Result<Vec<(String, Prof
         if pf.fit.is_none() {
             continue;
         }
-        out.push((
-            pf.provenance.source_report.clone(),
-            pf.resolve(file, catalog)?,
-        ));
+        out.push((pf.provenance.source_report.clone(), pf.resolve(file, catalog)?));
     }
     Ok(out)
 }
@@ -193,23 +171,15 @@ fn predict_rows(
     note: &str,
 ) -> Vec<Row> {
     let u = unknowns_of(profile);
+    let cache = ReplayCache::default();
     points
         .par_iter()
         .map(|p| {
             if !is_replayable(p, metas) {
                 return row(p, protocol, None, not_replayable_reason(p));
             }
-            let v = predict(profile, p, &u, metas);
-            row(
-                p,
-                protocol,
-                v,
-                if v.is_some() {
-                    note.to_string()
-                } else {
-                    "simulation produced no value".into()
-                },
-            )
+            let v = predict_cached(profile, p, &u, metas, &cache);
+            row(p, protocol, v, if v.is_some() { note.to_string() } else { "simulation produced no value".into() })
         })
         .collect()
 }
@@ -256,7 +226,10 @@ pub fn run(
     if let Some(p) = profile_override {
         let rep = p.file.provenance.source_report.clone();
         if rep.is_empty() {
-            return Err(Error::flag("--profile", "the profile names no source_report: validation needs to know which report it describes"));
+            return Err(Error::flag(
+                "--profile",
+                "the profile names no source_report: validation needs to know which report it describes",
+            ));
         }
         profiles.retain(|(r, _)| *r != rep);
         profiles.push((rep, p.clone()));
@@ -268,68 +241,34 @@ pub fn run(
         r.dedup();
         r
     };
-    for rep in reports
-        .iter()
-        .filter(|r| only_report.is_none_or(|o| r.starts_with(o)))
-    {
+    for rep in reports.iter().filter(|r| only_report.is_none_or(|o| r.starts_with(o))) {
         let pts: Vec<&Point> = points.iter().filter(|p| &p.report == rep).collect();
         let meta = metas.iter().find(|m| &m.report == rep);
         // A duplicate report is predicted by its original's profile.
-        let source = meta
-            .and_then(|m| m.duplicate_of.clone())
-            .unwrap_or_else(|| rep.clone());
+        let source = meta.and_then(|m| m.duplicate_of.clone()).unwrap_or_else(|| rep.clone());
         let profile = profiles.iter().find(|(r, _)| *r == source).map(|(_, p)| p);
         let target = targets.iter().find(|t| t.report == source);
         match protocol {
             Protocol::InSample => match profile {
-                Some(p) => rows.extend(predict_rows(
-                    &pts,
-                    p,
-                    metas,
-                    protocol,
-                    &format!("profile {}", p.name()),
-                )),
-                None => rows.extend(
-                    pts.iter()
-                        .map(|p| row(p, protocol, None, "no profile for this report".into())),
-                ),
+                Some(p) => rows.extend(predict_rows(&pts, p, metas, protocol, &format!("profile {}", p.name()))),
+                None => rows.extend(pts.iter().map(|p| row(p, protocol, None, "no profile for this report".into()))),
             },
             Protocol::ExtrapolateConcurrency => {
                 let Some(t) = target else { continue };
-                let fitted = held_out_fit(points, metas, t, catalog, &|p: &Point| {
-                    p.concurrency.is_some_and(|c| c <= 4)
-                })?;
-                let high: Vec<&Point> = pts
-                    .iter()
-                    .copied()
-                    .filter(|p| p.concurrency.is_some_and(|c| c > 4))
-                    .collect();
-                rows.extend(predict_rows(
-                    &high,
-                    &fitted,
-                    metas,
-                    protocol,
-                    "fitted on concurrency <= 4 only",
-                ));
+                let fitted =
+                    held_out_fit(points, metas, t, catalog, &|p: &Point| p.concurrency.is_some_and(|c| c <= 4))?;
+                let high: Vec<&Point> = pts.iter().copied().filter(|p| p.concurrency.is_some_and(|c| c > 4)).collect();
+                rows.extend(predict_rows(&high, &fitted, metas, protocol, "fitted on concurrency <= 4 only"));
             }
             Protocol::LeaveOneContextOut => {
                 let Some(t) = target else { continue };
-                let mut ctxs: Vec<u64> = pts
-                    .iter()
-                    .filter(|p| p.scenario != "all")
-                    .filter_map(|p| p.input_tokens)
-                    .collect();
+                let mut ctxs: Vec<u64> =
+                    pts.iter().filter(|p| p.scenario != "all").filter_map(|p| p.input_tokens).collect();
                 ctxs.sort();
                 ctxs.dedup();
                 for l in ctxs {
-                    let fitted = held_out_fit(points, metas, t, catalog, &move |p: &Point| {
-                        p.input_tokens != Some(l)
-                    })?;
-                    let held: Vec<&Point> = pts
-                        .iter()
-                        .copied()
-                        .filter(|p| p.input_tokens == Some(l))
-                        .collect();
+                    let fitted = held_out_fit(points, metas, t, catalog, &move |p: &Point| p.input_tokens != Some(l))?;
+                    let held: Vec<&Point> = pts.iter().copied().filter(|p| p.input_tokens == Some(l)).collect();
                     rows.extend(predict_rows(
                         &held,
                         &fitted,

@@ -15,10 +15,10 @@ pub mod nelder_mead;
 use crate::catalog::{Catalog, ModelArch};
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
-use crate::experiment::{is_replayable, predict, ExperimentUnknowns};
+use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::profile::{
-    CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef,
-    Profile, ProfileFile, Provenance,
+    CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef, Profile, ProfileFile,
+    Provenance,
 };
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
@@ -56,22 +56,15 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
             Ok(g) => g.name.clone(),
             Err(_) => {
                 let fam = catalog.gpu_family(&m.gpu);
-                let g = fam
-                    .iter()
-                    .find(|g| g.name.contains("SXM"))
-                    .or(fam.first())
-                    .ok_or_else(|| {
-                        Error::input(
-                            format!("calibration/reports/{}", m.report),
-                            None,
-                            Some("gpu"),
-                            format!("unknown GPU `{}`", m.gpu),
-                        )
-                    })?;
-                assumptions.push(format!(
-                    "GPU variant not stated ('{}'): {} assumed",
-                    m.gpu, g.name
-                ));
+                let g = fam.iter().find(|g| g.name.contains("SXM")).or(fam.first()).ok_or_else(|| {
+                    Error::input(
+                        format!("calibration/reports/{}", m.report),
+                        None,
+                        Some("gpu"),
+                        format!("unknown GPU `{}`", m.gpu),
+                    )
+                })?;
+                assumptions.push(format!("GPU variant not stated ('{}'): {} assumed", m.gpu, g.name));
                 g.name.clone()
             }
         };
@@ -88,30 +81,22 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
             Dtype::Fp8
         });
         let kv_dtype = m.kv_dtype().unwrap_or_else(|| {
-            assumptions.push("KV cache dtype not stated: BF16 assumed (the engines' 'auto' for these checkpoints)".into());
+            assumptions
+                .push("KV cache dtype not stated: BF16 assumed (the engines' 'auto' for these checkpoints)".into());
             Dtype::Bf16
         });
-        let profile_name = format!(
-            "{}-{}_{}_{}",
-            slug(&arch.name),
-            weight_dtype,
-            slug(&gpu),
-            engine.as_str()
-        );
+        let profile_name = format!("{}-{}_{}_{}", slug(&arch.name), weight_dtype, slug(&gpu), engine.as_str());
         let variants = match engine {
             EngineKind::Vllm => vec![("vLLM defaults".to_string(), EngineSettings::default())],
             EngineKind::Sglang => vec![
+                ("SGLang defaults (decodes wait during prefill batches)".to_string(), EngineSettings::default()),
                 (
-                    "SGLang defaults (decodes wait during prefill batches)".to_string(),
-                    EngineSettings::default(),
+                    "SGLang with --enable-mixed-chunk (decodes ride in prefill batches)".to_string(),
+                    EngineSettings { enable_mixed_chunk: Some(true), ..Default::default() },
                 ),
                 (
-                    "SGLang with --enable-mixed-chunk (decodes ride in prefill batches)"
-                        .to_string(),
-                    EngineSettings {
-                        enable_mixed_chunk: Some(true),
-                        ..Default::default()
-                    },
+                    "SGLang with a decode batch between prefill batches (decode-friendly interleaving)".to_string(),
+                    EngineSettings { interleave_decode: Some(true), ..Default::default() },
                 ),
             ],
         };
@@ -222,6 +207,23 @@ impl Space {
     }
 }
 
+/// Weak priors (centre, width) on coefficients that single-user data cannot identify, in parameter
+/// space (log for positive coefficients). Each counts as one pseudo-observation of 0.5 z^2, so with a
+/// few dozen points the data dominates; with a handful the fit stays physical.
+fn priors(arch: &ModelArch) -> Vec<(usize, f64, f64, &'static str)> {
+    // Expert spread: the log-midpoint between one token's experts (k/E) and uniform routing (1).
+    let spread_centre = arch.moe.as_ref().map_or(1.0, |m| (m.n_experts_per_token as f64 / m.n_experts as f64).sqrt());
+    vec![
+        (P_PER_SEQ, (5e-5f64).ln(), 1.5, "per_seq_overhead_s ~ 50 us (x/÷ 4.5)"),
+        (P_MEM, 0.9, 0.05, "gpu_memory_utilization ~ 0.90 ± 0.05"),
+        (P_OVERLAP, 0.5, 0.35, "mem_compute_overlap ~ 0.5 ± 0.35"),
+        (P_SPREAD, spread_centre.ln(), 1.0, "expert_spread ~ sqrt(k/E) (x/÷ 2.7)"),
+        (P_FRONTEND, (1e-3f64).ln(), 2.0, "frontend_serial_s ~ 1 ms (x/÷ 7.4)"),
+        (P_ROUNDS_CLOSED, 2.0, 3.0, "requests per client (closed loop) ~ 2 ± 3"),
+        (P_ROUNDS_UNKNOWN, 2.0, 3.0, "requests per client (unknown load) ~ 2 ± 3"),
+    ]
+}
+
 struct Built {
     coefficients: Coefficients,
     unknowns: ExperimentUnknowns,
@@ -241,20 +243,14 @@ fn build(v: &[f64; N_PARAMS]) -> Built {
             expert_spread: v[P_SPREAD].exp(),
             frontend_serial_s: v[P_FRONTEND].exp(),
         },
-        unknowns: ExperimentUnknowns {
-            rounds_closed: v[P_ROUNDS_CLOSED],
-            rounds_unknown: v[P_ROUNDS_UNKNOWN],
-        },
+        unknowns: ExperimentUnknowns { rounds_closed: v[P_ROUNDS_CLOSED], rounds_unknown: v[P_ROUNDS_UNKNOWN] },
         mem_fraction: v[P_MEM],
     }
 }
 
 fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile {
-    let mut engine = EngineSettings {
-        kind: Some(t.engine),
-        gpu_memory_utilization: Some(b.mem_fraction),
-        ..Default::default()
-    };
+    let mut engine =
+        EngineSettings { kind: Some(t.engine), gpu_memory_utilization: Some(b.mem_fraction), ..Default::default() };
     engine.merge(variant);
     ProfileFile {
         name: t.profile_name.clone(),
@@ -265,10 +261,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
             kv_dtype: t.kv_dtype,
             state_dtype: None,
         },
-        gpu: GpuRef {
-            name: t.gpu.clone(),
-            tensor_parallel: Some(1),
-        },
+        gpu: GpuRef { name: t.gpu.clone(), tensor_parallel: Some(1) },
         engine,
         coefficients: b.coefficients,
         sigmas: None,
@@ -296,9 +289,7 @@ fn nnls(cols: &[Vec<f64>], y: &[f64]) -> Option<Vec<f64>> {
         // Gaussian elimination with partial pivoting.
         let mut ok = true;
         for c in 0..m {
-            let piv = (c..m)
-                .max_by(|&p, &q| a[p][c].abs().total_cmp(&a[q][c].abs()))
-                .unwrap();
+            let piv = (c..m).max_by(|&p, &q| a[p][c].abs().total_cmp(&a[q][c].abs())).unwrap();
             if a[piv][c].abs() < 1e-300 {
                 ok = false;
                 break;
@@ -325,11 +316,8 @@ fn nnls(cols: &[Vec<f64>], y: &[f64]) -> Option<Vec<f64>> {
         for (r, &i) in idx.iter().enumerate() {
             full[i] = sol[r];
         }
-        let sse: f64 = y
-            .iter()
-            .enumerate()
-            .map(|(n, yv)| (yv - (0..k).map(|i| cols[i][n] * full[i]).sum::<f64>()).powi(2))
-            .sum();
+        let sse: f64 =
+            y.iter().enumerate().map(|(n, yv)| (yv - (0..k).map(|i| cols[i][n] * full[i]).sum::<f64>()).powi(2)).sum();
         if best.as_ref().is_none_or(|(s, _)| sse < *s) {
             best = Some((sse, full));
         }
@@ -370,11 +358,7 @@ fn stage_a(
         .map(|p| {
             let ctx = p.input_tokens.unwrap() as f64 + p.output_tokens.unwrap() as f64 / 2.0;
             let x = arch.kv_bytes_for_context(t.kv_dtype, ctx);
-            let y = if p.metric == "per_user_tok_s" {
-                1.0 / p.value
-            } else {
-                p.value / 1e3
-            };
+            let y = if p.metric == "per_user_tok_s" { 1.0 / p.value } else { p.value / 1e3 };
             (x, y)
         })
         .collect();
@@ -407,7 +391,10 @@ fn stage_a(
                 bw = implied.min(peak_bw);
                 overhead_total = s[0] - w1 / bw;
             }
-            _ => unident.push("bandwidth_eff_bytes_s: decode speed does not fall with context in the data; prior 0.8 x HBM peak".into()),
+            _ => unident.push(
+                "bandwidth_eff_bytes_s: decode speed does not fall with context in the data; prior 0.8 x HBM peak"
+                    .into(),
+            ),
         }
     } else if !dec.is_empty() {
         unident.push(format!(
@@ -417,7 +404,10 @@ fn stage_a(
         let x = dec.iter().map(|d| d.0).sum::<f64>() / dec.len() as f64;
         overhead_total = y - (w1 + x) / bw;
     } else {
-        unident.push("bandwidth_eff_bytes_s and step overhead: no single-request decode point; priors 0.8 x HBM peak and 5 ms".into());
+        unident.push(
+            "bandwidth_eff_bytes_s and step overhead: no single-request decode point; priors 0.8 x HBM peak and 5 ms"
+                .into(),
+        );
     }
     if overhead_total <= 2e-4 {
         physics.push(format!(
@@ -440,16 +430,10 @@ fn stage_a(
     let mut attn = 0.6 * gpu.dense_flops_s(Dtype::Bf16);
     let mut req = 0.05;
     let chunks = |l: f64| (l / budget as f64).ceil();
-    let y: Vec<f64> = ttft
-        .iter()
-        .map(|(l, v)| v - chunks(*l) * overhead_total)
-        .collect();
+    let y: Vec<f64> = ttft.iter().map(|(l, v)| v - chunks(*l) * overhead_total).collect();
     let c_one = vec![1.0; ttft.len()];
     let c_lin: Vec<f64> = ttft.iter().map(|(l, _)| l * lin).collect();
-    let c_attn: Vec<f64> = ttft
-        .iter()
-        .map(|(l, _)| l * (l + 1.0) / 2.0 * pair)
-        .collect();
+    let c_attn: Vec<f64> = ttft.iter().map(|(l, _)| l * (l + 1.0) / 2.0 * pair).collect();
     if n_len >= 3 {
         if let Some(s) = nnls(&[c_one.clone(), c_lin.clone(), c_attn.clone()], &y) {
             req = s[0];
@@ -468,38 +452,30 @@ fn stage_a(
             ));
         }
     } else if n_len >= 1 {
-        let rest: Vec<f64> = y
-            .iter()
-            .zip(&c_attn)
-            .map(|(yv, ca)| yv - ca / attn)
-            .collect();
-        let cols = if n_len == 2 {
-            vec![c_one.clone(), c_lin.clone()]
-        } else {
-            vec![c_one.clone()]
-        };
-        let rest = if n_len == 2 {
-            rest
-        } else {
-            rest.iter().zip(&c_lin).map(|(r, cl)| r - cl / mm).collect()
-        };
+        let rest: Vec<f64> = y.iter().zip(&c_attn).map(|(yv, ca)| yv - ca / attn).collect();
+        let cols = if n_len == 2 { vec![c_one.clone(), c_lin.clone()] } else { vec![c_one.clone()] };
+        let rest = if n_len == 2 { rest } else { rest.iter().zip(&c_lin).map(|(r, cl)| r - cl / mm).collect() };
         if let Some(s) = nnls(&cols, &rest) {
             req = s[0];
             if n_len == 2 && s[1] > 0.0 {
                 mm = 1.0 / s[1];
             }
         }
-        unident.push(format!("attention_flops_eff_s: single-request TTFT at {n_len} prompt length(s) only; prior 0.6 x BF16 peak"));
+        unident.push(format!(
+            "attention_flops_eff_s: single-request TTFT at {n_len} prompt length(s) only; prior 0.6 x BF16 peak"
+        ));
         if n_len == 1 {
-            unident.push("matmul_flops_eff_s: single-request TTFT at one prompt length only; prior 0.3 x dense peak".into());
+            unident.push(
+                "matmul_flops_eff_s: single-request TTFT at one prompt length only; prior 0.3 x dense peak".into(),
+            );
         }
     } else {
-        unident.push("request_overhead_s, matmul and attention FLOP/s: no single-request TTFT; priors 50 ms, 0.3 and 0.6 x peak".into());
+        unident.push(
+            "request_overhead_s, matmul and attention FLOP/s: no single-request TTFT; priors 50 ms, 0.3 and 0.6 x peak"
+                .into(),
+        );
     }
-    for (name, v, peak) in [
-        ("matmul", &mut mm, peak_mm),
-        ("attention", &mut attn, peak_attn),
-    ] {
+    for (name, v, peak) in [("matmul", &mut mm, peak_mm), ("attention", &mut attn, peak_attn)] {
         if *v > peak {
             physics.push(format!(
                 "single-request TTFT implies {name} at {:.0} TFLOP/s, above the {:.0} TFLOP/s dense peak: held at the peak",
@@ -543,14 +519,8 @@ pub fn calibrate(
     let mut tried = Vec::new();
     for (label, settings) in &t.variants {
         let (pf, rep) = calibrate_variant(points, metas, t, catalog, opts, settings)?;
-        tried.push(format!(
-            "{label}: objective {:.4}, median |error| {:.1}%",
-            rep.objective, rep.median_abs_error_pct
-        ));
-        if best
-            .as_ref()
-            .is_none_or(|(_, b)| rep.objective < b.objective)
-        {
+        tried.push(format!("{label}: objective {:.4}, median |error| {:.1}%", rep.objective, rep.median_abs_error_pct));
+        if best.as_ref().is_none_or(|(_, b)| rep.objective < b.objective) {
             best = Some((pf, rep));
         }
     }
@@ -585,48 +555,31 @@ fn calibrate_variant(
     let arch = catalog.model(&t.model)?;
     let gpu = catalog.gpu(&t.gpu)?.clone();
     let report_pts: Vec<&Point> = points.iter().filter(|p| p.report == t.report).collect();
-    let excluded: Vec<(usize, String)> = report_pts
-        .iter()
-        .filter(|p| p.is_flagged())
-        .map(|p| (p.line, p.flags.join(" | ")))
-        .collect();
+    let excluded: Vec<(usize, String)> =
+        report_pts.iter().filter(|p| p.is_flagged()).map(|p| (p.line, p.flags.join(" | "))).collect();
     let fit_pts: Vec<&Point> = report_pts
         .iter()
         .copied()
         .filter(|p| {
-            !p.is_flagged()
-                && is_replayable(p, metas)
-                && p.metric != "capacity_requests"
-                && (opts.use_point)(p)
+            !p.is_flagged() && is_replayable(p, metas) && p.metric != "capacity_requests" && (opts.use_point)(p)
         })
         .collect();
-    let not_replayed = report_pts
-        .iter()
-        .filter(|p| !p.is_flagged() && !is_replayable(p, metas))
-        .count();
+    let not_replayed = report_pts.iter().filter(|p| !p.is_flagged() && !is_replayable(p, metas)).count();
     if fit_pts.is_empty() {
-        return Err(Error::Infeasible(format!(
-            "{}: no usable points to calibrate on",
-            t.report
-        )));
+        return Err(Error::Infeasible(format!("{}: no usable points to calibrate on", t.report)));
     }
     let base_budget = match t.engine {
         EngineKind::Vllm => gpu.vllm_default_max_num_batched_tokens(),
         EngineKind::Sglang => gpu.sglang_default_chunked_prefill_size(),
     };
-    let (v0, stage_notes, mut unident, mut physics) =
-        stage_a(&arch, t, &gpu, &fit_pts, base_budget);
+    let (v0, stage_notes, mut unident, mut physics) = stage_a(&arch, t, &gpu, &fit_pts, base_budget);
 
     let peak_bw = gpu.hbm_bandwidth_bytes_s();
     let peak_mm = gpu.dense_flops_s(t.weight_dtype);
     let peak_attn = gpu.max_dense_flops_s();
     let has = |f: &dyn Fn(&Point) -> bool| fit_pts.iter().any(|p| f(p));
-    let multi_closed = has(&|p: &Point| {
-        p.load == crate::data::LoadKind::ClosedLoop && p.concurrency.unwrap_or(1) > 1
-    });
-    let multi_unknown = has(&|p: &Point| {
-        p.load == crate::data::LoadKind::Unknown && p.concurrency.unwrap_or(1) > 1
-    });
+    let multi_closed = has(&|p: &Point| p.load == crate::data::LoadKind::ClosedLoop && p.concurrency.unwrap_or(1) > 1);
+    let multi_unknown = has(&|p: &Point| p.load == crate::data::LoadKind::Unknown && p.concurrency.unwrap_or(1) > 1);
     let multi = has(&|p: &Point| p.concurrency.unwrap_or(1) > 1);
     let mut active = vec![P_OVERHEAD, P_BW, P_MATMUL, P_ATTN, P_REQ];
     if multi {
@@ -638,10 +591,7 @@ fn calibrate_variant(
         }
         active.push(P_FRONTEND);
     } else {
-        unident.push(
-            "per_seq_overhead_s: no multi-user point; 15% of the single-request step overhead"
-                .into(),
-        );
+        unident.push("per_seq_overhead_s: no multi-user point; 15% of the single-request step overhead".into());
         unident.push("gpu_memory_utilization: no multi-user point; 0.9".into());
         unident.push("mem_compute_overlap: no multi-user (mixed-step) point; 0.5".into());
         if arch.moe.is_some() {
@@ -687,10 +637,7 @@ fn calibrate_variant(
         active: active.clone(),
         base: v0,
     };
-    let x0: Vec<f64> = active
-        .iter()
-        .map(|&i| v0[i].clamp(space.lo[i], space.hi[i]))
-        .collect();
+    let x0: Vec<f64> = active.iter().map(|&i| v0[i].clamp(space.lo[i], space.hi[i])).collect();
     let step: Vec<f64> = active
         .iter()
         .map(|&i| match i {
@@ -710,20 +657,25 @@ fn calibrate_variant(
         let Ok(profile) = pf.resolve(&t.profile_name, catalog) else {
             return vec![None; fit_pts.len()];
         };
-        fit_pts
-            .par_iter()
-            .map(|p| predict(&profile, p, &b.unknowns, metas))
-            .collect()
+        {
+            let cache = ReplayCache::default();
+            fit_pts.par_iter().map(|p| predict_cached(&profile, p, &b.unknowns, metas, &cache)).collect()
+        }
     };
-    let objective_of = |preds: &[Option<f64>]| -> f64 {
-        preds
+    let prior_list: Vec<(usize, f64, f64, &'static str)> =
+        priors(&arch).into_iter().filter(|(i, ..)| active.contains(i)).collect();
+    let prior_penalty =
+        |v: &[f64; N_PARAMS]| -> f64 { prior_list.iter().map(|(i, c, w, _)| 0.5 * ((v[*i] - c) / w).powi(2)).sum() };
+    let objective_of = |preds: &[Option<f64>], v: &[f64; N_PARAMS]| -> f64 {
+        (preds
             .iter()
             .zip(&fit_pts)
             .map(|(pr, p)| match pr {
-                Some(v) if *v > 0.0 => loss((v / p.value).ln()),
+                Some(x) if *x > 0.0 => loss((x / p.value).ln()),
                 _ => loss(10f64.ln()),
             })
             .sum::<f64>()
+            + prior_penalty(v))
             / fit_pts.len() as f64
     };
     // Nelder-Mead with restarts: a fresh simplex at the best point (half the steps) while a restart
@@ -731,7 +683,10 @@ fn calibrate_variant(
     let eval_batch = |batch: &[Vec<f64>]| -> Vec<f64> {
         batch
             .iter()
-            .map(|x| objective_of(&predict_all(&space.full(x))))
+            .map(|x| {
+                let v = space.full(x);
+                objective_of(&predict_all(&v), &v)
+            })
             .collect()
     };
     let first_budget = opts.max_evaluations * 3 / 5;
@@ -741,14 +696,7 @@ fn calibrate_variant(
     let mut step_now = step.clone();
     while used + 2 * active.len() < opts.max_evaluations {
         step_now.iter_mut().for_each(|s| *s *= 0.5);
-        let again = minimize(
-            eval_batch,
-            &nm.x,
-            &step_now,
-            opts.max_evaluations - used,
-            1e-4,
-            1e-4,
-        );
+        let again = minimize(eval_batch, &nm.x, &step_now, opts.max_evaluations - used, 1e-4, 1e-4);
         used += again.evaluations;
         restarts += 1;
         let gain = nm.f - again.f;
@@ -837,35 +785,22 @@ fn calibrate_variant(
             }
         })
         .collect();
-    let mut abs: Vec<f64> = rows
-        .iter()
-        .map(|r| {
-            if r.residual_pct.is_finite() {
-                r.residual_pct.abs()
-            } else {
-                1e9
-            }
-        })
-        .collect();
+    let mut abs: Vec<f64> =
+        rows.iter().map(|r| if r.residual_pct.is_finite() { r.residual_pct.abs() } else { 1e9 }).collect();
     abs.sort_by(f64::total_cmp);
     let med = crate::metrics::percentile_sorted(&abs, 50.0);
     let p90 = crate::metrics::percentile_sorted(&abs, 90.0);
     let ctx: Vec<u64> = fit_pts.iter().filter_map(|p| p.input_tokens).collect();
     let conc: Vec<u32> = fit_pts.iter().filter_map(|p| p.concurrency).collect();
-    let ctx_range = [
-        *ctx.iter().min().unwrap_or(&0),
-        *ctx.iter().max().unwrap_or(&0),
-    ];
-    let conc_range = [
-        *conc.iter().min().unwrap_or(&0),
-        *conc.iter().max().unwrap_or(&0),
-    ];
+    let ctx_range = [*ctx.iter().min().unwrap_or(&0), *ctx.iter().max().unwrap_or(&0)];
+    let conc_range = [*conc.iter().min().unwrap_or(&0), *conc.iter().max().unwrap_or(&0)];
 
     let mut pf = profile_file(t, &b, variant);
     pf.sigmas = Some(sigmas);
     let mut notes = t.assumptions.clone();
     notes.extend(stage_notes.iter().cloned());
     notes.extend(unident.iter().map(|u| format!("unidentifiable: {u}")));
+    notes.extend(prior_list.iter().map(|(.., d)| format!("weak prior (one pseudo-observation): {d}")));
     notes.push(format!(
         "experiment unknowns fitted: {:.2} requests per client in closed-loop tests, {:.2} in tests of unknown load (1 = burst); KV memory fraction {:.3}",
         b.unknowns.rounds_closed, b.unknowns.rounds_unknown, b.mem_fraction
@@ -883,11 +818,7 @@ fn calibrate_variant(
         n_flagged_excluded: excluded.len(),
         median_abs_error_pct: med,
         p90_abs_error_pct: p90,
-        stop_reason: format!(
-            "{} after {} evaluations and {restarts} restart(s)",
-            nm.stop.describe(),
-            nm.evaluations
-        ),
+        stop_reason: format!("{} after {} evaluations and {restarts} restart(s)", nm.stop.describe(), nm.evaluations),
         physics_ok,
         physics_notes: physics.clone(),
         context_tokens_range: ctx_range,
@@ -927,19 +858,13 @@ pub fn resolved(pf: &ProfileFile, catalog: &Catalog) -> Result<Profile> {
 /// SHA-256 of the data, hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The fit report as text (printed and saved next to the profile).
 pub fn report_text(r: &FitReport) -> String {
     use crate::report::{num, table};
-    let mut s = format!(
-        "# fit report: {}\nsource report: {}\n\n",
-        r.profile_name, r.source_report
-    );
+    let mut s = format!("# fit report: {}\nsource report: {}\n\n", r.profile_name, r.source_report);
     for a in &r.assumptions {
         s += &format!("assumption: {a}\n");
     }
@@ -954,42 +879,14 @@ pub fn report_text(r: &FitReport) -> String {
     s += "\ncoefficient                  value        rel. sigma\n";
     for (n, v, e) in [
         ("step_overhead_s", c.step_overhead_s, sg.step_overhead_s),
-        (
-            "per_seq_overhead_s",
-            c.per_seq_overhead_s,
-            sg.per_seq_overhead_s,
-        ),
-        (
-            "bandwidth_eff_bytes_s",
-            c.bandwidth_eff_bytes_s,
-            sg.bandwidth_eff_bytes_s,
-        ),
-        (
-            "matmul_flops_eff_s",
-            c.matmul_flops_eff_s,
-            sg.matmul_flops_eff_s,
-        ),
-        (
-            "attention_flops_eff_s",
-            c.attention_flops_eff_s,
-            sg.attention_flops_eff_s,
-        ),
-        (
-            "request_overhead_s",
-            c.request_overhead_s,
-            sg.request_overhead_s,
-        ),
-        (
-            "mem_compute_overlap",
-            c.mem_compute_overlap,
-            sg.mem_compute_overlap,
-        ),
+        ("per_seq_overhead_s", c.per_seq_overhead_s, sg.per_seq_overhead_s),
+        ("bandwidth_eff_bytes_s", c.bandwidth_eff_bytes_s, sg.bandwidth_eff_bytes_s),
+        ("matmul_flops_eff_s", c.matmul_flops_eff_s, sg.matmul_flops_eff_s),
+        ("attention_flops_eff_s", c.attention_flops_eff_s, sg.attention_flops_eff_s),
+        ("request_overhead_s", c.request_overhead_s, sg.request_overhead_s),
+        ("mem_compute_overlap", c.mem_compute_overlap, sg.mem_compute_overlap),
         ("expert_spread", c.expert_spread, sg.expert_spread),
-        (
-            "frontend_serial_s",
-            c.frontend_serial_s,
-            sg.frontend_serial_s,
-        ),
+        ("frontend_serial_s", c.frontend_serial_s, sg.frontend_serial_s),
     ] {
         s += &format!("{n:<28} {v:<12.4e} {:.1}%\n", e * 100.0);
     }
@@ -999,10 +896,7 @@ pub fn report_text(r: &FitReport) -> String {
     );
     s += &format!(
         "\nranges seen: context {}..{} tokens, concurrency {}..{}\n",
-        r.context_tokens_range[0],
-        r.context_tokens_range[1],
-        r.concurrency_range[0],
-        r.concurrency_range[1]
+        r.context_tokens_range[0], r.context_tokens_range[1], r.concurrency_range[0], r.concurrency_range[1]
     );
     s += &format!(
         "optimizer: {} after {} evaluations (objective {:.4})\n",
@@ -1012,11 +906,7 @@ pub fn report_text(r: &FitReport) -> String {
     );
     s += &format!(
         "physics: {}\n",
-        if r.physics_ok {
-            "all coefficients within the GPU's limits".to_string()
-        } else {
-            r.physics.join("; ")
-        }
+        if r.physics_ok { "all coefficients within the GPU's limits".to_string() } else { r.physics.join("; ") }
     );
     s += &format!(
         "fit: median |error| {:.1}%, p90 {:.1}% over {} points\n\n",
@@ -1040,12 +930,7 @@ pub fn report_text(r: &FitReport) -> String {
             ]
         })
         .collect();
-    s += &table(
-        &[
-            "line", "scenario", "load", "conc", "metric", "measured", "fitted", "residual",
-        ],
-        &rows,
-    );
+    s += &table(&["line", "scenario", "load", "conc", "metric", "measured", "fitted", "residual"], &rows);
     s += &format!("\nleft out as flagged ({}):\n", r.excluded.len());
     for (line, why) in &r.excluded {
         s += &format!("  line {line}: {why}\n");

@@ -49,8 +49,7 @@ pub fn minimize(
 ) -> NmResult {
     let n = x0.len();
     let nf = n as f64;
-    let (alpha, beta, gamma, delta) =
-        (1.0, 1.0 + 2.0 / nf, 0.75 - 1.0 / (2.0 * nf), 1.0 - 1.0 / nf);
+    let (alpha, beta, gamma, delta) = (1.0, 1.0 + 2.0 / nf, 0.75 - 1.0 / (2.0 * nf), 1.0 - 1.0 / nf);
     let mut simplex: Vec<Vec<f64>> = vec![x0.to_vec()];
     for i in 0..n {
         let mut x = x0.to_vec();
@@ -66,21 +65,10 @@ pub fn minimize(
         fv = idx.iter().map(|&i| fv[i]).collect();
         let spread = (fv[n] - fv[0]).abs();
         let size = (1..=n)
-            .map(|i| {
-                simplex[i]
-                    .iter()
-                    .zip(&simplex[0])
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0.0, f64::max)
-            })
+            .map(|i| simplex[i].iter().zip(&simplex[0]).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max))
             .fold(0.0, f64::max);
         if spread <= f_tol * (1.0 + fv[0].abs()) {
-            return NmResult {
-                x: simplex[0].clone(),
-                f: fv[0],
-                evaluations: evals,
-                stop: StopReason::Converged,
-            };
+            return NmResult { x: simplex[0].clone(), f: fv[0], evaluations: evals, stop: StopReason::Converged };
         }
         if size <= x_tol {
             return NmResult {
@@ -91,21 +79,10 @@ pub fn minimize(
             };
         }
         if evals >= max_evals {
-            return NmResult {
-                x: simplex[0].clone(),
-                f: fv[0],
-                evaluations: evals,
-                stop: StopReason::MaxEvaluations,
-            };
+            return NmResult { x: simplex[0].clone(), f: fv[0], evaluations: evals, stop: StopReason::MaxEvaluations };
         }
-        let centroid: Vec<f64> = (0..n)
-            .map(|j| simplex[..n].iter().map(|x| x[j]).sum::<f64>() / nf)
-            .collect();
-        let along = |t: f64| -> Vec<f64> {
-            (0..n)
-                .map(|j| centroid[j] + t * (simplex[n][j] - centroid[j]))
-                .collect()
-        };
+        let centroid: Vec<f64> = (0..n).map(|j| simplex[..n].iter().map(|x| x[j]).sum::<f64>() / nf).collect();
+        let along = |t: f64| -> Vec<f64> { (0..n).map(|j| centroid[j] + t * (simplex[n][j] - centroid[j])).collect() };
         let xr = along(-alpha);
         let fr = {
             evals += 1;
@@ -151,12 +128,7 @@ pub fn minimize(
                 let best = simplex[0].clone();
                 let shrunk: Vec<Vec<f64>> = simplex[1..]
                     .iter()
-                    .map(|x| {
-                        x.iter()
-                            .zip(&best)
-                            .map(|(a, b)| b + delta * (a - b))
-                            .collect()
-                    })
+                    .map(|x| x.iter().zip(&best).map(|(a, b)| b + delta * (a - b)).collect())
                     .collect();
                 let vals = f(&shrunk);
                 evals += vals.len();

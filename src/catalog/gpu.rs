@@ -39,10 +39,7 @@ impl GpuSpec {
     }
     /// The highest dense peak of this GPU, used as the upper bound of physics checks.
     pub fn max_dense_flops_s(&self) -> f64 {
-        self.fp8_tflops
-            .unwrap_or(self.bf16_tflops)
-            .max(self.bf16_tflops)
-            * 1e12
+        self.fp8_tflops.unwrap_or(self.bf16_tflops).max(self.bf16_tflops) * 1e12
     }
     /// vLLM's `vllm serve` default token budget on this GPU (FACTS.md: 8192 on 70+ GiB GPUs, else 2048;
     /// 2048 on A100 too).
@@ -97,22 +94,12 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
             ("tdp_w", g.tdp_w),
         ] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(Error::input(
-                    &ctx,
-                    None,
-                    Some(field),
-                    format!("must be a positive number, got {v}"),
-                ));
+                return Err(Error::input(&ctx, None, Some(field), format!("must be a positive number, got {v}")));
             }
         }
         if let Some(v) = g.fp8_tflops {
             if !(v.is_finite() && v > 0.0) {
-                return Err(Error::input(
-                    &ctx,
-                    None,
-                    Some("fp8_tflops"),
-                    format!("must be positive, got {v}"),
-                ));
+                return Err(Error::input(&ctx, None, Some("fp8_tflops"), format!("must be positive, got {v}")));
             }
         }
     }

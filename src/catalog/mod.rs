@@ -16,54 +16,18 @@ const MODELS_TOML: &str = include_str!("../../models/models.toml");
 
 /// The embedded config.json files, by file name.
 const CONFIGS: &[(&str, &str)] = &[
-    (
-        "qwen3-coder-30b-a3b-instruct.json",
-        include_str!("../../models/configs/qwen3-coder-30b-a3b-instruct.json"),
-    ),
-    (
-        "qwen3.5-35b-a3b.json",
-        include_str!("../../models/configs/qwen3.5-35b-a3b.json"),
-    ),
-    (
-        "qwen3-coder-next.json",
-        include_str!("../../models/configs/qwen3-coder-next.json"),
-    ),
-    (
-        "llama-3.1-8b-instruct.json",
-        include_str!("../../models/configs/llama-3.1-8b-instruct.json"),
-    ),
-    (
-        "llama-3.3-70b-instruct.json",
-        include_str!("../../models/configs/llama-3.3-70b-instruct.json"),
-    ),
-    (
-        "mistral-7b-instruct-v0.3.json",
-        include_str!("../../models/configs/mistral-7b-instruct-v0.3.json"),
-    ),
-    (
-        "mixtral-8x7b-instruct-v0.1.json",
-        include_str!("../../models/configs/mixtral-8x7b-instruct-v0.1.json"),
-    ),
-    (
-        "qwen3-8b.json",
-        include_str!("../../models/configs/qwen3-8b.json"),
-    ),
-    (
-        "qwen3-32b.json",
-        include_str!("../../models/configs/qwen3-32b.json"),
-    ),
-    (
-        "qwen3-235b-a22b.json",
-        include_str!("../../models/configs/qwen3-235b-a22b.json"),
-    ),
-    (
-        "gpt-oss-120b.json",
-        include_str!("../../models/configs/gpt-oss-120b.json"),
-    ),
-    (
-        "gpt-oss-20b.json",
-        include_str!("../../models/configs/gpt-oss-20b.json"),
-    ),
+    ("qwen3-coder-30b-a3b-instruct.json", include_str!("../../models/configs/qwen3-coder-30b-a3b-instruct.json")),
+    ("qwen3.5-35b-a3b.json", include_str!("../../models/configs/qwen3.5-35b-a3b.json")),
+    ("qwen3-coder-next.json", include_str!("../../models/configs/qwen3-coder-next.json")),
+    ("llama-3.1-8b-instruct.json", include_str!("../../models/configs/llama-3.1-8b-instruct.json")),
+    ("llama-3.3-70b-instruct.json", include_str!("../../models/configs/llama-3.3-70b-instruct.json")),
+    ("mistral-7b-instruct-v0.3.json", include_str!("../../models/configs/mistral-7b-instruct-v0.3.json")),
+    ("mixtral-8x7b-instruct-v0.1.json", include_str!("../../models/configs/mixtral-8x7b-instruct-v0.1.json")),
+    ("qwen3-8b.json", include_str!("../../models/configs/qwen3-8b.json")),
+    ("qwen3-32b.json", include_str!("../../models/configs/qwen3-32b.json")),
+    ("qwen3-235b-a22b.json", include_str!("../../models/configs/qwen3-235b-a22b.json")),
+    ("gpt-oss-120b.json", include_str!("../../models/configs/gpt-oss-120b.json")),
+    ("gpt-oss-20b.json", include_str!("../../models/configs/gpt-oss-20b.json")),
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -104,33 +68,19 @@ impl Catalog {
     pub fn builtin() -> Catalog {
         // The embedded data is checked by the test suite; a failure here is a build defect, not user input.
         Self::from_texts(GPUS_TOML, MODELS_TOML, |file| {
-            CONFIGS
-                .iter()
-                .find(|(n, _)| *n == file)
-                .map(|(_, t)| t.to_string())
+            CONFIGS.iter().find(|(n, _)| *n == file).map(|(_, t)| t.to_string())
         })
         .expect("embedded catalogs are valid (checked by tests)")
     }
 
-    fn from_texts(
-        gpus: &str,
-        models: &str,
-        config: impl Fn(&str) -> Option<String>,
-    ) -> Result<Catalog> {
+    fn from_texts(gpus: &str, models: &str, config: impl Fn(&str) -> Option<String>) -> Result<Catalog> {
         let gpus = gpu::parse_gpus("models/gpus.toml", gpus)?;
-        let file: ModelsFile =
-            toml::from_str(models).map_err(|e| toml_error("models/models.toml", models, e))?;
+        let file: ModelsFile = toml::from_str(models).map_err(|e| toml_error("models/models.toml", models, e))?;
         let mut out = Vec::new();
         for entry in file.model {
             let src = format!("models/configs/{}", entry.config);
-            let text = config(&entry.config).ok_or_else(|| {
-                Error::input(
-                    "models/models.toml",
-                    None,
-                    Some("config"),
-                    format!("no file {src}"),
-                )
-            })?;
+            let text = config(&entry.config)
+                .ok_or_else(|| Error::input("models/models.toml", None, Some("config"), format!("no file {src}")))?;
             let arch = ModelArch::from_config_json(&entry.name, &src, &text)?;
             out.push(CatalogModel { entry, arch });
         }
@@ -149,14 +99,13 @@ impl Catalog {
 
     pub fn gpu(&self, name: &str) -> Result<&GpuSpec> {
         let n = norm(name);
-        self.gpus
-            .iter()
-            .find(|g| norm(&g.name) == n || g.aliases.iter().any(|a| norm(a) == n))
-            .ok_or_else(|| Error::Unknown {
+        self.gpus.iter().find(|g| norm(&g.name) == n || g.aliases.iter().any(|a| norm(a) == n)).ok_or_else(|| {
+            Error::Unknown {
                 kind: "GPU",
                 name: name.to_string(),
                 known: self.gpus.iter().map(|g| g.name.clone()).collect(),
-            })
+            }
+        })
     }
 
     /// All GPUs whose name, alias or family matches: "H100" gives the three H100 variants.
@@ -171,20 +120,15 @@ impl Catalog {
     /// A model by catalog name or alias, or a path to a config.json.
     pub fn model(&self, name_or_path: &str) -> Result<ModelArch> {
         let n = norm(name_or_path);
-        if let Some(m) = self
-            .models
-            .iter()
-            .find(|m| norm(&m.entry.name) == n || m.entry.aliases.iter().any(|a| norm(a) == n))
+        if let Some(m) =
+            self.models.iter().find(|m| norm(&m.entry.name) == n || m.entry.aliases.iter().any(|a| norm(a) == n))
         {
             return Ok(m.arch.clone());
         }
         let path = Path::new(name_or_path);
         if name_or_path.ends_with(".json") || path.is_file() {
             let text = read_file(path)?;
-            let stem = path
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or(name_or_path);
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(name_or_path);
             return ModelArch::from_config_json(stem, name_or_path, &text);
         }
         Err(Error::Unknown {

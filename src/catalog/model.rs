@@ -77,10 +77,7 @@ pub struct ModelArch {
 }
 
 fn get<'a>(v: &'a Value, text_cfg: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    text_cfg
-        .and_then(|t| t.get(key))
-        .or_else(|| v.get(key))
-        .filter(|x| !x.is_null())
+    text_cfg.and_then(|t| t.get(key)).or_else(|| v.get(key)).filter(|x| !x.is_null())
 }
 
 struct Cfg<'a> {
@@ -95,26 +92,18 @@ impl<'a> Cfg<'a> {
             None => Ok(None),
             Some(v) => match v.as_u64() {
                 Some(n) => Ok(Some(n)),
-                None => Err(Error::input(
-                    self.source,
-                    None,
-                    Some(key),
-                    format!("must be a non-negative integer, got {v}"),
-                )),
+                None => {
+                    Err(Error::input(self.source, None, Some(key), format!("must be a non-negative integer, got {v}")))
+                }
             },
         }
     }
     fn u64(&self, key: &str) -> Result<u64> {
-        let v = self.opt_u64(key)?.ok_or_else(|| {
-            Error::input(self.source, None, Some(key), "required field is missing")
-        })?;
+        let v = self
+            .opt_u64(key)?
+            .ok_or_else(|| Error::input(self.source, None, Some(key), "required field is missing"))?;
         if v == 0 {
-            return Err(Error::input(
-                self.source,
-                None,
-                Some(key),
-                "must be positive, got 0",
-            ));
+            return Err(Error::input(self.source, None, Some(key), "must be positive, got 0"));
         }
         Ok(v)
     }
@@ -129,39 +118,18 @@ impl<'a> Cfg<'a> {
 impl ModelArch {
     /// Parse a Hugging Face config.json. `source` names the file in errors.
     pub fn from_config_json(name: &str, source: &str, text: &str) -> Result<ModelArch> {
-        let root: Value = serde_json::from_str(text).map_err(|e| {
-            Error::input(source, Some(e.line()), None, format!("invalid JSON: {e}"))
-        })?;
+        let root: Value = serde_json::from_str(text)
+            .map_err(|e| Error::input(source, Some(e.line()), None, format!("invalid JSON: {e}")))?;
         if !root.is_object() {
-            return Err(Error::input(
-                source,
-                None,
-                None,
-                "config.json must be a JSON object",
-            ));
+            return Err(Error::input(source, None, None, "config.json must be a JSON object"));
         }
         let text_cfg = root.get("text_config").filter(|t| t.is_object());
-        let c = Cfg {
-            source,
-            root: &root,
-            text: text_cfg,
-        };
+        let c = Cfg { source, root: &root, text: text_cfg };
         let model_type = c
             .str("model_type")
-            .ok_or_else(|| {
-                Error::input(
-                    source,
-                    None,
-                    Some("model_type"),
-                    "required field is missing",
-                )
-            })?
+            .ok_or_else(|| Error::input(source, None, Some("model_type"), "required field is missing"))?
             .to_string();
-        let top_type = root
-            .get("model_type")
-            .and_then(Value::as_str)
-            .unwrap_or(&model_type)
-            .to_string();
+        let top_type = root.get("model_type").and_then(Value::as_str).unwrap_or(&model_type).to_string();
         let family = top_type.trim_end_matches("_text").to_string();
         let known = [
             "llama",
@@ -180,10 +148,7 @@ impl ModelArch {
                 source,
                 None,
                 Some("model_type"),
-                format!(
-                    "unsupported model_type `{family}`; supported: {}",
-                    known.join(", ")
-                ),
+                format!("unsupported model_type `{family}`; supported: {}", known.join(", ")),
             ));
         }
         let hidden = c.u64("hidden_size")?;
@@ -191,12 +156,7 @@ impl ModelArch {
         let n_heads = c.u64("num_attention_heads")?;
         let n_kv_heads = c.opt_u64("num_key_value_heads")?.unwrap_or(n_heads);
         if n_kv_heads == 0 {
-            return Err(Error::input(
-                source,
-                None,
-                Some("num_key_value_heads"),
-                "must be positive, got 0",
-            ));
+            return Err(Error::input(source, None, Some("num_key_value_heads"), "must be positive, got 0"));
         }
         let head_dim = c.opt_u64("head_dim")?.unwrap_or(hidden / n_heads);
         let vocab = c.u64("vocab_size")?;
@@ -209,13 +169,7 @@ impl ModelArch {
 
         // Layer kinds: explicit layer_types, else full_attention_interval for hybrids, else all full.
         let layer_types: Option<Vec<String>> = get(c.root, c.text, "layer_types").map(|v| {
-            v.as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|x| x.as_str().unwrap_or("").to_string())
-                        .collect()
-                })
-                .unwrap_or_default()
+            v.as_array().map(|a| a.iter().map(|x| x.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default()
         });
         let is_hybrid = family == "qwen3_next" || family == "qwen3_5_moe";
         let (mut n_full, mut n_sliding, mut n_linear) = (0u32, 0u32, 0u32);
@@ -225,10 +179,7 @@ impl ModelArch {
                     source,
                     None,
                     Some("layer_types"),
-                    format!(
-                        "has {} entries but num_hidden_layers is {n_layers}",
-                        types.len()
-                    ),
+                    format!("has {} entries but num_hidden_layers is {n_layers}", types.len()),
                 ));
             }
             for t in types {
@@ -253,28 +204,14 @@ impl ModelArch {
         } else {
             n_full = n_layers;
         }
-        let sliding_window = if n_sliding > 0 {
-            c.u64("sliding_window")?
-        } else {
-            0
-        };
+        let sliding_window = if n_sliding > 0 { c.u64("sliding_window")? } else { 0 };
 
-        let n_experts = c
-            .opt_u64("num_experts")?
-            .or(c.opt_u64("num_local_experts")?);
+        let n_experts = c.opt_u64("num_experts")?.or(c.opt_u64("num_local_experts")?);
         let moe = match n_experts {
             Some(e) if e > 1 => {
-                let k = c
-                    .opt_u64("num_experts_per_tok")?
-                    .or(c.opt_u64("experts_per_token")?)
-                    .ok_or_else(|| {
-                        Error::input(
-                            source,
-                            None,
-                            Some("num_experts_per_tok"),
-                            "required for MoE models",
-                        )
-                    })?;
+                let k = c.opt_u64("num_experts_per_tok")?.or(c.opt_u64("experts_per_token")?).ok_or_else(|| {
+                    Error::input(source, None, Some("num_experts_per_tok"), "required for MoE models")
+                })?;
                 if k == 0 || k > e {
                     return Err(Error::input(
                         source,
@@ -296,11 +233,7 @@ impl ModelArch {
             }
             _ => None,
         };
-        let intermediate = if moe.is_none() {
-            c.u64("intermediate_size")?
-        } else {
-            0
-        };
+        let intermediate = if moe.is_none() { c.u64("intermediate_size")? } else { 0 };
         let linear = if n_linear > 0 {
             Some(LinearAttnSpec {
                 n_key_heads: c.u64("linear_num_key_heads")?,
@@ -349,8 +282,7 @@ impl ModelArch {
     }
 
     fn softmax_attn_params_per_layer(&self) -> u64 {
-        let q =
-            self.hidden * self.n_heads * self.head_dim * if self.attn_output_gate { 2 } else { 1 };
+        let q = self.hidden * self.n_heads * self.head_dim * if self.attn_output_gate { 2 } else { 1 };
         let kv = 2 * self.hidden * self.n_kv_heads * self.head_dim;
         let o = self.n_heads * self.head_dim * self.hidden;
         q + kv + o
@@ -369,15 +301,12 @@ impl ModelArch {
     }
     /// Attention parameters over all layers (softmax and linear).
     fn attn_params(&self) -> u64 {
-        (self.n_full_attn_layers + self.n_sliding_layers) as u64
-            * self.softmax_attn_params_per_layer()
+        (self.n_full_attn_layers + self.n_sliding_layers) as u64 * self.softmax_attn_params_per_layer()
             + self.n_linear_layers as u64 * self.linear_attn_params_per_layer()
     }
     /// Parameters of one routed expert (gate, up, down projections).
     pub fn expert_params(&self) -> u64 {
-        self.moe
-            .as_ref()
-            .map_or(0, |m| 3 * self.hidden * m.expert_intermediate)
+        self.moe.as_ref().map_or(0, |m| 3 * self.hidden * m.expert_intermediate)
     }
     /// Parameters read by every token regardless of routing, excluding the input embedding table (a
     /// lookup reads one row, not the table): attention, dense MLPs, shared experts, routers, LM head.
@@ -386,14 +315,8 @@ impl ModelArch {
         let mlp = match &self.moe {
             None => l * 3 * self.hidden * self.intermediate,
             Some(m) => {
-                let shared_gate = if m.shared_intermediate > 0 {
-                    self.hidden
-                } else {
-                    0
-                };
-                l * (3 * self.hidden * m.shared_intermediate
-                    + self.hidden * m.n_experts as u64
-                    + shared_gate)
+                let shared_gate = if m.shared_intermediate > 0 { self.hidden } else { 0 };
+                l * (3 * self.hidden * m.shared_intermediate + self.hidden * m.n_experts as u64 + shared_gate)
             }
         };
         self.attn_params() + mlp + self.vocab * self.hidden
@@ -406,9 +329,7 @@ impl ModelArch {
         }
     }
     pub fn params_total(&self) -> u64 {
-        let experts = self.moe.as_ref().map_or(0, |m| {
-            self.n_layers as u64 * m.n_experts as u64 * self.expert_params()
-        });
+        let experts = self.moe.as_ref().map_or(0, |m| self.n_layers as u64 * m.n_experts as u64 * self.expert_params());
         self.always_read_params() + experts + self.embedding_params()
     }
     /// Parameters used per token, the input embedding included (the convention of model cards).
@@ -417,9 +338,8 @@ impl ModelArch {
     }
     /// Parameters that take part in matmuls per token: 2 FLOPs each.
     pub fn matmul_params_active(&self) -> u64 {
-        let experts = self.moe.as_ref().map_or(0, |m| {
-            self.n_layers as u64 * m.n_experts_per_token as u64 * self.expert_params()
-        });
+        let experts =
+            self.moe.as_ref().map_or(0, |m| self.n_layers as u64 * m.n_experts_per_token as u64 * self.expert_params());
         self.always_read_params() + experts
     }
     /// Expected distinct experts per layer touched by a batch of `n_tokens` tokens under uniform
@@ -466,14 +386,10 @@ impl ModelArch {
     /// KV bytes per token of context held by full-attention layers (2 x layers x KV heads x head dim x
     /// dtype bytes). Sliding layers add `sliding_kv_bytes_per_token` for at most the window.
     pub fn kv_bytes_per_token(&self, kv_dtype: Dtype) -> f64 {
-        2.0 * self.n_full_attn_layers as f64
-            * (self.n_kv_heads * self.head_dim) as f64
-            * kv_dtype.bytes()
+        2.0 * self.n_full_attn_layers as f64 * (self.n_kv_heads * self.head_dim) as f64 * kv_dtype.bytes()
     }
     pub fn sliding_kv_bytes_per_token(&self, kv_dtype: Dtype) -> f64 {
-        2.0 * self.n_sliding_layers as f64
-            * (self.n_kv_heads * self.head_dim) as f64
-            * kv_dtype.bytes()
+        2.0 * self.n_sliding_layers as f64 * (self.n_kv_heads * self.head_dim) as f64 * kv_dtype.bytes()
     }
     /// KV bytes held by one sequence of `context` tokens.
     pub fn kv_bytes_for_context(&self, kv_dtype: Dtype, context: f64) -> f64 {
@@ -486,8 +402,7 @@ impl ModelArch {
             None => 0.0,
             Some(l) => {
                 self.n_linear_layers as f64
-                    * (l.recurrent_elems() as f64 * state_dtype.bytes()
-                        + l.conv_elems() as f64 * Dtype::Bf16.bytes())
+                    * (l.recurrent_elems() as f64 * state_dtype.bytes() + l.conv_elems() as f64 * Dtype::Bf16.bytes())
             }
         }
     }
@@ -512,13 +427,8 @@ impl ModelArch {
     pub fn chunk_attn_flops(&self, start: f64, n: f64) -> f64 {
         let pairs = n * start + n * (n + 1.0) / 2.0;
         let w = self.sliding_window as f64;
-        let sliding_pairs = if self.n_sliding_layers > 0 {
-            pairs.min(n * w)
-        } else {
-            0.0
-        };
-        self.attn_flops_per_token_pair() * pairs
-            + self.sliding_attn_flops_per_token_pair() * sliding_pairs
+        let sliding_pairs = if self.n_sliding_layers > 0 { pairs.min(n * w) } else { 0.0 };
+        self.attn_flops_per_token_pair() * pairs + self.sliding_attn_flops_per_token_pair() * sliding_pairs
     }
     /// Prefill FLOPs of one token at context position `context`.
     pub fn prefill_flops_per_token(&self, context: f64) -> f64 {

@@ -33,37 +33,25 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         None => data::POINTS_CSV.to_string(),
         Some(p) => capsim::error::read_file(p)?,
     };
-    let src = a
-        .data
-        .as_ref()
-        .map_or(data::POINTS_PATH.to_string(), |p| p.display().to_string());
+    let src = a.data.as_ref().map_or(data::POINTS_PATH.to_string(), |p| p.display().to_string());
     let points = data::parse_points(&src, &text)?;
     let metas = data::report_metas()?;
     let mut targets = calibrate::targets(&metas, &catalog)?;
     if let Some(r) = &a.report {
         targets.retain(|t| t.report.starts_with(r.as_str()));
         if targets.is_empty() {
-            return Err(Error::flag(
-                "--report",
-                format!("no independent report starts with `{r}`"),
-            ));
+            return Err(Error::flag("--report", format!("no independent report starts with `{r}`")));
         }
     }
     if a.max_evals < 10 {
         return Err(Error::flag("--max-evals", "must be at least 10"));
     }
-    std::fs::create_dir_all(&a.out).map_err(|err| Error::Io {
-        path: a.out.display().to_string(),
-        err,
-    })?;
+    std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let command = format!(
         "capsim calibrate --data {} --out {}{} --max-evals {}",
         src,
         a.out.display(),
-        a.report
-            .as_ref()
-            .map(|r| format!(" --report {r}"))
-            .unwrap_or_default(),
+        a.report.as_ref().map(|r| format!(" --report {r}")).unwrap_or_default(),
         a.max_evals
     );
     let opts = FitOptions {
@@ -85,24 +73,15 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             env!("CARGO_PKG_VERSION"),
             pf.name
         );
-        std::fs::write(&toml_path, header + &pf.to_toml()).map_err(|err| Error::Io {
-            path: toml_path.display().to_string(),
-            err,
-        })?;
+        std::fs::write(&toml_path, header + &pf.to_toml())
+            .map_err(|err| Error::Io { path: toml_path.display().to_string(), err })?;
         let txt = report_text(&rep);
-        std::fs::write(&fit_path, &txt).map_err(|err| Error::Io {
-            path: fit_path.display().to_string(),
-            err,
-        })?;
+        std::fs::write(&fit_path, &txt).map_err(|err| Error::Io { path: fit_path.display().to_string(), err })?;
         if a.json {
             reports.push(rep);
         } else {
             println!("{txt}");
-            println!(
-                "wrote {} and {} ({secs:.1} s)\n",
-                toml_path.display(),
-                fit_path.display()
-            );
+            println!("wrote {} and {} ({secs:.1} s)\n", toml_path.display(), fit_path.display());
         }
     }
     if a.json {

@@ -78,10 +78,7 @@ fn progress(len_hint: u64) -> ProgressBar {
     let pb = ProgressBar::new(len_hint);
     if std::io::stderr().is_terminal() {
         pb.set_draw_target(ProgressDrawTarget::stderr());
-        pb.set_style(
-            ProgressStyle::with_template("{spinner} {pos} simulations {elapsed} {msg}")
-                .expect("template"),
-        );
+        pb.set_style(ProgressStyle::with_template("{spinner} {pos} simulations {elapsed} {msg}").expect("template"));
     } else {
         pb.set_draw_target(ProgressDrawTarget::hidden());
     }
@@ -97,15 +94,9 @@ fn question(a: &CapacityArgs) -> Result<Question> {
         template.classes[0].output = LengthDist::fixed(p.output_tokens);
         slo_text.extend(p.slos.iter().map(|(n, v)| format!("{n}={v}")));
     }
-    let slos: Vec<Slo> = slo_text
-        .iter()
-        .map(|s| Slo::parse(s))
-        .collect::<Result<_>>()?;
+    let slos: Vec<Slo> = slo_text.iter().map(|s| Slo::parse(s)).collect::<Result<_>>()?;
     if slos.is_empty() {
-        return Err(Error::flag(
-            "--slo",
-            "give at least one SLO (e.g. --slo ttft_mean_s=3.0) or a --preset",
-        ));
+        return Err(Error::flag("--slo", "give at least one SLO (e.g. --slo ttft_mean_s=3.0) or a --preset"));
     }
     let axis = match a.load {
         LoadArg::Burst => LoadAxis::Burst,
@@ -118,37 +109,20 @@ fn question(a: &CapacityArgs) -> Result<Question> {
         LoadAxis::Rate => 1000.0,
     });
     if !(max_load.is_finite() && max_load >= 1.0) {
-        return Err(Error::flag(
-            "--max-load",
-            format!("must be at least 1, got {max_load}"),
-        ));
+        return Err(Error::flag("--max-load", format!("must be at least 1, got {max_load}")));
     }
     if !(a.rate_tol.is_finite() && a.rate_tol > 0.0 && a.rate_tol < 0.5) {
         return Err(Error::flag("--rate-tol", "must be in (0, 0.5)"));
     }
-    let seeds = a
-        .seeds
-        .unwrap_or(if axis == LoadAxis::Rate { 3 } else { 1 });
+    let seeds = a.seeds.unwrap_or(if axis == LoadAxis::Rate { 3 } else { 1 });
     if seeds == 0 || seeds > 64 {
         return Err(Error::flag("--seeds", "must be in 1..=64"));
     }
-    Ok(Question {
-        axis,
-        template,
-        slos,
-        max_load,
-        seeds,
-        seed: a.seed,
-        rate_rel_tol: a.rate_tol,
-    })
+    Ok(Question { axis, template, slos, max_load, seeds, seed: a.seed, rate_rel_tol: a.rate_tol })
 }
 
 /// The profile on `gpu`, with the smallest tensor-parallel degree the model fits.
-fn on_gpu(
-    a: &CapacityArgs,
-    catalog: &capsim::catalog::Catalog,
-    gpu: Option<&str>,
-) -> Result<Profile> {
+fn on_gpu(a: &CapacityArgs, catalog: &capsim::catalog::Catalog, gpu: Option<&str>) -> Result<Profile> {
     let mut last = None;
     for tp in [a.profile.tp.unwrap_or(1), 2, 4, 8] {
         let mut pa = a.profile.clone();
@@ -169,26 +143,11 @@ fn on_gpu(
 fn points_rows(points: &[TriedPoint]) -> (Vec<String>, Vec<Vec<String>>) {
     let mut headers: Vec<String> = vec!["load".into(), "meets_slo".into()];
     headers.extend(
-        points
-            .first()
-            .map(|p| {
-                p.slo_values
-                    .iter()
-                    .map(|(n, _)| n.clone())
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default(),
+        points.first().map(|p| p.slo_values.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()).unwrap_or_default(),
     );
     headers.extend(
-        [
-            "ttft_s_mean",
-            "itl_ms_mean",
-            "per_user_tok_s_mean",
-            "system_output_tok_s",
-            "utilization",
-            "stability",
-        ]
-        .map(String::from),
+        ["ttft_s_mean", "itl_ms_mean", "per_user_tok_s_mean", "system_output_tok_s", "utilization", "stability"]
+            .map(String::from),
     );
     let rows = points
         .iter()
@@ -201,8 +160,7 @@ fn points_rows(points: &[TriedPoint]) -> (Vec<String>, Vec<Vec<String>>) {
                 num(p.per_user_tok_s_mean, 4),
                 num(p.system_output_tok_s, 4),
                 format!("{:.2}", p.utilization),
-                p.stability
-                    .map_or("-".into(), |s| format!("{s:?}").to_lowercase()),
+                p.stability.map_or("-".into(), |s| format!("{s:?}").to_lowercase()),
             ]);
             r
         })
@@ -250,11 +208,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         let slo_name = slo.name();
         let series = vec![Series {
             label: &slo_name,
-            points: c
-                .points
-                .iter()
-                .map(|t| (t.load, t.slo_values[0].1))
-                .collect(),
+            points: c.points.iter().map(|t| (t.load, t.slo_values[0].1)).collect(),
             markers: false,
         }];
         let svg = svg_chart(
@@ -266,10 +220,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             (c.capacity > 0.0).then_some((c.capacity, "capacity")),
             false,
         );
-        std::fs::write(path, svg).map_err(|err| Error::Io {
-            path: path.display().to_string(),
-            err,
-        })?;
+        std::fs::write(path, svg).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if a.json {
         let v: Vec<_> = results
@@ -283,11 +234,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                 })
             })
             .collect();
-        let out = if v.len() == 1 {
-            v.into_iter().next().expect("one")
-        } else {
-            json!({"side_by_side": v})
-        };
+        let out = if v.len() == 1 { v.into_iter().next().expect("one") } else { json!({"side_by_side": v}) };
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return Ok(());
     }
@@ -313,18 +260,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                 .collect();
             print!(
                 "{}",
-                csv(
-                    &[
-                        "gpu",
-                        "tensor_parallel",
-                        "extrapolated",
-                        "capacity",
-                        "band_low",
-                        "band_high",
-                        "verdict"
-                    ],
-                    &rows
-                )
+                csv(&["gpu", "tensor_parallel", "extrapolated", "capacity", "band_low", "band_high", "verdict"], &rows)
             );
         }
         return Ok(());
@@ -332,21 +268,9 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     let slo_desc: Vec<String> = q
         .slos
         .iter()
-        .map(|s| {
-            format!(
-                "{} {} {}",
-                s.name(),
-                if s.is_lower_bound() { ">=" } else { "<=" },
-                s.limit
-            )
-        })
+        .map(|s| format!("{} {} {}", s.name(), if s.is_lower_bound() { ">=" } else { "<=" }, s.limit))
         .collect();
-    println!(
-        "question: largest {} with {} (seeds {})",
-        q.axis.as_str(),
-        slo_desc.join(" and "),
-        q.seeds
-    );
+    println!("question: largest {} with {} (seeds {})", q.axis.as_str(), slo_desc.join(" and "), q.seeds);
     if results.len() > 1 {
         let rows: Vec<Vec<String>> = results
             .iter()
@@ -360,30 +284,16 @@ pub fn run(a: CapacityArgs) -> Result<()> {
                         "no (calibrated)".into()
                     },
                     capsim::data::format_value(c.capacity),
-                    format!(
-                        "{} .. {}",
-                        capsim::data::format_value(c.band.0),
-                        capsim::data::format_value(c.band.1)
-                    ),
+                    format!("{} .. {}", capsim::data::format_value(c.band.0), capsim::data::format_value(c.band.1)),
                     verdict_text(c, &q),
                 ]
             })
             .collect();
-        print!(
-            "{}",
-            table(
-                &["gpu", "tp", "extrapolated", "capacity", "band", "verdict"],
-                &rows
-            )
-        );
+        print!("{}", table(&["gpu", "tp", "extrapolated", "capacity", "band", "verdict"], &rows));
         return Ok(());
     }
     let (p, c) = &results[0];
-    println!(
-        "profile: {}{}",
-        p.name(),
-        super::simulate::extrapolation_note(p)
-    );
+    println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p));
     println!(
         "capacity: {} {}  (band {} .. {} from the profile's fitted uncertainty; {})\n",
         capsim::data::format_value(c.capacity),
@@ -398,24 +308,13 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     Ok(())
 }
 
-fn fleet(
-    a: &CapacityArgs,
-    q: &Question,
-    catalog: &capsim::catalog::Catalog,
-    rate: f64,
-) -> Result<()> {
+fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rate: f64) -> Result<()> {
     if !(rate.is_finite() && rate > 0.0) {
-        return Err(Error::flag(
-            "--target-rate",
-            format!("must be a positive rate, got {rate}"),
-        ));
+        return Err(Error::flag("--target-rate", format!("must be a positive rate, got {rate}")));
     }
     if let Some(pr) = a.gpu_price_per_hour {
         if !(pr.is_finite() && pr >= 0.0) {
-            return Err(Error::flag(
-                "--gpu-price-per-hour",
-                "must be a non-negative number",
-            ));
+            return Err(Error::flag("--gpu-price-per-hour", "must be a non-negative number"));
         }
     }
     let routing = match a.routing {
@@ -435,9 +334,8 @@ fn fleet(
         let ok = |k: u32| -> Result<(bool, capsim::metrics::Summary)> {
             let s = capacity::simulate_fleet(&p, &t, rate, k, routing, q.seed)?;
             let per_replica_rate = rate / k as f64;
-            let keeping_up = s.request_throughput_per_s
-                >= 0.9 * rate.min(per_replica_rate * k as f64)
-                || s.requests_unfinished == 0;
+            let keeping_up =
+                s.request_throughput_per_s >= 0.9 * rate.min(per_replica_rate * k as f64) || s.requests_unfinished == 0;
             Ok((q.slos.iter().all(|x| x.met(&s)) && keeping_up, s))
         };
         // Bracket and bisect over the replica count (more replicas never hurt).
@@ -494,29 +392,19 @@ fn fleet(
         })
         .collect();
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({"fleet": rows})).expect("json")
-        );
+        println!("{}", serde_json::to_string_pretty(&json!({"fleet": rows})).expect("json"));
         return Ok(());
     }
     let t_rows: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let f = |k: &str| {
-                r.get(k)
-                    .and_then(|v| v.as_f64())
-                    .map_or("-".into(), |v| num(v, 4))
-            };
+            let f = |k: &str| r.get(k).and_then(|v| v.as_f64()).map_or("-".into(), |v| num(v, 4));
             vec![
                 r["gpu"].as_str().unwrap_or("").to_string(),
                 r["tensor_parallel"].to_string(),
                 r["replicas"].to_string(),
                 r.get("gpus").map_or("-".into(), |v| v.to_string()),
-                if r.get("extrapolation")
-                    .and_then(|v| v.as_bool())
-                    .unwrap_or(false)
-                {
+                if r.get("extrapolation").and_then(|v| v.as_bool()).unwrap_or(false) {
                     "yes".into()
                 } else {
                     "no".into()

@@ -50,9 +50,17 @@ pub fn gpus(a: GpusArgs) -> Result<()> {
         c.add_gpu_file(f)?;
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json!(c.gpus.iter().map(|g| json!({
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!(c
+                .gpus
+                .iter()
+                .map(|g| json!({
             "name": g.name, "family": g.family, "memory_gb": g.memory_gb, "hbm_bandwidth_tb_s": g.hbm_bandwidth_tb_s,
-            "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "tdp_w": g.tdp_w, "source": g.source})).collect::<Vec<_>>())).expect("json"));
+            "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "tdp_w": g.tdp_w, "source": g.source}))
+                .collect::<Vec<_>>()))
+            .expect("json")
+        );
         return Ok(());
     }
     let rows: Vec<Vec<String>> = c
@@ -70,31 +78,14 @@ pub fn gpus(a: GpusArgs) -> Result<()> {
             ]
         })
         .collect();
-    print!(
-        "{}",
-        table(
-            &[
-                "gpu",
-                "memory_gb",
-                "hbm_tb_s",
-                "bf16_tflops",
-                "fp8_tflops",
-                "tdp_w",
-                "source"
-            ],
-            &rows
-        )
-    );
+    print!("{}", table(&["gpu", "memory_gb", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "tdp_w", "source"], &rows));
     Ok(())
 }
 
 pub fn models(a: ModelsArgs) -> Result<()> {
     let c = Catalog::builtin();
-    let mut archs: Vec<(capsim::catalog::ModelArch, String)> = c
-        .models
-        .iter()
-        .map(|m| (m.arch.clone(), m.entry.source.clone()))
-        .collect();
+    let mut archs: Vec<(capsim::catalog::ModelArch, String)> =
+        c.models.iter().map(|m| (m.arch.clone(), m.entry.source.clone())).collect();
     if let Some(m) = &a.model {
         archs.push((c.model(m)?, m.clone()));
     }
@@ -128,21 +119,12 @@ pub fn models(a: ModelsArgs) -> Result<()> {
             vec![
                 m.name.clone(),
                 m.kind().into(),
-                format!(
-                    "{}/{}/{}",
-                    m.n_full_attn_layers, m.n_linear_layers, m.n_sliding_layers
-                ),
+                format!("{}/{}/{}", m.n_full_attn_layers, m.n_linear_layers, m.n_sliding_layers),
                 num(m.params_total() as f64 / 1e9, 3),
                 num(m.params_active() as f64 / 1e9, 3),
                 num(m.kv_bytes_per_token(Dtype::Bf16), 6),
-                if m.linear.is_some() {
-                    format!("{:.1}", m.linear_state_bytes(Dtype::Bf16) / mib)
-                } else {
-                    "-".into()
-                },
-                m.moe.as_ref().map_or("-".into(), |x| {
-                    format!("{}/{}", x.n_experts_per_token, x.n_experts)
-                }),
+                if m.linear.is_some() { format!("{:.1}", m.linear_state_bytes(Dtype::Bf16) / mib) } else { "-".into() },
+                m.moe.as_ref().map_or("-".into(), |x| format!("{}/{}", x.n_experts_per_token, x.n_experts)),
                 num(m.prefill_flops_per_token(0.0) / 1e9, 3),
                 m.max_context.to_string(),
             ]
@@ -183,21 +165,9 @@ pub fn profiles(a: ProfilesArgs) -> Result<()> {
             p.gpu.name.clone(),
             p.engine.kind.as_str().into(),
             f.provenance.source_report.clone(),
-            if f.fit.is_some() {
-                format!("{:.1}%", fit.median_abs_error_pct)
-            } else {
-                "-".into()
-            },
-            if f.fit.is_some() {
-                format!("{:.1}%", fit.p90_abs_error_pct)
-            } else {
-                "-".into()
-            },
-            if f.fit.is_some() {
-                (if fit.physics_ok { "ok" } else { "VIOLATED" }).into()
-            } else {
-                "-".into()
-            },
+            if f.fit.is_some() { format!("{:.1}%", fit.median_abs_error_pct) } else { "-".into() },
+            if f.fit.is_some() { format!("{:.1}%", fit.p90_abs_error_pct) } else { "-".into() },
+            if f.fit.is_some() { (if fit.physics_ok { "ok" } else { "VIOLATED" }).into() } else { "-".into() },
             f.provenance.method.chars().take(40).collect(),
         ]);
         js.push(json!({"file": file, "name": f.name, "model": p.arch.name, "gpu": p.gpu.name, "engine": p.engine.kind.as_str(),
@@ -234,18 +204,9 @@ pub fn points(a: PointsArgs) -> Result<()> {
     let mut pts = data::load_points(a.data.as_deref())?;
     let before: Vec<Vec<String>> = pts.iter().map(|p| p.flags.clone()).collect();
     flags::refresh_flags(&mut pts, &catalog, &metas);
-    let changed = pts
-        .iter()
-        .zip(&before)
-        .filter(|(p, b)| &p.flags != *b)
-        .count();
+    let changed = pts.iter().zip(&before).filter(|(p, b)| &p.flags != *b).count();
     let flagged = pts.iter().filter(|p| p.is_flagged()).count();
-    println!(
-        "{} points, {} flagged, {} whose computed flags differ from the file",
-        pts.len(),
-        flagged,
-        changed
-    );
+    println!("{} points, {} flagged, {} whose computed flags differ from the file", pts.len(), flagged, changed);
     for p in pts.iter().filter(|p| p.is_flagged()) {
         println!(
             "line {:>3} {} {} c={} {}={}: {}",
@@ -260,10 +221,7 @@ pub fn points(a: PointsArgs) -> Result<()> {
     }
     if let Some(path) = &a.write {
         let text = data::write_points(&pts);
-        std::fs::write(path, text).map_err(|err| Error::Io {
-            path: path.display().to_string(),
-            err,
-        })?;
+        std::fs::write(path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
         println!("wrote {}", path.display());
     }
     Ok(())

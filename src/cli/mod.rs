@@ -192,58 +192,30 @@ pub enum ProcessArg {
 pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
     let parts: Vec<&str> = s.split(':').collect();
     let num = |i: usize| -> Result<f64> {
-        let t = parts
-            .get(i)
-            .ok_or_else(|| Error::flag(flag, format!("`{s}`: missing parameter {i}")))?;
-        let v: f64 = t
-            .parse()
-            .map_err(|_| Error::flag(flag, format!("`{t}` is not a number")))?;
+        let t = parts.get(i).ok_or_else(|| Error::flag(flag, format!("`{s}`: missing parameter {i}")))?;
+        let v: f64 = t.parse().map_err(|_| Error::flag(flag, format!("`{t}` is not a number")))?;
         if !v.is_finite() || v < 0.0 {
-            return Err(Error::flag(
-                flag,
-                format!("`{t}` must be a finite non-negative number"),
-            ));
+            return Err(Error::flag(flag, format!("`{t}` must be a finite non-negative number")));
         }
         Ok(v)
     };
     let d = match parts[0] {
-        "uniform" => LengthDist::Uniform {
-            min: num(1)? as u32,
-            max: num(2)? as u32,
-        },
-        "normal" => LengthDist::Normal {
-            mean: num(1)?,
-            sd: num(2)?,
-        },
-        "lognormal" => LengthDist::Lognormal {
-            mean: num(1)?,
-            sd: num(2)?,
-        },
+        "uniform" => LengthDist::Uniform { min: num(1)? as u32, max: num(2)? as u32 },
+        "normal" => LengthDist::Normal { mean: num(1)?, sd: num(2)? },
+        "lognormal" => LengthDist::Lognormal { mean: num(1)?, sd: num(2)? },
         _ if parts.len() == 1 => {
             let t = parts[0].trim();
             if t.starts_with('-') {
-                return Err(Error::flag(
-                    flag,
-                    format!("token count must not be negative, got `{t}`"),
-                ));
+                return Err(Error::flag(flag, format!("token count must not be negative, got `{t}`")));
             }
-            let v: u32 = t.parse().map_err(|_| {
-                Error::flag(
-                    flag,
-                    format!("`{t}` is not a token count or a distribution"),
-                )
-            })?;
+            let v: u32 =
+                t.parse().map_err(|_| Error::flag(flag, format!("`{t}` is not a token count or a distribution")))?;
             if v == 0 {
                 return Err(Error::flag(flag, "token count must be at least 1"));
             }
             LengthDist::Fixed { value: v }
         }
-        other => {
-            return Err(Error::flag(
-                flag,
-                format!("unknown distribution `{other}` (uniform, normal, lognormal)"),
-            ))
-        }
+        other => return Err(Error::flag(flag, format!("unknown distribution `{other}` (uniform, normal, lognormal)"))),
     };
     // Reuse the workload validation for ranges, with the flag's name in the error.
     WorkloadSpec {
@@ -277,18 +249,12 @@ impl LengthArgs {
         t.requests = self.requests;
         if let Some(d) = self.duration {
             if !(d.is_finite() && d > 0.0) {
-                return Err(Error::flag(
-                    "--duration",
-                    format!("must be a positive number of seconds, got {d}"),
-                ));
+                return Err(Error::flag("--duration", format!("must be a positive number of seconds, got {d}")));
             }
         }
         t.duration_s = self.duration;
         if !(self.think_time.is_finite() && self.think_time >= 0.0) {
-            return Err(Error::flag(
-                "--think-time",
-                format!("must be >= 0, got {}", self.think_time),
-            ));
+            return Err(Error::flag("--think-time", format!("must be >= 0, got {}", self.think_time)));
         }
         t.think_time_s = self.think_time;
         t.think_exponential = self.think_exponential;
@@ -299,10 +265,7 @@ impl LengthArgs {
         };
         if let Some(b) = self.burstiness {
             if !(b.is_finite() && b > 0.0) {
-                return Err(Error::flag(
-                    "--burstiness",
-                    format!("must be a positive number, got {b}"),
-                ));
+                return Err(Error::flag("--burstiness", format!("must be a positive number, got {b}")));
             }
             t.burstiness = b;
             if b != 1.0 && matches!(self.process, ProcessArg::Poisson) {
@@ -319,16 +282,9 @@ impl LengthArgs {
 pub fn read_workload_file(path: &std::path::Path) -> Result<Workload> {
     let text = capsim::error::read_file(path)?;
     let src = path.display().to_string();
-    let spec: WorkloadSpec =
-        toml::from_str(&text).map_err(|e| capsim::error::toml_error(&src, &text, e))?;
+    let spec: WorkloadSpec = toml::from_str(&text).map_err(|e| capsim::error::toml_error(&src, &text, e))?;
     spec.validate().map_err(|e| match e {
-        Error::Input { at, msg } => Error::Input {
-            at: capsim::error::Location {
-                source: src.clone(),
-                ..at
-            },
-            msg,
-        },
+        Error::Input { at, msg } => Error::Input { at: capsim::error::Location { source: src.clone(), ..at }, msg },
         other => other,
     })
 }
@@ -350,19 +306,12 @@ pub fn trace_workload(path: &std::path::Path, warmup: u64, cooldown: u64) -> Res
 
 pub fn rate_schedule_const(rate: f64) -> Result<RateSchedule> {
     if !(rate.is_finite() && rate > 0.0) {
-        return Err(Error::flag(
-            "--rate",
-            format!("must be a positive number of requests per second, got {rate}"),
-        ));
+        return Err(Error::flag("--rate", format!("must be a positive number of requests per second, got {rate}")));
     }
     Ok(RateSchedule::constant(rate))
 }
 
 /// `--slo` items such as ttft_mean_s=3.0 as per-request goodput limits where they are per-request.
 pub fn goodput_slo(ttft_s: Option<f64>, itl_ms: Option<f64>, e2e_s: Option<f64>) -> RequestSlo {
-    RequestSlo {
-        ttft_s_max: ttft_s,
-        itl_ms_max: itl_ms,
-        e2e_s_max: e2e_s,
-    }
+    RequestSlo { ttft_s_max: ttft_s, itl_ms_max: itl_ms, e2e_s_max: e2e_s }
 }

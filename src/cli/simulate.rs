@@ -1,8 +1,6 @@
 //! `capsim simulate`: one workload on one profile.
 
-use super::{
-    goodput_slo, rate_schedule_const, read_workload_file, trace_workload, LengthArgs, ProfileArgs,
-};
+use super::{goodput_slo, rate_schedule_const, read_workload_file, trace_workload, LengthArgs, ProfileArgs};
 use capsim::error::{Error, Result};
 use capsim::metrics::{summarize, Stats, Summary};
 use capsim::profile::Profile;
@@ -80,10 +78,7 @@ pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
         rate_schedule_const(r)?;
         return t.at(LoadAxis::Rate, r);
     }
-    Err(Error::flag(
-        "--concurrency",
-        "choose a load: --concurrency, --burst, --rate, --trace or --workload",
-    ))
+    Err(Error::flag("--concurrency", "choose a load: --concurrency, --burst, --rate, --trace or --workload"))
 }
 
 /// The resolved scenario written next to every result.
@@ -113,14 +108,7 @@ pub fn scenario_json(p: &Profile, w: &Workload, seed: u64) -> serde_json::Value 
 }
 
 fn stats_row(name: &str, s: &Stats) -> Vec<String> {
-    vec![
-        name.into(),
-        num(s.mean, 4),
-        num(s.p50, 4),
-        num(s.p90, 4),
-        num(s.p95, 4),
-        num(s.p99, 4),
-    ]
+    vec![name.into(), num(s.mean, 4), num(s.p50, 4), num(s.p90, 4), num(s.p95, 4), num(s.p99, 4)]
 }
 
 pub fn summary_table(s: &Summary) -> String {
@@ -136,23 +124,13 @@ pub fn summary_table(s: &Summary) -> String {
     );
     out.push('\n');
     let mut kv = vec![
-        (
-            "requests completed / sent",
-            format!("{} / {}", s.requests_completed, s.requests_sent),
-        ),
+        ("requests completed / sent", format!("{} / {}", s.requests_completed, s.requests_sent)),
         ("requests measured", s.requests_measured.to_string()),
         ("system output tok/s", num(s.system_output_tok_s, 4)),
         ("system total tok/s", num(s.system_total_tok_s, 4)),
         ("request throughput /s", num(s.request_throughput_per_s, 4)),
         ("preemptions", s.preemptions.to_string()),
-        (
-            "KV utilization mean / max",
-            format!(
-                "{:.1}% / {:.1}%",
-                s.kv_util_mean * 100.0,
-                s.kv_util_max * 100.0
-            ),
-        ),
+        ("KV utilization mean / max", format!("{:.1}% / {:.1}%", s.kv_util_mean * 100.0, s.kv_util_max * 100.0)),
         ("max waiting", s.max_waiting.to_string()),
         ("engine steps", s.steps.to_string()),
         ("simulated time s", num(s.sim_time_s, 4)),
@@ -164,10 +142,7 @@ pub fn summary_table(s: &Summary) -> String {
         kv.push(("unfinished at horizon", s.requests_unfinished.to_string()));
     }
     if let (Some(g), Some(f)) = (s.goodput_requests_per_s, s.goodput_fraction) {
-        kv.push((
-            "goodput req/s (fraction)",
-            format!("{} ({:.1}%)", num(g, 4), f * 100.0),
-        ));
+        kv.push(("goodput req/s (fraction)", format!("{} ({:.1}%)", num(g, 4), f * 100.0)));
     }
     for (k, v) in kv {
         out.push_str(&format!("{k:<28}{v}\n"));
@@ -180,28 +155,11 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     let p = a.profile.resolve(&catalog)?;
     let w = workload_of(&a)?;
     if !(a.horizon.is_finite() && a.horizon > 0.0) {
-        return Err(Error::flag(
-            "--horizon",
-            "must be a positive number of seconds",
-        ));
+        return Err(Error::flag("--horizon", "must be a positive number of seconds"));
     }
-    let out = simulate(
-        &p,
-        &w,
-        a.seed,
-        SimOptions {
-            horizon_s: a.horizon,
-            ..Default::default()
-        },
-    );
+    let out = simulate(&p, &w, a.seed, SimOptions { horizon_s: a.horizon, ..Default::default() });
     let slo = goodput_slo(a.goodput_ttft_s, a.goodput_itl_ms, a.goodput_e2e_s);
-    let s = summarize(
-        &out,
-        w.spec.warmup_requests,
-        w.spec.cooldown_requests,
-        w.spec.warmup_s,
-        &slo,
-    );
+    let s = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, &slo);
     if let Some(path) = &a.per_request {
         let rows: Vec<Vec<String>> = out
             .records
@@ -234,10 +192,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             ],
             &rows,
         );
-        std::fs::write(path, text).map_err(|err| Error::Io {
-            path: path.display().to_string(),
-            err,
-        })?;
+        std::fs::write(path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if a.json {
         let mut v = serde_json::to_value(&s).expect("summary serializes");
@@ -245,10 +200,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         obj.insert("capsim_version".into(), json!(env!("CARGO_PKG_VERSION")));
         obj.insert("seed".into(), json!(a.seed));
         obj.insert("scenario".into(), scenario_json(&p, &w, a.seed));
-        obj.insert(
-            "kv_series".into(),
-            serde_json::to_value(&out.series).expect("series serializes"),
-        );
+        obj.insert("kv_series".into(), serde_json::to_value(&out.series).expect("series serializes"));
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         println!("profile: {}{}", p.name(), extrapolation_note(&p));
@@ -269,7 +221,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
 
 pub fn extrapolation_note(p: &Profile) -> String {
     match &p.retargeted_from {
-        Some(from) => format!("  [EXTRAPOLATION: retargeted from profile {from}; efficiencies kept, peaks and counts swapped]"),
+        Some(from) => {
+            format!("  [EXTRAPOLATION: retargeted from profile {from}; efficiencies kept, peaks and counts swapped]")
+        }
         None => String::new(),
     }
 }

@@ -57,12 +57,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
         (Some(v), _, _) => (LoadAxis::Concurrency, v.clone()),
         (_, Some(v), _) => (LoadAxis::Burst, v.clone()),
         (_, _, Some(v)) => (LoadAxis::Rate, v.clone()),
-        _ => {
-            return Err(Error::flag(
-                "--concurrency",
-                "give a list of loads: --concurrency, --burst or --rate",
-            ))
-        }
+        _ => return Err(Error::flag("--concurrency", "give a list of loads: --concurrency, --burst or --rate")),
     };
     for &l in &loads {
         if !(l.is_finite() && l > 0.0) || (axis.is_integer() && l.fract() != 0.0) {
@@ -70,11 +65,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 &format!("--{}", axis.as_str()),
                 format!(
                     "each load must be a positive {}, got {l}",
-                    if axis.is_integer() {
-                        "integer"
-                    } else {
-                        "number"
-                    }
+                    if axis.is_integer() { "integer" } else { "number" }
                 ),
             ));
         }
@@ -115,11 +106,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     } else if a.csv {
         print!("{}", csv(HEADERS, &rows));
     } else {
-        println!(
-            "profile: {}{}",
-            p.name(),
-            super::simulate::extrapolation_note(&p)
-        );
+        println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(&p));
         print!("{}", table(HEADERS, &rows));
     }
     Ok(())

@@ -34,20 +34,10 @@ fn bounds(p: &Point, catalog: &Catalog, meta: Option<&ReportMeta>) -> Option<Bou
     if gpus.is_empty() {
         return None;
     }
-    let bw = gpus
-        .iter()
-        .map(|g| g.hbm_bandwidth_bytes_s())
-        .fold(0.0, f64::max);
-    let fl = gpus
-        .iter()
-        .map(|g| g.max_dense_flops_s())
-        .fold(0.0, f64::max);
+    let bw = gpus.iter().map(|g| g.hbm_bandwidth_bytes_s()).fold(0.0, f64::max);
+    let fl = gpus.iter().map(|g| g.max_dense_flops_s()).fold(0.0, f64::max);
     let mem = gpus.iter().map(|g| g.memory_bytes()).fold(0.0, f64::max);
-    let gpu_desc = if gpus.len() == 1 {
-        gpus[0].name.clone()
-    } else {
-        format!("fastest {} variant", p.gpu)
-    };
+    let gpu_desc = if gpus.len() == 1 { gpus[0].name.clone() } else { format!("fastest {} variant", p.gpu) };
     Some(Bounds {
         arch,
         bw_max_bytes_s: bw,
@@ -65,15 +55,11 @@ fn best_prefill_rate(points: &[Point], report: &str) -> Option<f64> {
     points
         .iter()
         .filter(|q| q.report == report && !q.is_flagged_by_hand())
-        .filter_map(
-            |q| match (q.metric.as_str(), q.concurrency, q.input_tokens) {
-                ("prefill_tok_s", _, _) => Some(q.value),
-                ("ttft_s", Some(1), Some(l)) if l >= 8192 && q.value > 0.0 => {
-                    Some(l as f64 / q.value)
-                }
-                _ => None,
-            },
-        )
+        .filter_map(|q| match (q.metric.as_str(), q.concurrency, q.input_tokens) {
+            ("prefill_tok_s", _, _) => Some(q.value),
+            ("ttft_s", Some(1), Some(l)) if l >= 8192 && q.value > 0.0 => Some(l as f64 / q.value),
+            _ => None,
+        })
         .reduce(f64::max)
 }
 
@@ -88,19 +74,12 @@ fn best_single_user_speed(points: &[Point], report: &str) -> Option<f64> {
 
 impl Point {
     fn is_flagged_by_hand(&self) -> bool {
-        self.flags
-            .iter()
-            .any(|f| !f.starts_with(PHYSICS_PREFIX) && !f.starts_with(INCONSISTENT_PREFIX))
+        self.flags.iter().any(|f| !f.starts_with(PHYSICS_PREFIX) && !f.starts_with(INCONSISTENT_PREFIX))
     }
 }
 
 /// The computed flags of point `idx`.
-pub fn computed_flags(
-    points: &[Point],
-    idx: usize,
-    catalog: &Catalog,
-    metas: &[ReportMeta],
-) -> Vec<String> {
+pub fn computed_flags(points: &[Point], idx: usize, catalog: &Catalog, metas: &[ReportMeta]) -> Vec<String> {
     let p = &points[idx];
     let mut out = Vec::new();
     let (Some(input), Some(output)) = (p.input_tokens, p.output_tokens) else {
@@ -121,11 +100,7 @@ pub fn computed_flags(
         _ => None,
     };
     if let Some(step_s) = step_s {
-        let n_dec = if p.load == LoadKind::ClosedLoop {
-            n
-        } else {
-            1.0
-        };
+        let n_dec = if p.load == LoadKind::ClosedLoop { n } else { 1.0 };
         let ctx = l_in + l_out / 2.0;
         let bytes = a.weight_bytes_read(b.weight_dtype, 1.0)
             + n_dec * (a.kv_bytes_for_context(b.kv_dtype, ctx) + a.linear_state_bytes(Dtype::Bf16));
@@ -147,9 +122,7 @@ pub fn computed_flags(
     let prompt_flops = a.prompt_prefill_flops(l_in);
     let implied_flops = match (p.metric.as_str(), p.load) {
         ("ttft_s", _) if n == 1.0 && p.value > 0.0 => Some(prompt_flops / p.value),
-        ("ttft_s", LoadKind::Burst) if p.value > 0.0 => {
-            Some((n + 1.0) / 2.0 * prompt_flops / p.value)
-        }
+        ("ttft_s", LoadKind::Burst) if p.value > 0.0 => Some((n + 1.0) / 2.0 * prompt_flops / p.value),
         ("prefill_tok_s", _) => Some(p.value * prompt_flops / l_in),
         _ => None,
     };
@@ -165,8 +138,7 @@ pub fn computed_flags(
     }
     // 3. Residency: more sequences than the KV cache can hold force queueing behind whole requests.
     if p.metric == "ttft_s" && n > 1.0 && p.load != LoadKind::Burst {
-        let per_seq =
-            a.kv_bytes_for_context(b.kv_dtype, l_in + l_out) + a.linear_state_bytes(Dtype::Bf16);
+        let per_seq = a.kv_bytes_for_context(b.kv_dtype, l_in + l_out) + a.linear_state_bytes(Dtype::Bf16);
         let free = b.memory_max_bytes - a.weight_bytes(b.weight_dtype);
         let n_fit = (free / per_seq).floor().max(0.0);
         if n_fit < n {
@@ -206,12 +178,9 @@ pub fn computed_flags(
 /// Replace the computed flags of every point by freshly computed ones; hand flags are kept.
 pub fn refresh_flags(points: &mut [Point], catalog: &Catalog, metas: &[ReportMeta]) {
     for p in points.iter_mut() {
-        p.flags
-            .retain(|f| !f.starts_with(PHYSICS_PREFIX) && !f.starts_with(INCONSISTENT_PREFIX));
+        p.flags.retain(|f| !f.starts_with(PHYSICS_PREFIX) && !f.starts_with(INCONSISTENT_PREFIX));
     }
-    let computed: Vec<Vec<String>> = (0..points.len())
-        .map(|i| computed_flags(points, i, catalog, metas))
-        .collect();
+    let computed: Vec<Vec<String>> = (0..points.len()).map(|i| computed_flags(points, i, catalog, metas)).collect();
     for (p, c) in points.iter_mut().zip(computed) {
         p.flags.extend(c);
     }

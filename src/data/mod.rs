@@ -17,50 +17,20 @@ pub const POINTS_PATH: &str = "calibration/points.csv";
 
 /// Report metadata files, embedded.
 pub const REPORT_META: &[(&str, &str)] = &[
-    (
-        "000_2d6ea432ec8bd63a.txt",
-        include_str!("../../calibration/reports/000_2d6ea432ec8bd63a.toml"),
-    ),
-    (
-        "001_755e0d5560c212ac.txt",
-        include_str!("../../calibration/reports/001_755e0d5560c212ac.toml"),
-    ),
-    (
-        "002_54c11bffdcfbf732.txt",
-        include_str!("../../calibration/reports/002_54c11bffdcfbf732.toml"),
-    ),
-    (
-        "003_1f7ea993e37bf08b.txt",
-        include_str!("../../calibration/reports/003_1f7ea993e37bf08b.toml"),
-    ),
-    (
-        "004_cf24bff5c2ecb52c.txt",
-        include_str!("../../calibration/reports/004_cf24bff5c2ecb52c.toml"),
-    ),
+    ("000_2d6ea432ec8bd63a.txt", include_str!("../../calibration/reports/000_2d6ea432ec8bd63a.toml")),
+    ("001_755e0d5560c212ac.txt", include_str!("../../calibration/reports/001_755e0d5560c212ac.toml")),
+    ("002_54c11bffdcfbf732.txt", include_str!("../../calibration/reports/002_54c11bffdcfbf732.toml")),
+    ("003_1f7ea993e37bf08b.txt", include_str!("../../calibration/reports/003_1f7ea993e37bf08b.toml")),
+    ("004_cf24bff5c2ecb52c.txt", include_str!("../../calibration/reports/004_cf24bff5c2ecb52c.toml")),
 ];
 
 /// The report source texts, embedded so that quotes can be checked anywhere.
 pub const REPORT_SOURCES: &[(&str, &str)] = &[
-    (
-        "000_2d6ea432ec8bd63a.txt",
-        include_str!("../../calibration/sources/000_2d6ea432ec8bd63a.txt"),
-    ),
-    (
-        "001_755e0d5560c212ac.txt",
-        include_str!("../../calibration/sources/001_755e0d5560c212ac.txt"),
-    ),
-    (
-        "002_54c11bffdcfbf732.txt",
-        include_str!("../../calibration/sources/002_54c11bffdcfbf732.txt"),
-    ),
-    (
-        "003_1f7ea993e37bf08b.txt",
-        include_str!("../../calibration/sources/003_1f7ea993e37bf08b.txt"),
-    ),
-    (
-        "004_cf24bff5c2ecb52c.txt",
-        include_str!("../../calibration/sources/004_cf24bff5c2ecb52c.txt"),
-    ),
+    ("000_2d6ea432ec8bd63a.txt", include_str!("../../calibration/sources/000_2d6ea432ec8bd63a.txt")),
+    ("001_755e0d5560c212ac.txt", include_str!("../../calibration/sources/001_755e0d5560c212ac.txt")),
+    ("002_54c11bffdcfbf732.txt", include_str!("../../calibration/sources/002_54c11bffdcfbf732.txt")),
+    ("003_1f7ea993e37bf08b.txt", include_str!("../../calibration/sources/003_1f7ea993e37bf08b.txt")),
+    ("004_cf24bff5c2ecb52c.txt", include_str!("../../calibration/sources/004_cf24bff5c2ecb52c.txt")),
 ];
 
 /// One CSV row exactly as on disk.
@@ -174,31 +144,18 @@ fn parse_opt_u64(src: &str, line: usize, field: &str, s: &str) -> Result<Option<
     }
     let t = s.trim();
     if t.starts_with('-') {
-        return Err(Error::input(
-            src,
-            Some(line),
-            Some(field),
-            format!("must not be negative, got `{t}`"),
-        ));
+        return Err(Error::input(src, Some(line), Some(field), format!("must not be negative, got `{t}`")));
     }
-    t.parse::<u64>().map(Some).map_err(|_| {
-        Error::input(
-            src,
-            Some(line),
-            Some(field),
-            format!("must be a non-negative integer, got `{t}`"),
-        )
-    })
+    t.parse::<u64>()
+        .map(Some)
+        .map_err(|_| Error::input(src, Some(line), Some(field), format!("must be a non-negative integer, got `{t}`")))
 }
 
 impl PointRow {
     pub fn validate(&self, src: &str, line: usize) -> Result<Point> {
         let e = |field: &str, msg: String| Error::input(src, Some(line), Some(field), msg);
-        let value: f64 = self
-            .value
-            .trim()
-            .parse()
-            .map_err(|_| e("value", format!("not a number: `{}`", self.value)))?;
+        let value: f64 =
+            self.value.trim().parse().map_err(|_| e("value", format!("not a number: `{}`", self.value)))?;
         if !value.is_finite() {
             return Err(e("value", format!("must be finite, got `{}`", self.value)));
         }
@@ -206,32 +163,17 @@ impl PointRow {
             return Err(e("value", format!("must not be negative, got {value}")));
         }
         if !METRICS.contains(&self.metric.as_str()) {
-            return Err(e(
-                "metric",
-                format!(
-                    "unknown metric `{}`; known: {}",
-                    self.metric,
-                    METRICS.join(", ")
-                ),
-            ));
+            return Err(e("metric", format!("unknown metric `{}`; known: {}", self.metric, METRICS.join(", "))));
         }
         let precision = match self.precision.as_str() {
             "unknown" | "" => None,
-            p => Some(
-                Dtype::parse(p)
-                    .ok_or_else(|| e("precision", format!("unknown precision `{p}`")))?,
-            ),
+            p => Some(Dtype::parse(p).ok_or_else(|| e("precision", format!("unknown precision `{p}`")))?),
         };
         let load = match self.load.as_str() {
             "closed_loop" => LoadKind::ClosedLoop,
             "burst" => LoadKind::Burst,
             "unknown" => LoadKind::Unknown,
-            other => {
-                return Err(e(
-                    "load",
-                    format!("must be closed_loop, burst or unknown, got `{other}`"),
-                ))
-            }
+            other => return Err(e("load", format!("must be closed_loop, burst or unknown, got `{other}`"))),
         };
         let aggregation = match self.aggregation.as_str() {
             "value" => Aggregation::Value,
@@ -239,10 +181,7 @@ impl PointRow {
             "range_low" => Aggregation::RangeLow,
             "range_high" => Aggregation::RangeHigh,
             other => {
-                return Err(e(
-                    "aggregation",
-                    format!("must be value, peak, range_low or range_high, got `{other}`"),
-                ))
+                return Err(e("aggregation", format!("must be value, peak, range_low or range_high, got `{other}`")))
             }
         };
         let approx = match self.approx.as_str() {
@@ -274,22 +213,14 @@ impl PointRow {
             approx,
             aggregation,
             quote: self.quote.clone(),
-            flags: self
-                .flag
-                .split(" | ")
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect(),
+            flags: self.flag.split(" | ").map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect(),
         })
     }
 }
 
 /// Parse points CSV text; `src` names the file in errors.
 pub fn parse_points(src: &str, text: &str) -> Result<Vec<Point>> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .from_reader(text.as_bytes());
+    let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(text.as_bytes());
     let expected = [
         "report",
         "model",
@@ -308,21 +239,14 @@ pub fn parse_points(src: &str, text: &str) -> Result<Vec<Point>> {
         "quote",
         "flag",
     ];
-    let headers = rdr
-        .headers()
-        .map_err(|err| Error::input(src, Some(1), None, format!("bad header: {err}")))?
-        .clone();
+    let headers = rdr.headers().map_err(|err| Error::input(src, Some(1), None, format!("bad header: {err}")))?.clone();
     for (i, h) in expected.iter().enumerate() {
         if headers.get(i) != Some(*h) {
             return Err(Error::input(
                 src,
                 Some(1),
                 Some(h),
-                format!(
-                    "header column {} must be `{h}`, got `{}`",
-                    i + 1,
-                    headers.get(i).unwrap_or("")
-                ),
+                format!("header column {} must be `{h}`, got `{}`", i + 1, headers.get(i).unwrap_or("")),
             ));
         }
     }
@@ -358,9 +282,7 @@ pub fn load_points(path: Option<&Path>) -> Result<Vec<Point>> {
 
 /// Write points back as CSV (used to refresh computed flags).
 pub fn write_points(points: &[Point]) -> String {
-    let mut w = csv::WriterBuilder::new()
-        .terminator(csv::Terminator::Any(b'\n'))
-        .from_writer(Vec::new());
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
     for p in points {
         let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
         let row = PointRow {
@@ -468,8 +390,5 @@ pub fn report_metas() -> Result<Vec<ReportMeta>> {
 }
 
 pub fn report_source(report: &str) -> Option<&'static str> {
-    REPORT_SOURCES
-        .iter()
-        .find(|(n, _)| *n == report)
-        .map(|(_, t)| *t)
+    REPORT_SOURCES.iter().find(|(n, _)| *n == report).map(|(_, t)| *t)
 }

@@ -38,10 +38,7 @@ pub struct SimOptions {
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions {
-            horizon_s: 1e7,
-            series_points: 256,
-        }
+        SimOptions { horizon_s: 1e7, series_points: 256 }
     }
 }
 
@@ -121,6 +118,8 @@ struct Engine<'a> {
     admit_seq: u64,
     new_token_ratio: f64,
     ratio_decay: f64,
+    /// SGLang: whether the previous iteration was a prefill batch.
+    last_was_prefill: bool,
     preemptions: u64,
 }
 
@@ -254,19 +253,13 @@ impl<'a> Engine<'a> {
     /// SGLang scheduling of one iteration.
     fn schedule_sglang(&mut self, now: u64, shape: &mut BatchShape) {
         let e = &self.p.engine;
-        let reserved_running: f64 = self
-            .running
-            .iter()
-            .map(|&i| self.sglang_reserve(&self.reqs[i as usize]))
-            .sum();
+        let reserved_running: f64 = self.running.iter().map(|&i| self.sglang_reserve(&self.reqs[i as usize])).sum();
         let head_ok = match self.waiting.front() {
-            Some(&idx) => {
-                (self.running.len() as u32) < e.max_num_seqs
-                    && self.sglang_admissible(idx, reserved_running)
-            }
+            Some(&idx) => (self.running.len() as u32) < e.max_num_seqs && self.sglang_admissible(idx, reserved_running),
             None => false,
         };
-        if self.chunked.is_some() || head_ok {
+        let decode_turn = e.interleave_decode && self.last_was_prefill && !self.running.is_empty();
+        if (self.chunked.is_some() || head_ok) && !decode_turn {
             let mut rem = e.max_num_batched_tokens;
             // Mixed chunks: the running decodes ride along (collected before new admissions).
             if e.enable_mixed_chunk {
@@ -294,8 +287,7 @@ impl<'a> Engine<'a> {
                 }
             }
             let mut reserved = reserved_running;
-            while rem > 0 && self.chunked.is_none() && (self.running.len() as u32) < e.max_num_seqs
-            {
+            while rem > 0 && self.chunked.is_none() && (self.running.len() as u32) < e.max_num_seqs {
                 let Some(&idx) = self.waiting.front() else {
                     break;
                 };
@@ -319,9 +311,11 @@ impl<'a> Engine<'a> {
                 }
             }
             if !self.scheduled.is_empty() {
+                self.last_was_prefill = true;
                 return;
             }
         }
+        self.last_was_prefill = false;
         // Decode batch; retract until every running request can grow by one token.
         loop {
             let need: u64 = self
@@ -355,8 +349,7 @@ impl<'a> Engine<'a> {
             self.mark_scheduled(idx, now, shape, 1);
         }
         if !self.running.is_empty() {
-            self.new_token_ratio =
-                (self.new_token_ratio - self.ratio_decay).max(e.new_token_ratio_min);
+            self.new_token_ratio = (self.new_token_ratio - self.ratio_decay).max(e.new_token_ratio_min);
         }
     }
 }
@@ -378,10 +371,7 @@ struct Pending<'w> {
 impl<'w> Pending<'w> {
     fn new(w: &'w Workload, seed: u64) -> Self {
         let limit = w.planned_requests().unwrap_or(u64::MAX);
-        let send_until_ns = w
-            .spec
-            .duration_s
-            .map_or(u64::MAX, |d| SimTime::from_secs(d).0);
+        let send_until_ns = w.spec.duration_s.map_or(u64::MAX, |d| SimTime::from_secs(d).0);
         let mut a = Pending {
             w,
             gen: Generator::new(w, seed),
@@ -419,16 +409,8 @@ impl<'w> Pending<'w> {
     fn draw_open(&mut self) {
         if let Arrivals::OpenLoop { process, rate, .. } = &self.w.spec.arrivals {
             let t = self.gen.next_open_arrival_s(*process, rate);
-            let ns = if t.is_finite() && t < 1e12 {
-                SimTime::from_secs(t).0
-            } else {
-                u64::MAX
-            };
-            self.next_open = if ns <= self.send_until_ns {
-                Some(ns)
-            } else {
-                None
-            };
+            let ns = if t.is_finite() && t < 1e12 { SimTime::from_secs(t).0 } else { u64::MAX };
+            self.next_open = if ns <= self.send_until_ns { Some(ns) } else { None };
         }
     }
     /// Send time of the next arrival, if any remains.
@@ -438,9 +420,7 @@ impl<'w> Pending<'w> {
         }
         match &self.w.spec.arrivals {
             Arrivals::OpenLoop { .. } => self.next_open,
-            Arrivals::Trace { records } => records
-                .get(self.trace_pos)
-                .map(|r| SimTime::from_secs(r.arrival_s).0),
+            Arrivals::Trace { records } => records.get(self.trace_pos).map(|r| SimTime::from_secs(r.arrival_s).0),
             _ => self.heap.peek().map(|Reverse((t, _, _))| *t),
         }
     }
@@ -457,13 +437,7 @@ impl<'w> Pending<'w> {
             Arrivals::Trace { records } => {
                 let r = records[self.trace_pos];
                 self.trace_pos += 1;
-                (
-                    SimTime::from_secs(r.arrival_s).0,
-                    0,
-                    r.input_tokens,
-                    r.output_tokens,
-                    0,
-                )
+                (SimTime::from_secs(r.arrival_s).0, 0, r.input_tokens, r.output_tokens, 0)
             }
             _ => {
                 let Reverse((t, _, client)) = self.heap.pop().expect("peeked");
@@ -474,12 +448,7 @@ impl<'w> Pending<'w> {
     }
     /// A closed-loop client's request finished at `now`.
     fn on_finish(&mut self, now: u64, client: u32) {
-        if let Arrivals::ClosedLoop {
-            think_time_s,
-            think_exponential,
-            ..
-        } = self.w.spec.arrivals
-        {
+        if let Arrivals::ClosedLoop { think_time_s, think_exponential, .. } = self.w.spec.arrivals {
             if self.sent + (self.heap.len() as u64) < self.limit {
                 let think = SimTime::from_secs(self.gen.think_s(think_time_s, think_exponential)).0;
                 self.push_send(now + think, client);
@@ -530,14 +499,10 @@ impl StepView<'_> {
     }
     /// Every running request holds KV for all the tokens it has computed.
     pub fn kv_covers_computed(&self) -> bool {
-        self.eng
-            .running
-            .iter()
-            .chain(self.eng.chunked.iter())
-            .all(|&i| {
-                let r = &self.eng.reqs[i as usize];
-                r.blocks as u64 * self.eng.block as u64 >= r.computed as u64
-            })
+        self.eng.running.iter().chain(self.eng.chunked.iter()).all(|&i| {
+            let r = &self.eng.reqs[i as usize];
+            r.blocks as u64 * self.eng.block as u64 >= r.computed as u64
+        })
     }
 }
 
@@ -571,8 +536,8 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
         scheduled: Vec::with_capacity(e.max_num_seqs as usize + 1),
         admit_seq: 0,
         new_token_ratio: e.new_token_ratio_init,
-        ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min)
-            / e.new_token_ratio_decay_steps as f64,
+        last_was_prefill: false,
+        ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
         preemptions: 0,
     };
     let overhead_ns = SimTime::from_secs(p.coefficients.request_overhead_s).0;
@@ -580,11 +545,7 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
     // The serial front-end: when it is free next. A request reaches the engine at
     // max(send, front-end free) + serial + overhead.
     let mut frontend_free: u64 = 0;
-    let enqueue_at = |send: u64, free: u64| {
-        send.max(free)
-            .saturating_add(serial_ns)
-            .saturating_add(overhead_ns)
-    };
+    let enqueue_at = |send: u64, free: u64| send.max(free).saturating_add(serial_ns).saturating_add(overhead_ns);
     let mut arr = Pending::new(w, seed);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
     let mut out = SimOutput {
@@ -639,8 +600,7 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
             };
             out.requests_sent += 1;
             out.last_send = SimTime(send);
-            out.outstanding_at_last_send =
-                out.requests_sent - out.records.len() as u64 - out.requests_rejected;
+            out.outstanding_at_last_send = out.requests_sent - out.records.len() as u64 - out.requests_rejected;
             if !eng.fits_ever(&live) {
                 out.requests_rejected += 1;
                 arr.on_finish(now, client);
@@ -740,10 +700,7 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
             }
         }
         if chunk_done {
-            let c = eng
-                .chunked
-                .take()
-                .expect("chunk_done implies a chunked request");
+            let c = eng.chunked.take().expect("chunk_done implies a chunked request");
             eng.running.push(c);
         }
         if finished_any {
@@ -786,14 +743,9 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
             scheduled_seqs: eng.scheduled.len(),
         });
     }
-    out.requests_unfinished =
-        eng.running.len() as u64 + eng.waiting.len() as u64 + eng.chunked.is_some() as u64;
+    out.requests_unfinished = eng.running.len() as u64 + eng.waiting.len() as u64 + eng.chunked.is_some() as u64;
     out.preemptions = eng.preemptions;
     out.end = SimTime(now);
-    out.kv_util_time_weighted_mean = if out.busy_ns > 0 {
-        kv_area / out.busy_ns as f64
-    } else {
-        0.0
-    };
+    out.kv_util_time_weighted_mean = if out.busy_ns > 0 { kv_area / out.busy_ns as f64 } else { 0.0 };
     out
 }

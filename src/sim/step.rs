@@ -71,12 +71,8 @@ impl StepModel {
         let tp = p.tensor_parallel as f64;
         let w = p.file.model.weight_dtype;
         let kv = p.file.model.kv_dtype;
-        let table_len =
-            (p.engine.max_num_batched_tokens as usize + p.engine.max_num_seqs as usize + 1)
-                .min(1 << 16);
-        let experts_touched = (0..table_len)
-            .map(|b| a.experts_touched_spread(b as f64, c.expert_spread))
-            .collect();
+        let table_len = (p.engine.max_num_batched_tokens as usize + p.engine.max_num_seqs as usize + 1).min(1 << 16);
+        let experts_touched = (0..table_len).map(|b| a.experts_touched_spread(b as f64, c.expert_spread)).collect();
         let state_dtype = p.file.model.state_dtype.unwrap_or(Dtype::Fp32);
         StepModel {
             overhead_s: c.step_overhead_s,
@@ -84,9 +80,7 @@ impl StepModel {
             // Tensor parallelism splits bytes and FLOPs over the GPUs; communication is not modelled.
             inv_bw: 1.0 / (c.bandwidth_eff_bytes_s * tp),
             dense_weight_bytes: a.always_read_params() as f64 * w.bytes(),
-            expert_bytes_all_layers: a.n_layers as f64
-                * a.expert_params() as f64
-                * a.expert_dtype(w).bytes(),
+            expert_bytes_all_layers: a.n_layers as f64 * a.expert_params() as f64 * a.expert_dtype(w).bytes(),
             experts_touched,
             arch_for_large_b: a.clone(),
             expert_spread: c.expert_spread,
@@ -103,9 +97,7 @@ impl StepModel {
     fn experts(&self, n_tokens: u32) -> f64 {
         match self.experts_touched.get(n_tokens as usize) {
             Some(&e) => e,
-            None => self
-                .arch_for_large_b
-                .experts_touched_spread(n_tokens as f64, self.expert_spread),
+            None => self.arch_for_large_b.experts_touched_spread(n_tokens as f64, self.expert_spread),
         }
     }
 
@@ -125,12 +117,8 @@ impl StepModel {
             + b.kv_read_tokens as f64 * self.kv_bytes_per_token
             + b.n_seqs as f64 * self.state_bytes_per_seq;
         let mem = bytes * self.inv_bw;
-        let compute =
-            b.n_tokens as f64 * self.matmul_s_per_token + b.attn_pairs * self.attn_s_per_pair;
-        self.overhead_s
-            + self.per_seq_s * b.n_seqs as f64
-            + mem.max(compute)
-            + self.exposed * mem.min(compute)
+        let compute = b.n_tokens as f64 * self.matmul_s_per_token + b.attn_pairs * self.attn_s_per_pair;
+        self.overhead_s + self.per_seq_s * b.n_seqs as f64 + mem.max(compute) + self.exposed * mem.min(compute)
     }
 
     /// Step duration in integer nanoseconds (at least 1 ns so time always advances).

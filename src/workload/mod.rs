@@ -66,9 +66,7 @@ impl LengthDist {
             LengthDist::Normal { mean, sd } | LengthDist::Lognormal { mean, sd }
                 if !(mean.is_finite() && sd.is_finite() && *mean > 0.0 && *sd >= 0.0) =>
             {
-                bad(format!(
-                    "need mean > 0 and sd >= 0, finite; got mean {mean}, sd {sd}"
-                ))
+                bad(format!("need mean > 0 and sd >= 0, finite; got mean {mean}, sd {sd}"))
             }
             LengthDist::Empirical { values, weights } => {
                 if values.is_empty() || values.contains(&0) {
@@ -96,12 +94,7 @@ impl LengthDist {
                     values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64
                 } else {
                     let s: f64 = weights.iter().sum();
-                    values
-                        .iter()
-                        .zip(weights)
-                        .map(|(&v, w)| v as f64 * w)
-                        .sum::<f64>()
-                        / s
+                    values.iter().zip(weights).map(|(&v, w)| v as f64 * w).sum::<f64>() / s
                 }
             }
         }
@@ -110,9 +103,7 @@ impl LengthDist {
         match self {
             LengthDist::Fixed { value } => *value,
             LengthDist::Uniform { max, .. } => *max,
-            LengthDist::Normal { mean, sd } | LengthDist::Lognormal { mean, sd } => {
-                (mean + 6.0 * sd).ceil() as u32
-            }
+            LengthDist::Normal { mean, sd } | LengthDist::Lognormal { mean, sd } => (mean + 6.0 * sd).ceil() as u32,
             LengthDist::Empirical { values, .. } => *values.iter().max().unwrap_or(&1),
         }
     }
@@ -133,23 +124,15 @@ impl LengthSampler {
         match d {
             LengthDist::Fixed { value } => LengthSampler::Fixed(*value),
             LengthDist::Uniform { min, max } => LengthSampler::Uniform(*min, *max),
-            LengthDist::Normal { mean, sd } => {
-                LengthSampler::Normal(Normal::new(*mean, *sd).expect("validated"))
-            }
+            LengthDist::Normal { mean, sd } => LengthSampler::Normal(Normal::new(*mean, *sd).expect("validated")),
             LengthDist::Lognormal { mean, sd } => {
                 // Moments of the lengths -> parameters of the underlying normal.
                 let s2 = (1.0 + (sd / mean).powi(2)).ln();
-                LengthSampler::LogNormal(
-                    LogNormal::new(mean.ln() - s2 / 2.0, s2.sqrt()).expect("validated"),
-                )
+                LengthSampler::LogNormal(LogNormal::new(mean.ln() - s2 / 2.0, s2.sqrt()).expect("validated"))
             }
             LengthDist::Empirical { values, weights } => LengthSampler::Empirical(
                 values.clone(),
-                if weights.is_empty() {
-                    None
-                } else {
-                    Some(WeightedIndex::new(weights).expect("validated"))
-                },
+                if weights.is_empty() { None } else { Some(WeightedIndex::new(weights).expect("validated")) },
             ),
         }
     }
@@ -203,9 +186,7 @@ pub struct RateSchedule {
 
 impl RateSchedule {
     pub fn constant(rate: f64) -> Self {
-        RateSchedule {
-            segments: vec![(0.0, rate)],
-        }
+        RateSchedule { segments: vec![(0.0, rate)] }
     }
     /// A daily curve: 24 hourly rates as multiples of `peak_rate`, compressed into `day_s` seconds.
     pub fn daily(peak_rate: f64, hourly_multipliers: &[f64; 24], day_s: f64) -> Self {
@@ -225,16 +206,12 @@ impl RateSchedule {
         let mut last = -1.0;
         for &(t, r) in &self.segments {
             if !(t.is_finite() && r.is_finite()) || r < 0.0 || t <= last {
-                return bad(format!(
-                    "segments need increasing finite start times and rates >= 0; got ({t}, {r})"
-                ));
+                return bad(format!("segments need increasing finite start times and rates >= 0; got ({t}, {r})"));
             }
             last = t;
         }
         if self.segments.last().map(|s| s.1) == Some(0.0) {
-            return bad(
-                "the last segment's rate must be positive (arrivals would stop forever)".into(),
-            );
+            return bad("the last segment's rate must be positive (arrivals would stop forever)".into());
         }
         Ok(())
     }
@@ -248,11 +225,7 @@ impl RateSchedule {
             if t <= s {
                 break;
             }
-            let end = self
-                .segments
-                .get(i + 1)
-                .map_or(f64::INFINITY, |n| n.0)
-                .min(t);
+            let end = self.segments.get(i + 1).map_or(f64::INFINITY, |n| n.0).min(t);
             acc += r * (end - s);
         }
         acc
@@ -341,17 +314,11 @@ impl WorkloadSpec {
         let bad = |field: &str, msg: String| Err(Error::input("workload", None, Some(field), msg));
         let is_trace = matches!(self.arrivals, Arrivals::Trace { .. });
         if self.classes.is_empty() && !is_trace {
-            return bad(
-                "classes",
-                "at least one request class (input and output lengths) is needed".into(),
-            );
+            return bad("classes", "at least one request class (input and output lengths) is needed".into());
         }
         for (i, c) in self.classes.iter().enumerate() {
             if !(c.weight.is_finite() && c.weight >= 0.0) {
-                return bad(
-                    &format!("classes[{i}].weight"),
-                    format!("must be finite and >= 0, got {}", c.weight),
-                );
+                return bad(&format!("classes[{i}].weight"), format!("must be finite and >= 0, got {}", c.weight));
             }
             c.input.validate(&format!("classes[{i}].input"))?;
             c.output.validate(&format!("classes[{i}].output"))?;
@@ -361,21 +328,14 @@ impl WorkloadSpec {
         }
         if let Some(d) = self.duration_s {
             if !(d.is_finite() && d > 0.0) {
-                return bad(
-                    "duration_s",
-                    format!("must be a positive number of seconds, got {d}"),
-                );
+                return bad("duration_s", format!("must be a positive number of seconds, got {d}"));
             }
         }
         if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
             return bad("warmup_s", format!("must be >= 0, got {}", self.warmup_s));
         }
         match &self.arrivals {
-            Arrivals::ClosedLoop {
-                clients,
-                think_time_s,
-                ..
-            } => {
+            Arrivals::ClosedLoop { clients, think_time_s, .. } => {
                 if *clients == 0 {
                     return bad("clients", "a closed loop needs at least one client".into());
                 }
@@ -383,10 +343,7 @@ impl WorkloadSpec {
                     return bad("think_time_s", format!("must be >= 0, got {think_time_s}"));
                 }
                 if self.requests.is_none() && self.duration_s.is_none() {
-                    return bad(
-                        "requests",
-                        "a closed loop needs a request count or a duration".into(),
-                    );
+                    return bad("requests", "a closed loop needs a request count or a duration".into());
                 }
             }
             Arrivals::Burst { n } => {
@@ -394,21 +351,13 @@ impl WorkloadSpec {
                     return bad("burst", "a burst needs at least one request".into());
                 }
             }
-            Arrivals::OpenLoop {
-                rate, burstiness, ..
-            } => {
+            Arrivals::OpenLoop { rate, burstiness, .. } => {
                 rate.validate()?;
                 if !(burstiness.is_finite() && *burstiness > 0.0) {
-                    return bad(
-                        "burstiness",
-                        format!("must be a positive number, got {burstiness}"),
-                    );
+                    return bad("burstiness", format!("must be a positive number, got {burstiness}"));
                 }
                 if self.requests.is_none() && self.duration_s.is_none() {
-                    return bad(
-                        "requests",
-                        "an open loop needs a request count or a duration".into(),
-                    );
+                    return bad("requests", "an open loop needs a request count or a duration".into());
                 }
             }
             Arrivals::Trace { records } => {
@@ -416,10 +365,7 @@ impl WorkloadSpec {
                     return bad("trace", "the trace holds no requests".into());
                 }
                 for (i, r) in records.iter().enumerate() {
-                    if !(r.arrival_s.is_finite() && r.arrival_s >= 0.0)
-                        || r.input_tokens == 0
-                        || r.output_tokens == 0
-                    {
+                    if !(r.arrival_s.is_finite() && r.arrival_s >= 0.0) || r.input_tokens == 0 || r.output_tokens == 0 {
                         return bad(
                             &format!("trace[{i}]"),
                             "needs a finite arrival >= 0 and input/output tokens >= 1".into(),
@@ -443,37 +389,20 @@ impl Workload {
     }
     pub fn mean_output_tokens(&self) -> f64 {
         if let Arrivals::Trace { records } = &self.spec.arrivals {
-            return records.iter().map(|r| r.output_tokens as f64).sum::<f64>()
-                / records.len() as f64;
+            return records.iter().map(|r| r.output_tokens as f64).sum::<f64>() / records.len() as f64;
         }
         let w: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
-        self.spec
-            .classes
-            .iter()
-            .map(|c| c.weight * c.output.mean())
-            .sum::<f64>()
-            / w
+        self.spec.classes.iter().map(|c| c.weight * c.output.mean()).sum::<f64>() / w
     }
     pub fn mean_input_tokens(&self) -> f64 {
         if let Arrivals::Trace { records } = &self.spec.arrivals {
-            return records.iter().map(|r| r.input_tokens as f64).sum::<f64>()
-                / records.len() as f64;
+            return records.iter().map(|r| r.input_tokens as f64).sum::<f64>() / records.len() as f64;
         }
         let w: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
-        self.spec
-            .classes
-            .iter()
-            .map(|c| c.weight * c.input.mean())
-            .sum::<f64>()
-            / w
+        self.spec.classes.iter().map(|c| c.weight * c.input.mean()).sum::<f64>() / w
     }
     /// A simple closed loop or burst of fixed lengths: the common case, and what the reports ran.
-    pub fn fixed(
-        arrivals: Arrivals,
-        input: u32,
-        output: u32,
-        requests: Option<u64>,
-    ) -> Result<Workload> {
+    pub fn fixed(arrivals: Arrivals, input: u32, output: u32, requests: Option<u64>) -> Result<Workload> {
         WorkloadSpec {
             arrivals,
             classes: vec![RequestClass {
@@ -507,23 +436,17 @@ pub struct Generator {
 
 impl Generator {
     pub fn new(w: &Workload, seed: u64) -> Generator {
-        let classes: Vec<_> = w
-            .spec
-            .classes
-            .iter()
-            .map(|c| (LengthSampler::new(&c.input), LengthSampler::new(&c.output)))
-            .collect();
+        let classes: Vec<_> =
+            w.spec.classes.iter().map(|c| (LengthSampler::new(&c.input), LengthSampler::new(&c.output))).collect();
         let class_index = if classes.len() > 1 {
             Some(WeightedIndex::new(w.spec.classes.iter().map(|c| c.weight)).expect("validated"))
         } else {
             None
         };
         let gamma = match &w.spec.arrivals {
-            Arrivals::OpenLoop {
-                process: Process::Gamma,
-                burstiness,
-                ..
-            } => Some(Gamma::new(*burstiness, 1.0 / burstiness).expect("validated")),
+            Arrivals::OpenLoop { process: Process::Gamma, burstiness, .. } => {
+                Some(Gamma::new(*burstiness, 1.0 / burstiness).expect("validated"))
+            }
             _ => None,
         };
         Generator {
@@ -544,11 +467,7 @@ impl Generator {
             None => 0,
         };
         let (i, o) = &self.classes[ci];
-        (
-            i.sample(&mut self.lengths_rng),
-            o.sample(&mut self.lengths_rng),
-            ci as u16,
-        )
+        (i.sample(&mut self.lengths_rng), o.sample(&mut self.lengths_rng), ci as u16)
     }
 
     /// Seconds a closed-loop client thinks before its next request.
@@ -568,11 +487,7 @@ impl Generator {
     pub fn next_open_arrival_s(&mut self, process: Process, rate: &RateSchedule) -> f64 {
         let gap = match process {
             Process::Poisson => Exp1.sample(&mut self.arrivals_rng),
-            Process::Gamma => self
-                .gamma
-                .as_ref()
-                .expect("gamma set for gamma process")
-                .sample(&mut self.arrivals_rng),
+            Process::Gamma => self.gamma.as_ref().expect("gamma set for gamma process").sample(&mut self.arrivals_rng),
             Process::Constant => 1.0,
         };
         self.tau += gap;
@@ -654,10 +569,7 @@ impl LoadTemplate {
     }
     pub fn at(&self, axis: LoadAxis, value: f64) -> Result<Workload> {
         if !(value.is_finite() && value > 0.0) {
-            return Err(Error::flag(
-                axis.as_str(),
-                format!("load must be a positive number, got {value}"),
-            ));
+            return Err(Error::flag(axis.as_str(), format!("load must be a positive number, got {value}")));
         }
         let arrivals = match axis {
             LoadAxis::Concurrency => Arrivals::ClosedLoop {

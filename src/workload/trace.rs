@@ -28,29 +28,14 @@ const TIME_KEYS: &[(&str, f64)] = &[
     ("TIMESTAMP", 1.0),
     ("timestamp", 1e-3),
 ];
-const INPUT_KEYS: &[&str] = &[
-    "input_tokens",
-    "ContextTokens",
-    "Request tokens",
-    "input_length",
-    "prompt_tokens",
-];
-const OUTPUT_KEYS: &[&str] = &[
-    "output_tokens",
-    "GeneratedTokens",
-    "Response tokens",
-    "output_length",
-    "completion_tokens",
-];
+const INPUT_KEYS: &[&str] = &["input_tokens", "ContextTokens", "Request tokens", "input_length", "prompt_tokens"];
+const OUTPUT_KEYS: &[&str] =
+    &["output_tokens", "GeneratedTokens", "Response tokens", "output_length", "completion_tokens"];
 
 pub fn read_trace(path: &Path) -> Result<Trace> {
     let text = read_file(path)?;
     let src = path.display().to_string();
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     if ext == "jsonl" || ext == "json" {
         parse_jsonl(&src, &text)
     } else {
@@ -88,9 +73,7 @@ fn parse_time(s: &str, scale: f64) -> Option<f64> {
 
 fn tokens(src: &str, line: usize, field: &str, s: &str) -> Result<u32> {
     let t = s.trim();
-    let v: f64 = t
-        .parse()
-        .map_err(|_| Error::input(src, Some(line), Some(field), format!("not a number: `{t}`")))?;
+    let v: f64 = t.parse().map_err(|_| Error::input(src, Some(line), Some(field), format!("not a number: `{t}`")))?;
     if !v.is_finite() || v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
         return Err(Error::input(
             src,
@@ -102,30 +85,16 @@ fn tokens(src: &str, line: usize, field: &str, s: &str) -> Result<u32> {
     Ok(v as u32)
 }
 
-fn finish(
-    mut raw: Vec<(f64, u32, u32)>,
-    skipped: usize,
-    format: &'static str,
-    src: &str,
-) -> Result<Trace> {
+fn finish(mut raw: Vec<(f64, u32, u32)>, skipped: usize, format: &'static str, src: &str) -> Result<Trace> {
     if raw.is_empty() {
-        return Err(Error::input(
-            src,
-            None,
-            None,
-            "the trace holds no usable requests",
-        ));
+        return Err(Error::input(src, None, None, "the trace holds no usable requests"));
     }
     raw.sort_by(|a, b| a.0.total_cmp(&b.0));
     let t0 = raw[0].0;
     Ok(Trace {
         records: raw
             .into_iter()
-            .map(|(t, i, o)| TraceRecord {
-                arrival_s: t - t0,
-                input_tokens: i,
-                output_tokens: o,
-            })
+            .map(|(t, i, o)| TraceRecord { arrival_s: t - t0, input_tokens: i, output_tokens: o })
             .collect(),
         skipped_failures: skipped,
         format,
@@ -133,16 +102,10 @@ fn finish(
 }
 
 pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_reader(text.as_bytes());
-    let headers = rdr
-        .headers()
-        .map_err(|e| Error::input(src, Some(1), None, format!("bad header: {e}")))?
-        .clone();
+    let mut rdr = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
+    let headers = rdr.headers().map_err(|e| Error::input(src, Some(1), None, format!("bad header: {e}")))?.clone();
     let find = |keys: &[&'static str]| -> Option<(usize, &'static str)> {
-        keys.iter()
-            .find_map(|k| headers.iter().position(|h| h == *k).map(|i| (i, *k)))
+        keys.iter().find_map(|k| headers.iter().position(|h| h == *k).map(|i| (i, *k)))
     };
     let (ti, tkey, tscale) = TIME_KEYS
         .iter()
@@ -182,25 +145,12 @@ pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
     let mut skipped = 0;
     for rec in rdr.records() {
         let rec = rec.map_err(|e| {
-            Error::input(
-                src,
-                e.position().map(|p| p.line() as usize),
-                None,
-                format!("malformed CSV row: {e}"),
-            )
+            Error::input(src, e.position().map(|p| p.line() as usize), None, format!("malformed CSV row: {e}"))
         })?;
         let line = rec.position().map_or(0, |p| p.line() as usize);
-        let get = |i: usize, k: &str| {
-            rec.get(i)
-                .ok_or_else(|| Error::input(src, Some(line), Some(k), "missing field"))
-        };
+        let get = |i: usize, k: &str| rec.get(i).ok_or_else(|| Error::input(src, Some(line), Some(k), "missing field"));
         let t = parse_time(get(ti, tkey)?, tscale).ok_or_else(|| {
-            Error::input(
-                src,
-                Some(line),
-                Some(tkey),
-                format!("not a time: `{}`", rec.get(ti).unwrap_or("")),
-            )
+            Error::input(src, Some(line), Some(tkey), format!("not a time: `{}`", rec.get(ti).unwrap_or("")))
         })?;
         if !t.is_finite() {
             return Err(Error::input(src, Some(line), Some(tkey), "must be finite"));
@@ -227,42 +177,24 @@ pub fn parse_jsonl(src: &str, text: &str) -> Result<Trace> {
         }
         let v: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| Error::input(src, Some(line_no), None, format!("invalid JSON: {e}")))?;
-        let (tkey, scale) = TIME_KEYS
-            .iter()
-            .find(|(k, _)| v.get(*k).is_some())
-            .copied()
-            .ok_or_else(|| {
-                Error::input(
-                    src,
-                    Some(line_no),
-                    Some("timestamp"),
-                    "no arrival-time key (timestamp in ms, or arrival_s)",
-                )
-            })?;
+        let (tkey, scale) = TIME_KEYS.iter().find(|(k, _)| v.get(*k).is_some()).copied().ok_or_else(|| {
+            Error::input(src, Some(line_no), Some("timestamp"), "no arrival-time key (timestamp in ms, or arrival_s)")
+        })?;
         let num = |k: &str| -> Result<f64> {
-            let x = v
-                .get(k)
-                .ok_or_else(|| Error::input(src, Some(line_no), Some(k), "missing key"))?;
+            let x = v.get(k).ok_or_else(|| Error::input(src, Some(line_no), Some(k), "missing key"))?;
             match x {
-                serde_json::Value::Number(n) => n
-                    .as_f64()
-                    .ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number")),
-                serde_json::Value::String(s) => parse_time(s, 1.0)
-                    .ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number")),
+                serde_json::Value::Number(n) => {
+                    n.as_f64().ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number"))
+                }
+                serde_json::Value::String(s) => {
+                    parse_time(s, 1.0).ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number"))
+                }
                 _ => Err(Error::input(src, Some(line_no), Some(k), "not a number")),
             }
         };
         let t = num(tkey)? * scale;
-        let ikey = INPUT_KEYS
-            .iter()
-            .find(|k| v.get(**k).is_some())
-            .copied()
-            .unwrap_or("input_length");
-        let okey = OUTPUT_KEYS
-            .iter()
-            .find(|k| v.get(**k).is_some())
-            .copied()
-            .unwrap_or("output_length");
+        let ikey = INPUT_KEYS.iter().find(|k| v.get(**k).is_some()).copied().unwrap_or("input_length");
+        let okey = OUTPUT_KEYS.iter().find(|k| v.get(**k).is_some()).copied().unwrap_or("output_length");
         let i = tokens(src, line_no, ikey, &num(ikey)?.to_string())?;
         let o = tokens(src, line_no, okey, &num(okey)?.to_string())?;
         if i == 0 || o == 0 {

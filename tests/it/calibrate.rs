@@ -10,10 +10,7 @@ fn one_target_per_independent_report() {
     let t = calibrate::targets(&data::report_metas().unwrap(), &c).unwrap();
     let reports: Vec<&str> = t.iter().map(|x| &x.report[..3]).collect();
     assert_eq!(reports, ["000", "001", "002", "003"]);
-    assert!(t[2]
-        .assumptions
-        .iter()
-        .any(|a| a.contains("H100 SXM assumed")));
+    assert!(t[2].assumptions.iter().any(|a| a.contains("H100 SXM assumed")));
     assert_eq!(t[3].engine, capsim::profile::EngineKind::Sglang);
 }
 
@@ -24,10 +21,7 @@ fn shipped_profiles_carry_provenance_and_physics_verdicts() {
     for (file, text) in BUILTIN_PROFILES {
         let pf = ProfileFile::parse(file, text).unwrap();
         pf.resolve(file, &c).unwrap();
-        assert!(
-            !pf.provenance.source_report.is_empty(),
-            "{file} names no source report"
-        );
+        assert!(!pf.provenance.source_report.is_empty(), "{file} names no source report");
         if let Some(fit) = &pf.fit {
             calibrated += 1;
             assert_eq!(
@@ -37,10 +31,7 @@ fn shipped_profiles_carry_provenance_and_physics_verdicts() {
             );
             assert!(pf.provenance.command.starts_with("capsim calibrate"));
             assert!(fit.n_points > 0 && !fit.stop_reason.is_empty());
-            assert!(
-                fit.physics_ok || !fit.physics_notes.is_empty(),
-                "{file}: a physics failure must say why"
-            );
+            assert!(fit.physics_ok || !fit.physics_notes.is_empty(), "{file}: a physics failure must say why");
             assert!(pf.sigmas.is_some());
         }
     }
@@ -82,10 +73,7 @@ fn recovers_the_coefficients_that_generated_single_request_data() {
     let metas = data::report_metas().unwrap();
     let u = ExperimentUnknowns::default();
     let mut pts = Vec::new();
-    for (i, l) in [1024u64, 8192, 32768, 65536, 131072]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, l) in [1024u64, 8192, 32768, 65536, 131072].into_iter().enumerate() {
         for m in ["ttft_s", "per_user_tok_s"] {
             let mut p = synthetic(2 * i + (m == "ttft_s") as usize, m, l, 1, 1.0);
             p.value = predict(&truth, &p, &u, &metas).unwrap();
@@ -93,32 +81,16 @@ fn recovers_the_coefficients_that_generated_single_request_data() {
         }
     }
     let targets = calibrate::targets(&metas, &c).unwrap();
-    let t = targets
-        .iter()
-        .find(|t| t.report.starts_with("001"))
-        .unwrap();
-    let opts = FitOptions {
-        use_point: &|_| true,
-        max_evaluations: 300,
-        command: "test".into(),
-        data_sha256: String::new(),
-    };
+    let t = targets.iter().find(|t| t.report.starts_with("001")).unwrap();
+    let opts =
+        FitOptions { use_point: &|_| true, max_evaluations: 300, command: "test".into(), data_sha256: String::new() };
     let (pf, rep) = calibrate::calibrate(&pts, &metas, t, &c, &opts).unwrap();
     let (got, want) = (pf.coefficients, truth.coefficients);
     let rel = |a: f64, b: f64| (a - b).abs() / b;
+    assert!(rel(got.bandwidth_eff_bytes_s, want.bandwidth_eff_bytes_s) < 0.05, "{got:?}");
+    assert!(rep.median_abs_error_pct < 2.0, "{}", rep.median_abs_error_pct);
     assert!(
-        rel(got.bandwidth_eff_bytes_s, want.bandwidth_eff_bytes_s) < 0.05,
-        "{got:?}"
-    );
-    assert!(
-        rep.median_abs_error_pct < 2.0,
-        "{}",
-        rep.median_abs_error_pct
-    );
-    assert!(
-        rep.unidentifiable
-            .iter()
-            .any(|u| u.contains("per_seq_overhead_s")),
+        rep.unidentifiable.iter().any(|u| u.contains("per_seq_overhead_s")),
         "single-request data cannot identify per-sequence cost"
     );
     assert!(rep.physics_ok);

@@ -19,22 +19,12 @@ fn max_safe_queue_depth_by_hand() {
     // One request at a time, one 10 ms step each: request i of a burst gets its token at i x 10 ms, so
     // mean TTFT = (N + 1) / 2 x 10 ms; mean <= 100 ms holds up to N = 19.
     let p = const_profile("vllm", 0.010, "max_num_seqs = 1");
-    let q = question(
-        LoadAxis::Burst,
-        LoadTemplate::fixed(1, 1),
-        &["ttft_mean_s=0.1"],
-        1000.0,
-    );
+    let q = question(LoadAxis::Burst, LoadTemplate::fixed(1, 1), &["ttft_mean_s=0.1"], 1000.0);
     let (cap, verdict, points) = search(&p, &q, &|| {}).unwrap();
     assert_eq!((cap, verdict), (19.0, Verdict::Found));
     assert!(points.iter().any(|t| t.load == 20.0 && !t.meets_slo));
     // p99 instead of the mean: TTFT of the 99th percentile request ~ N x 10 ms <= 100 ms gives about 10.
-    let q = question(
-        LoadAxis::Burst,
-        LoadTemplate::fixed(1, 1),
-        &["ttft_p99_s=0.1"],
-        1000.0,
-    );
+    let q = question(LoadAxis::Burst, LoadTemplate::fixed(1, 1), &["ttft_p99_s=0.1"], 1000.0);
     assert_eq!(search(&p, &q, &|| {}).unwrap().0, 10.0);
 }
 
@@ -52,33 +42,17 @@ fn max_rate_by_hand_md1() {
     assert!((cap - 66.7).abs() / 66.7 < 0.05, "{cap}");
     // Far above the service rate the verdict is overloaded.
     let over = evaluate(&p, &q, 150.0).unwrap();
-    assert_eq!(
-        over.stability,
-        Some(capsim::capacity::Stability::Overloaded)
-    );
+    assert_eq!(over.stability, Some(capsim::capacity::Stability::Overloaded));
     assert!(!over.meets_slo);
 }
 
 #[test]
 fn no_load_and_search_limit_verdicts() {
     let p = const_profile("vllm", 0.010, "max_num_seqs = 1");
-    let q = question(
-        LoadAxis::Burst,
-        LoadTemplate::fixed(1, 1),
-        &["ttft_mean_s=0.005"],
-        100.0,
-    );
+    let q = question(LoadAxis::Burst, LoadTemplate::fixed(1, 1), &["ttft_mean_s=0.005"], 100.0);
     assert_eq!(search(&p, &q, &|| {}).unwrap().1, Verdict::NoLoadMeetsSlo);
-    let q = question(
-        LoadAxis::Burst,
-        LoadTemplate::fixed(1, 1),
-        &["ttft_mean_s=100"],
-        64.0,
-    );
-    assert_eq!(
-        search(&p, &q, &|| {}).unwrap(),
-        search(&p, &q, &|| {}).unwrap()
-    );
+    let q = question(LoadAxis::Burst, LoadTemplate::fixed(1, 1), &["ttft_mean_s=100"], 64.0);
+    assert_eq!(search(&p, &q, &|| {}).unwrap(), search(&p, &q, &|| {}).unwrap());
     let (cap, v, _) = search(&p, &q, &|| {}).unwrap();
     assert_eq!((cap, v), (64.0, Verdict::AtSearchLimit));
 }
@@ -88,12 +62,7 @@ fn a_looser_slo_never_gives_a_lower_capacity() {
     let p = default_profile();
     let mut last = 0.0;
     for limit in [0.5, 1.0, 2.0, 4.0, 8.0] {
-        let q = question(
-            LoadAxis::Burst,
-            LoadTemplate::fixed(4096, 128),
-            &[&format!("ttft_mean_s={limit}")],
-            2048.0,
-        );
+        let q = question(LoadAxis::Burst, LoadTemplate::fixed(4096, 128), &[&format!("ttft_mean_s={limit}")], 2048.0);
         let (cap, _, _) = search(&p, &q, &|| {}).unwrap();
         assert!(cap >= last, "limit {limit}: {cap} < {last}");
         last = cap;
@@ -128,28 +97,15 @@ fn capacity_is_deterministic_at_any_thread_count_and_has_a_band() {
     };
     assert_eq!(run(1), run(4));
     let c = capacity(&p, &q, &|| {}).unwrap();
-    assert!(
-        c.band.0 <= c.capacity && c.capacity <= c.band.1,
-        "{:?}",
-        c.band
-    );
+    assert!(c.band.0 <= c.capacity && c.capacity <= c.band.1, "{:?}", c.band);
 }
 
 #[test]
 fn slo_names_parse_and_bad_ones_are_refused() {
     let s = Slo::parse("ttft_p99_s=2.5").unwrap();
     assert_eq!((s.name(), s.limit), ("ttft_p99_s".to_string(), 2.5));
-    assert!(Slo::parse("per_user_tok_s_mean=15")
-        .unwrap()
-        .is_lower_bound());
-    for bad in [
-        "ttft_s=3",
-        "ttft_p42_s=1",
-        "latency_mean_s=1",
-        "ttft_mean_s=-1",
-        "ttft_mean_s=nan",
-        "ttft_mean_s",
-    ] {
+    assert!(Slo::parse("per_user_tok_s_mean=15").unwrap().is_lower_bound());
+    for bad in ["ttft_s=3", "ttft_p42_s=1", "latency_mean_s=1", "ttft_mean_s=-1", "ttft_mean_s=nan", "ttft_mean_s"] {
         let e = Slo::parse(bad).unwrap_err().to_string();
         assert!(e.contains("--slo"), "{bad}: {e}");
     }

@@ -1,11 +1,7 @@
 use std::process::{Command, Output};
 
 fn capsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_capsim"))
-        .args(args)
-        .current_dir(std::env::temp_dir())
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -17,16 +13,7 @@ fn help_lists_the_subcommands() {
     let o = capsim(&["--help"]);
     assert!(o.status.success());
     let s = String::from_utf8_lossy(&o.stdout);
-    for sub in [
-        "calibrate",
-        "simulate",
-        "sweep",
-        "capacity",
-        "validate",
-        "profiles",
-        "gpus",
-        "models",
-    ] {
+    for sub in ["calibrate", "simulate", "sweep", "capacity", "validate", "profiles", "gpus", "models"] {
         assert!(s.contains(sub), "{sub} missing from --help");
     }
 }
@@ -53,25 +40,12 @@ fn simulate_json_contract_is_stable_and_deterministic() {
     assert_eq!(a.stdout, b.stdout, "same seed must give the same bytes");
     let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
     assert_eq!(v["requests_completed"], 200);
-    for k in [
-        "ttft_s",
-        "queue_wait_s",
-        "itl_ms",
-        "tpot_ms",
-        "e2e_s",
-        "per_user_tok_s",
-    ] {
+    for k in ["ttft_s", "queue_wait_s", "itl_ms", "tpot_ms", "e2e_s", "per_user_tok_s"] {
         for s in ["mean", "p50", "p90", "p95", "p99"] {
             assert!(v[k][s].is_number(), "{k}.{s} missing");
         }
     }
-    for k in [
-        "system_output_tok_s",
-        "preemptions",
-        "sim_time_s",
-        "seed",
-        "scenario",
-    ] {
+    for k in ["system_output_tok_s", "preemptions", "sim_time_s", "seed", "scenario"] {
         assert!(!v[k].is_null(), "{k} missing");
     }
     assert_eq!(v["scenario"]["workload"]["arrivals"]["kind"], "closed_loop");
@@ -80,24 +54,10 @@ fn simulate_json_contract_is_stable_and_deterministic() {
 
 #[test]
 fn sweep_output_is_identical_across_thread_counts() {
-    let args = [
-        "sweep",
-        "--concurrency",
-        "1,4,16",
-        "--input-len",
-        "2048",
-        "--output-len",
-        "64",
-        "--requests",
-        "40",
-        "--csv",
-    ];
+    let args =
+        ["sweep", "--concurrency", "1,4,16", "--input-len", "2048", "--output-len", "64", "--requests", "40", "--csv"];
     let run = |threads: &str| {
-        Command::new(env!("CARGO_BIN_EXE_capsim"))
-            .args(args)
-            .env("RAYON_NUM_THREADS", threads)
-            .output()
-            .unwrap()
+        Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).env("RAYON_NUM_THREADS", threads).output().unwrap()
     };
     let (a, b) = (run("1"), run("3"));
     assert!(a.status.success(), "{}", stderr(&a));
@@ -107,30 +67,12 @@ fn sweep_output_is_identical_across_thread_counts() {
 
 #[test]
 fn retargeting_is_marked_as_extrapolation() {
-    let o = capsim(&[
-        "simulate",
-        "--gpu",
-        "B200",
-        "--burst",
-        "4",
-        "--requests",
-        "4",
-        "--json",
-    ]);
+    let o = capsim(&["simulate", "--gpu", "B200", "--burst", "4", "--requests", "4", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["scenario"]["extrapolation"], true);
-    assert!(v["scenario"]["retargeted_from"]
-        .as_str()
-        .unwrap()
-        .contains("h200"));
-    let o = capsim(&[
-        "simulate",
-        "--model",
-        "Llama-3.3-70B-Instruct",
-        "--burst",
-        "2",
-    ]);
+    assert!(v["scenario"]["retargeted_from"].as_str().unwrap().contains("h200"));
+    let o = capsim(&["simulate", "--model", "Llama-3.3-70B-Instruct", "--burst", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("EXTRAPOLATION"));
 }
@@ -138,62 +80,21 @@ fn retargeting_is_marked_as_extrapolation() {
 #[test]
 fn bad_input_gets_a_clear_error_not_a_panic() {
     let cases: &[(&[&str], &str)] = &[
-        (
-            &["simulate", "--gpu", "H900", "--burst", "1"],
-            "unknown GPU `H900`",
-        ),
-        (
-            &["simulate", "--burst", "1", "--input-len", "-5"],
-            "--input-len",
-        ),
+        (&["simulate", "--gpu", "H900", "--burst", "1"], "unknown GPU `H900`"),
+        (&["simulate", "--burst", "1", "--input-len", "-5"], "--input-len"),
         (&["simulate", "--rate", "NaN"], "--rate"),
-        (
-            &[
-                "simulate",
-                "--burst",
-                "1",
-                "--model",
-                "/nonexistent/config.json",
-            ],
-            "/nonexistent/config.json",
-        ),
-        (
-            &["simulate", "--profile", "nope", "--burst", "1"],
-            "unknown profile",
-        ),
-        (
-            &["simulate", "--trace", "/nonexistent.csv"],
-            "/nonexistent.csv",
-        ),
-        (
-            &["simulate", "--burst", "1", "--output-len", "lognormal:10"],
-            "--output-len",
-        ),
-        (
-            &["points", "--data", "/nonexistent.csv"],
-            "/nonexistent.csv",
-        ),
-        (
-            &[
-                "simulate",
-                "--burst",
-                "1",
-                "--model",
-                "Llama-3.3-70B-Instruct",
-                "--gpu",
-                "L40S",
-            ],
-            "does not fit",
-        ),
+        (&["simulate", "--burst", "1", "--model", "/nonexistent/config.json"], "/nonexistent/config.json"),
+        (&["simulate", "--profile", "nope", "--burst", "1"], "unknown profile"),
+        (&["simulate", "--trace", "/nonexistent.csv"], "/nonexistent.csv"),
+        (&["simulate", "--burst", "1", "--output-len", "lognormal:10"], "--output-len"),
+        (&["points", "--data", "/nonexistent.csv"], "/nonexistent.csv"),
+        (&["simulate", "--burst", "1", "--model", "Llama-3.3-70B-Instruct", "--gpu", "L40S"], "does not fit"),
     ];
     for (args, needle) in cases {
         let o = capsim(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         let e = stderr(&o);
-        assert!(
-            e.contains(needle) && !e.contains("panicked"),
-            "{args:?}: {e}"
-        );
+        assert!(e.contains(needle) && !e.contains("panicked"), "{args:?}: {e}");
     }
 }
 
@@ -204,52 +105,33 @@ fn bad_files_name_the_line_and_field() {
     let wl = dir.join("w.toml");
     std::fs::write(&wl, "requests = 10\n[arrivals]\nkind = \"burst\"\nn = 3\n[[classes]]\ninput = { dist = \"fixed\", value = 0 }\noutput = { dist = \"fixed\", value = 5 }\n").unwrap();
     let e = stderr(&capsim(&["simulate", "--workload", wl.to_str().unwrap()]));
-    assert!(
-        e.contains("w.toml") && e.contains("classes[0].input"),
-        "{e}"
-    );
+    assert!(e.contains("w.toml") && e.contains("classes[0].input"), "{e}");
     std::fs::write(&wl, "requests = 10\n[arrivals\n").unwrap();
     let e = stderr(&capsim(&["simulate", "--workload", wl.to_str().unwrap()]));
     assert!(e.contains("w.toml") && e.contains("line 2"), "{e}");
     let prof = dir.join("p.toml");
     let mut replaced = false;
-    let text: String =
-        include_str!("../../models/qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm.toml")
-            .lines()
-            .map(|l| {
-                if !replaced && l.starts_with("bandwidth_eff_bytes_s =") {
-                    replaced = true;
-                    "bandwidth_eff_bytes_s = nan".to_string()
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(
-                "
+    let text: String = include_str!("../../models/qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm.toml")
+        .lines()
+        .map(|l| {
+            if !replaced && l.starts_with("bandwidth_eff_bytes_s =") {
+                replaced = true;
+                "bandwidth_eff_bytes_s = nan".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(
+            "
 ",
-            );
+        );
     std::fs::write(&prof, text).unwrap();
-    let e = stderr(&capsim(&[
-        "simulate",
-        "--profile",
-        prof.to_str().unwrap(),
-        "--burst",
-        "1",
-    ]));
-    assert!(
-        e.contains("p.toml") && e.contains("bandwidth_eff_bytes_s"),
-        "{e}"
-    );
+    let e = stderr(&capsim(&["simulate", "--profile", prof.to_str().unwrap(), "--burst", "1"]));
+    assert!(e.contains("p.toml") && e.contains("bandwidth_eff_bytes_s"), "{e}");
     let pts = dir.join("pts.csv");
-    std::fs::write(
-        &pts,
-        format!(
-            "{}x,y\n",
-            capsim::data::POINTS_CSV.lines().next().unwrap().to_owned() + "\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&pts, format!("{}x,y\n", capsim::data::POINTS_CSV.lines().next().unwrap().to_owned() + "\n"))
+        .unwrap();
     let e = stderr(&capsim(&["points", "--data", pts.to_str().unwrap()]));
     assert!(e.contains("pts.csv") && e.contains("line 2"), "{e}");
     std::fs::remove_dir_all(dir).ok();
@@ -319,21 +201,11 @@ fn capacity_json_contract_side_by_side_and_fleet() {
     assert!(v["capacity"].as_f64().unwrap() > 0.0);
     assert_eq!(v["band"].as_array().unwrap().len(), 2);
     assert!(v["verdict"].is_string() && v["points"].as_array().unwrap().len() > 3);
-    let o = capsim(&[
-        "capacity",
-        "--preset",
-        "general-chat",
-        "--gpus",
-        "H200 SXM,B200",
-        "--json",
-    ]);
+    let o = capsim(&["capacity", "--preset", "general-chat", "--gpus", "H200 SXM,B200", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = v["side_by_side"].as_array().unwrap();
-    assert_eq!(
-        rows[0]["extrapolation"], false,
-        "the profile's own GPU is not an extrapolation"
-    );
+    assert_eq!(rows[0]["extrapolation"], false, "the profile's own GPU is not an extrapolation");
     assert_eq!(rows[1]["extrapolation"], true);
     let o = capsim(&[
         "capacity",
@@ -352,10 +224,7 @@ fn capacity_json_contract_side_by_side_and_fleet() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let f = &v["fleet"][0];
-    assert!(
-        f["replicas"].as_u64().unwrap() >= 1
-            && f["cost_per_million_output_tokens"].as_f64().unwrap() > 0.0
-    );
+    assert!(f["replicas"].as_u64().unwrap() >= 1 && f["cost_per_million_output_tokens"].as_f64().unwrap() > 0.0);
     // A model that needs more than one GPU gets a tensor-parallel degree.
     let o = capsim(&[
         "capacity",

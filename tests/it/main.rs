@@ -37,10 +37,7 @@ request_overhead_s = 0.0
 method = "test"
 "#
     );
-    ProfileFile::parse("test", &text)
-        .unwrap()
-        .resolve("test", &Catalog::builtin())
-        .unwrap()
+    ProfileFile::parse("test", &text).unwrap().resolve("test", &Catalog::builtin()).unwrap()
 }
 
 pub fn default_profile() -> Profile {

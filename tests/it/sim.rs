@@ -81,11 +81,7 @@ fn check_invariants(p: &Profile, w: &Workload, seed: u64) -> SimOutput {
     let mut last = 0u64;
     let out = simulate_observed(p, w, seed, SimOptions::default(), &mut |v: &StepView| {
         assert!(v.used_blocks() <= v.capacity_blocks(), "KV over-allocated");
-        assert_eq!(
-            v.held_blocks(),
-            v.used_blocks(),
-            "blocks leaked or double-counted"
-        );
+        assert_eq!(v.held_blocks(), v.used_blocks(), "blocks leaked or double-counted");
         assert!(v.kv_covers_computed());
         assert!(v.running() as u32 <= p.engine.max_num_seqs + 1);
         if is_vllm {
@@ -99,10 +95,7 @@ fn check_invariants(p: &Profile, w: &Workload, seed: u64) -> SimOutput {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), out.records.len(), "a request completed twice");
-    assert_eq!(
-        out.records.len() as u64 + out.requests_rejected,
-        out.requests_sent
-    );
+    assert_eq!(out.records.len() as u64 + out.requests_rejected, out.requests_sent);
     assert_eq!(out.requests_unfinished, 0);
     let outputs: u64 = out.records.iter().map(|r| r.output_tokens as u64).sum();
     let inputs: u64 = out.records.iter().map(|r| r.input_tokens as u64).sum();
@@ -125,11 +118,7 @@ fn recompute_tokens(out: &SimOutput) -> u64 {
         0
     } else {
         out.decode_tokens + out.prefill_tokens
-            - (out
-                .records
-                .iter()
-                .map(|r| (r.input_tokens + r.output_tokens) as u64 - 1)
-                .sum::<u64>())
+            - (out.records.iter().map(|r| (r.input_tokens + r.output_tokens) as u64 - 1).sum::<u64>())
     }
 }
 
@@ -204,10 +193,7 @@ fn littles_law_on_a_long_open_loop() {
     let mut found = 0u64;
     let mut heap = std::collections::BinaryHeap::new();
     for r in &recs {
-        while heap
-            .peek()
-            .is_some_and(|std::cmp::Reverse(f)| *f <= r.arrival.0)
-        {
+        while heap.peek().is_some_and(|std::cmp::Reverse(f)| *f <= r.arrival.0) {
             heap.pop();
         }
         found += heap.len() as u64;
@@ -217,21 +203,10 @@ fn littles_law_on_a_long_open_loop() {
     let l_seen = found as f64 / recs.len() as f64;
     let span = (recs.last().unwrap().arrival.0 - recs[0].arrival.0) as f64;
     let lambda = (recs.len() - 1) as f64 / span;
-    let w_mean = recs
-        .iter()
-        .map(|r| (r.finish.0 - r.arrival.0) as f64)
-        .sum::<f64>()
-        / recs.len() as f64;
+    let w_mean = recs.iter().map(|r| (r.finish.0 - r.arrival.0) as f64).sum::<f64>() / recs.len() as f64;
     let rel = (l_seen - lambda * w_mean).abs() / (lambda * w_mean);
-    assert!(
-        rel < 0.03,
-        "L seen by arrivals = {l_seen}, lambda W = {}",
-        lambda * w_mean
-    );
-    assert!(
-        l_seen > 1.0,
-        "the test needs a loaded system, got L = {l_seen}"
-    );
+    assert!(rel < 0.03, "L seen by arrivals = {l_seen}, lambda W = {}", lambda * w_mean);
+    assert!(l_seen > 1.0, "the test needs a loaded system, got L = {l_seen}");
 }
 
 #[test]
@@ -248,11 +223,7 @@ fn md1_mean_wait_matches_the_closed_form() {
         let s = summarize(&out, 1000, 0, 0.0, &RequestSlo::default());
         let expect = rho * d / (2.0 * (1.0 - rho));
         let rel = (s.queue_wait_s.mean - expect).abs() / expect;
-        assert!(
-            rel < 0.04,
-            "rho {rho}: simulated {} vs M/D/1 {expect}",
-            s.queue_wait_s.mean
-        );
+        assert!(rel < 0.04, "rho {rho}: simulated {} vs M/D/1 {expect}", s.queue_wait_s.mean);
     }
 }
 
@@ -260,10 +231,7 @@ fn md1_mean_wait_matches_the_closed_form() {
 fn same_seed_same_result_and_seeds_matter() {
     let p = default_profile();
     let mut t = LoadTemplate::fixed(1, 1);
-    t.classes[0].input = capsim::workload::LengthDist::Lognormal {
-        mean: 2000.0,
-        sd: 1500.0,
-    };
+    t.classes[0].input = capsim::workload::LengthDist::Lognormal { mean: 2000.0, sd: 1500.0 };
     t.classes[0].output = capsim::workload::LengthDist::Uniform { min: 50, max: 400 };
     t.requests = Some(300);
     let w = t.at(LoadAxis::Rate, 8.0).unwrap();
@@ -283,13 +251,8 @@ fn sweeps_are_identical_at_any_thread_count() {
     t.burstiness = 0.5;
     let loads = [1.0, 2.0, 4.0, 8.0];
     let go = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            run_sweep(&p, &t, LoadAxis::Rate, &loads, 9, &RequestSlo::default()).unwrap()
-        })
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| run_sweep(&p, &t, LoadAxis::Rate, &loads, 9, &RequestSlo::default()).unwrap())
     };
     let one = serde_json::to_string(&go(1)).unwrap();
     let four = serde_json::to_string(&go(4)).unwrap();
@@ -303,11 +266,7 @@ fn more_burst_load_never_lowers_mean_ttft() {
     for n in [1, 2, 4, 8, 16, 32, 64] {
         let out = run(&p, &burst(n, 4096, 128));
         let s = summarize(&out, 0, 0, 0.0, &RequestSlo::default());
-        assert!(
-            s.ttft_s.mean >= last,
-            "burst {n}: {} < {last}",
-            s.ttft_s.mean
-        );
+        assert!(s.ttft_s.mean >= last, "burst {n}: {} < {last}", s.ttft_s.mean);
         last = s.ttft_s.mean;
     }
 }
@@ -315,11 +274,8 @@ fn more_burst_load_never_lowers_mean_ttft() {
 #[test]
 fn default_handset_profile_matches_report_001_single_request() {
     // The hand-set profile of issue 3 (kept as a builtin after calibration replaced it as the default).
-    let p = Profile::load(
-        Some("qwen3-coder-30b-a3b-fp8_h200-sxm_vllm_handset"),
-        &capsim::catalog::Catalog::builtin(),
-    )
-    .unwrap();
+    let p = Profile::load(Some("qwen3-coder-30b-a3b-fp8_h200-sxm_vllm_handset"), &capsim::catalog::Catalog::builtin())
+        .unwrap();
     let pts = data::load_points(None).unwrap();
     let mut checked = 0;
     for pt in pts.iter().filter(|q| {
@@ -329,19 +285,9 @@ fn default_handset_profile_matches_report_001_single_request() {
             && q.output_tokens == Some(1024)
             && (q.metric == "ttft_s" || q.metric == "per_user_tok_s")
     }) {
-        let w = Workload::fixed(
-            Arrivals::Burst { n: 1 },
-            pt.input_tokens.unwrap() as u32,
-            1024,
-            None,
-        )
-        .unwrap();
+        let w = Workload::fixed(Arrivals::Burst { n: 1 }, pt.input_tokens.unwrap() as u32, 1024, None).unwrap();
         let s = summarize(&run(&p, &w), 0, 0, 0.0, &RequestSlo::default());
-        let pred = if pt.metric == "ttft_s" {
-            s.ttft_s.mean
-        } else {
-            s.per_user_tok_s.mean
-        };
+        let pred = if pt.metric == "ttft_s" { s.ttft_s.mean } else { s.per_user_tok_s.mean };
         let err = (pred - pt.value) / pt.value;
         assert!(
             err.abs() <= 0.10,
@@ -360,15 +306,9 @@ fn default_handset_profile_matches_report_001_single_request() {
 #[test]
 fn time_varying_rate_follows_the_schedule() {
     let p = const_profile("vllm", 0.001, "");
-    let rate = RateSchedule {
-        segments: vec![(0.0, 10.0), (100.0, 40.0), (200.0, 10.0)],
-    };
+    let rate = RateSchedule { segments: vec![(0.0, 10.0), (100.0, 40.0), (200.0, 10.0)] };
     let w = capsim::workload::WorkloadSpec {
-        arrivals: Arrivals::OpenLoop {
-            process: Process::Poisson,
-            rate,
-            burstiness: 1.0,
-        },
+        arrivals: Arrivals::OpenLoop { process: Process::Poisson, rate, burstiness: 1.0 },
         classes: LoadTemplate::fixed(10, 2).classes,
         requests: None,
         duration_s: Some(300.0),
@@ -379,15 +319,8 @@ fn time_varying_rate_follows_the_schedule() {
     .validate()
     .unwrap();
     let out = run(&p, &w);
-    let in_window = |a: f64, b: f64| {
-        out.records
-            .iter()
-            .filter(|r| r.arrival.secs() >= a && r.arrival.secs() < b)
-            .count() as f64
-    };
+    let in_window =
+        |a: f64, b: f64| out.records.iter().filter(|r| r.arrival.secs() >= a && r.arrival.secs() < b).count() as f64;
     let (lo, hi) = (in_window(0.0, 100.0), in_window(100.0, 200.0));
-    assert!(
-        (lo - 1000.0).abs() < 120.0 && (hi - 4000.0).abs() < 250.0,
-        "{lo} {hi}"
-    );
+    assert!((lo - 1000.0).abs() < 120.0 && (hi - 4000.0).abs() < 250.0, "{lo} {hi}");
 }

@@ -1,7 +1,6 @@
 use capsim::workload::trace::{parse_csv, parse_jsonl};
 use capsim::workload::{
-    stream_rng, Arrivals, Generator, LengthDist, LoadAxis, LoadTemplate, Process, RateSchedule,
-    WorkloadSpec,
+    stream_rng, Arrivals, Generator, LengthDist, LoadAxis, LoadTemplate, Process, RateSchedule, WorkloadSpec,
 };
 
 #[test]
@@ -18,29 +17,18 @@ fn reads_azure_burstgpt_mooncake_and_capsim_traces() {
     let t = parse_jsonl("mc.jsonl", mc).unwrap();
     assert_eq!(t.records[1].arrival_s, 2.5);
     let own = "arrival_s,input_tokens,output_tokens\n0.5,10,20\n";
-    assert_eq!(
-        parse_csv("own.csv", own).unwrap().records[0].output_tokens,
-        20
-    );
+    assert_eq!(parse_csv("own.csv", own).unwrap().records[0].output_tokens, 20);
 }
 
 #[test]
 fn bad_traces_name_file_line_and_field() {
-    let e = parse_csv("t.csv", "arrival_s,input_tokens,output_tokens\n0.5,-3,20\n")
-        .unwrap_err()
-        .to_string();
+    let e = parse_csv("t.csv", "arrival_s,input_tokens,output_tokens\n0.5,-3,20\n").unwrap_err().to_string();
     assert!(e.contains("t.csv, line 2, field `input_tokens`"), "{e}");
-    let e = parse_csv("t.csv", "arrival_s,input_tokens,output_tokens\nsoon,3,20\n")
-        .unwrap_err()
-        .to_string();
+    let e = parse_csv("t.csv", "arrival_s,input_tokens,output_tokens\nsoon,3,20\n").unwrap_err().to_string();
     assert!(e.contains("line 2") && e.contains("arrival_s"), "{e}");
-    let e = parse_csv("t.csv", "when,input_tokens,output_tokens\n1,3,20\n")
-        .unwrap_err()
-        .to_string();
+    let e = parse_csv("t.csv", "when,input_tokens,output_tokens\n1,3,20\n").unwrap_err().to_string();
     assert!(e.contains("line 1") && e.contains("arrival"), "{e}");
-    let e = parse_jsonl("t.jsonl", "{\"timestamp\": 1, \"input_length\": 5}\n")
-        .unwrap_err()
-        .to_string();
+    let e = parse_jsonl("t.jsonl", "{\"timestamp\": 1, \"input_length\": 5}\n").unwrap_err().to_string();
     assert!(e.contains("line 1") && e.contains("output_length"), "{e}");
     let e = parse_jsonl("t.jsonl", "{oops\n").unwrap_err().to_string();
     assert!(e.contains("t.jsonl, line 1") && e.contains("JSON"), "{e}");
@@ -55,9 +43,7 @@ fn gamma_burstiness_keeps_the_mean_rate_and_changes_the_spread() {
         t.requests = Some(50_000);
         let w = t.at(LoadAxis::Rate, 10.0).unwrap();
         let mut g = Generator::new(&w, 5);
-        let Arrivals::OpenLoop { rate, .. } = &w.spec.arrivals else {
-            unreachable!()
-        };
+        let Arrivals::OpenLoop { rate, .. } = &w.spec.arrivals else { unreachable!() };
         let mut last = 0.0;
         let gaps: Vec<f64> = (0..50_000)
             .map(|_| {
@@ -83,20 +69,14 @@ fn gamma_burstiness_keeps_the_mean_rate_and_changes_the_spread() {
 #[test]
 fn lognormal_lengths_have_the_requested_moments() {
     let mut t = LoadTemplate::fixed(1, 1);
-    t.classes[0].input = LengthDist::Lognormal {
-        mean: 2000.0,
-        sd: 1000.0,
-    };
+    t.classes[0].input = LengthDist::Lognormal { mean: 2000.0, sd: 1000.0 };
     t.requests = Some(1);
     let w = t.at(LoadAxis::Burst, 1.0).unwrap();
     let mut g = Generator::new(&w, 1);
     let xs: Vec<f64> = (0..40_000).map(|_| g.lengths().0 as f64).collect();
     let mean = xs.iter().sum::<f64>() / xs.len() as f64;
     let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64).sqrt();
-    assert!(
-        (mean - 2000.0).abs() < 30.0 && (sd - 1000.0).abs() < 40.0,
-        "{mean} {sd}"
-    );
+    assert!((mean - 2000.0).abs() < 30.0 && (sd - 1000.0).abs() < 40.0, "{mean} {sd}");
     let _ = stream_rng(1, 2);
 }
 
@@ -106,17 +86,12 @@ fn bad_workloads_are_refused_with_the_field() {
     t.classes[0].input = LengthDist::Uniform { min: 10, max: 5 };
     let e = t.at(LoadAxis::Burst, 3.0).unwrap_err().to_string();
     assert!(e.contains("classes[0].input"), "{e}");
-    let e = LoadTemplate::fixed(1, 1)
-        .at(LoadAxis::Rate, f64::NAN)
-        .unwrap_err()
-        .to_string();
+    let e = LoadTemplate::fixed(1, 1).at(LoadAxis::Rate, f64::NAN).unwrap_err().to_string();
     assert!(e.contains("rate"), "{e}");
     let spec = WorkloadSpec {
         arrivals: Arrivals::OpenLoop {
             process: Process::Poisson,
-            rate: RateSchedule {
-                segments: vec![(5.0, 1.0)],
-            },
+            rate: RateSchedule { segments: vec![(5.0, 1.0)] },
             burstiness: 1.0,
         },
         classes: LoadTemplate::fixed(1, 1).classes,
