@@ -11,13 +11,64 @@ use crate::profile::{Profile, ProfileFile, BUILTIN_PROFILES};
 use rayon::prelude::*;
 use serde::Serialize;
 
-/// The accuracy targets (issue 5), over unflagged points: (protocol, metric group, median max %, p90 max %).
-pub const TARGETS: &[(Protocol, MetricGroup, f64, Option<f64>)] = &[
-    (Protocol::InSample, MetricGroup::Ttft, 10.0, Some(25.0)),
-    (Protocol::InSample, MetricGroup::Decode, 10.0, Some(25.0)),
-    (Protocol::InSample, MetricGroup::E2e, 10.0, Some(25.0)),
-    (Protocol::ExtrapolateConcurrency, MetricGroup::All, 15.0, None),
+/// An accuracy target over unflagged points of one protocol and metric group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AccuracyTarget {
+    pub protocol: Protocol,
+    pub group: MetricGroup,
+    pub median_abs_error_pct_max: f64,
+    pub p90_abs_error_pct_max: Option<f64>,
+    /// Set when the target is known not to be met, with the reason (the data or the model); the test
+    /// then checks that it is indeed still missed, so the marker cannot outlive the problem.
+    pub resists: Option<&'static str>,
+}
+
+/// The accuracy targets (issue 5), in one place. Thresholds are not loosened; a target the current
+/// model misses says why.
+pub const TARGETS: &[AccuracyTarget] = &[
+    AccuracyTarget {
+        protocol: Protocol::InSample,
+        group: MetricGroup::Ttft,
+        median_abs_error_pct_max: 10.0,
+        p90_abs_error_pct_max: Some(25.0),
+        resists: Some(
+            "report 003 (SGLang): single-request TTFT over-predicted by 20-30% while TTFT under load is under-predicted by 15-30%, with every SGLang scheduling variant tried; report 002's 256-request chatbot burst (8.25 s measured) is 3x what the prefill rate shown by its other bursts allows",
+        ),
+    },
+    AccuracyTarget {
+        protocol: Protocol::InSample,
+        group: MetricGroup::Decode,
+        median_abs_error_pct_max: 10.0,
+        p90_abs_error_pct_max: Some(25.0),
+        resists: None,
+    },
+    AccuracyTarget {
+        protocol: Protocol::InSample,
+        group: MetricGroup::E2e,
+        median_abs_error_pct_max: 10.0,
+        p90_abs_error_pct_max: Some(25.0),
+        resists: None,
+    },
+    AccuracyTarget {
+        protocol: Protocol::ExtrapolateConcurrency,
+        group: MetricGroup::All,
+        median_abs_error_pct_max: 15.0,
+        p90_abs_error_pct_max: None,
+        resists: Some(
+            "points at concurrency <= 4 cannot identify how much expert-weight traffic grows with batch (expert_spread) nor the per-sequence cost; report 000 has 3 such points, and its 32-user speeds need near-identical routing across users",
+        ),
+    },
 ];
+
+impl AccuracyTarget {
+    /// (count, median, p90, met) over the rows of this target's protocol.
+    pub fn evaluate(&self, rows: &[Row]) -> (usize, f64, f64, bool) {
+        let (n, med, p90) =
+            abs_error_stats(rows, |r| r.protocol == self.protocol.as_str() && self.group.contains(&r.metric));
+        let met = n > 0 && med <= self.median_abs_error_pct_max && self.p90_abs_error_pct_max.is_none_or(|m| p90 <= m);
+        (n, med, p90, met)
+    }
+}
 
 /// Held-out fits use this evaluation budget (the shipped profiles use the CLI default).
 pub const HELD_OUT_MAX_EVALS: usize = 600;

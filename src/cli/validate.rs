@@ -6,7 +6,7 @@ use capsim::data::{self, LoadKind, Point};
 use capsim::error::{Error, Result};
 use capsim::experiment::{predict, ExperimentUnknowns};
 use capsim::report::{num, svg_chart, table, Series};
-use capsim::validate::{self, abs_error_stats, summarize_rows, Protocol, Row, TARGETS};
+use capsim::validate::{self, summarize_rows, Protocol, Row, TARGETS};
 use clap::Args;
 use rayon::prelude::*;
 use serde_json::json;
@@ -88,16 +88,17 @@ fn summary_table(rows: &[Row]) -> String {
 pub fn target_lines(protocol: Protocol, rows: &[Row]) -> Vec<(String, bool)> {
     TARGETS
         .iter()
-        .filter(|(p, ..)| *p == protocol)
-        .map(|(_, g, med_max, p90_max)| {
-            let (n, med, p90) = abs_error_stats(rows, |r| g.contains(&r.metric));
-            let ok = med <= *med_max && p90_max.is_none_or(|m| p90 <= m);
+        .filter(|t| t.protocol == protocol)
+        .map(|t| {
+            let (n, med, p90, ok) = t.evaluate(rows);
             (
                 format!(
-                    "{:?} over {n} unflagged points: median |error| {med:.1}% (target <= {med_max}%){}: {}",
-                    g,
-                    p90_max.map_or(String::new(), |m| format!(", p90 {p90:.1}% (target <= {m}%)")),
-                    if ok { "met" } else { "NOT met" }
+                    "{:?} over {n} unflagged points: median |error| {med:.1}% (target <= {}%){}: {}{}",
+                    t.group,
+                    t.median_abs_error_pct_max,
+                    t.p90_abs_error_pct_max.map_or(String::new(), |m| format!(", p90 {p90:.1}% (target <= {m}%)")),
+                    if ok { "met" } else { "NOT met" },
+                    t.resists.filter(|_| !ok).map_or(String::new(), |r| format!(" (resists: {r})")),
                 ),
                 ok,
             )

@@ -242,3 +242,29 @@ fn capacity_json_contract_side_by_side_and_fleet() {
     let e = stderr(&capsim(&["capacity", "--slo", "ttft_forever=3"]));
     assert!(e.contains("--slo"), "{e}");
 }
+
+#[test]
+fn validate_json_contract() {
+    let o = capsim(&["validate", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), capsim::data::load_points(None).unwrap().len());
+    for k in [
+        "report",
+        "scenario",
+        "metric",
+        "load",
+        "concurrency",
+        "measured",
+        "predicted",
+        "error_pct",
+        "flagged",
+        "protocol",
+    ] {
+        assert!(rows[0].get(k).is_some(), "row key {k} missing");
+    }
+    assert!(v["summary"].is_array());
+    let e = stderr(&capsim(&["validate", "--protocol", "sideways"]));
+    assert!(e.contains("--protocol"), "{e}");
+}

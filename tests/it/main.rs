@@ -6,6 +6,7 @@ mod catalog;
 mod cli;
 mod data;
 mod sim;
+mod validate;
 mod workload;
 
 use capsim::catalog::Catalog;

@@ -1,0 +1,51 @@
+use capsim::catalog::Catalog;
+use capsim::data;
+use capsim::validate::{run, Protocol, TARGETS};
+
+#[test]
+fn in_sample_validation_covers_every_point() {
+    let (c, pts, metas) = (Catalog::builtin(), data::load_points(None).unwrap(), data::report_metas().unwrap());
+    let rows = run(Protocol::InSample, &pts, &metas, &c, None, None).unwrap();
+    assert_eq!(rows.len(), pts.len(), "every point of points.csv gets a row");
+    // Every flagged point is shown as flagged; every unflagged experiment gets a prediction.
+    for (r, p) in rows.iter().zip(&pts) {
+        assert_eq!((r.line, r.flagged), (p.line, p.is_flagged()));
+        if capsim::experiment::is_replayable(p, &metas) {
+            assert!(r.predicted.is_some(), "line {}: {}", r.line, r.note);
+        } else {
+            assert!(r.predicted.is_none() && r.note.starts_with("not predicted"), "line {}", r.line);
+        }
+    }
+    // Report 002's max safe queue depths are predicted.
+    let q: Vec<_> = rows.iter().filter(|r| r.metric == "max_safe_queue_depth" && r.report.starts_with("002")).collect();
+    assert_eq!(q.len(), 4);
+    assert!(q.iter().all(|r| r.predicted.is_some_and(|v| v >= 1.0)));
+}
+
+#[test]
+fn accuracy_targets_hold_or_are_marked_as_resisting() {
+    let (c, pts, metas) = (Catalog::builtin(), data::load_points(None).unwrap(), data::report_metas().unwrap());
+    let mut rows = run(Protocol::InSample, &pts, &metas, &c, None, None).unwrap();
+    rows.extend(run(Protocol::ExtrapolateConcurrency, &pts, &metas, &c, None, None).unwrap());
+    for t in TARGETS {
+        let (n, med, p90, met) = t.evaluate(&rows);
+        assert!(n >= 5, "{t:?}: only {n} points");
+        match t.resists {
+            None => assert!(met, "{:?} {:?}: median {med:.1}%, p90 {p90:.1}% misses its target", t.protocol, t.group),
+            Some(why) => assert!(
+                !met,
+                "{:?} {:?} is now met (median {med:.1}%, p90 {p90:.1}%): remove its `resists` marker ({why})",
+                t.protocol, t.group
+            ),
+        }
+    }
+}
+
+#[test]
+fn cross_gpu_retargets_the_other_reports_profile() {
+    let (c, pts, metas) = (Catalog::builtin(), data::load_points(None).unwrap(), data::report_metas().unwrap());
+    let rows = run(Protocol::CrossGpu, &pts, &metas, &c, Some("00"), None).unwrap();
+    let from_001 = rows.iter().find(|r| r.report.starts_with("000") && r.predicted.is_some()).unwrap();
+    assert!(from_001.note.contains("h200") && from_001.note.contains("H100 PCIe"), "{}", from_001.note);
+    assert!(rows.iter().any(|r| r.report.starts_with("001") && r.note.contains("H200 SXM")));
+}
