@@ -224,11 +224,9 @@ pub fn burst_mean_ttft_s(profile: &Profile, n: u32, input: u32, output: u32) -> 
     summarize(&out, 0, 0, 0.0, &RequestSlo::default()).ttft_s.mean
 }
 
-/// The largest burst whose mean TTFT stays within `ttft_s_max` (seed 002's "max safe queue depth"),
-/// by bracketing and bisection over integers; mean TTFT grows with the burst. 0 if even one request
-/// misses it; `limit` if the limit itself meets it.
-pub fn max_safe_queue_depth(profile: &Profile, input: u32, output: u32, ttft_s_max: f64, limit: u32) -> u32 {
-    let ok = |n: u32| burst_mean_ttft_s(profile, n, input, output) <= ttft_s_max;
+/// The largest n in 1..=limit for which `ok` holds, assuming it holds up to some n and fails above:
+/// double until it fails, then bisect. 0 if `ok(1)` fails; `limit` if `ok(limit)` holds.
+pub fn largest_integer_meeting(ok: impl Fn(u32) -> bool, limit: u32) -> u32 {
     if !ok(1) {
         return 0;
     }
@@ -252,6 +250,14 @@ pub fn max_safe_queue_depth(profile: &Profile, input: u32, output: u32, ttft_s_m
         }
     }
     lo
+}
+
+/// The largest burst whose mean TTFT stays within `ttft_s_max` (seed 002's "max safe queue depth"),
+/// by bracketing and bisection over integers; mean TTFT grows with the burst. 0 if even one request
+/// misses it; `limit` if the limit itself meets it.
+pub fn max_safe_queue_depth(profile: &Profile, input: u32, output: u32, ttft_s_max: f64, limit: u32) -> u32 {
+    let ok = |n: u32| burst_mean_ttft_s(profile, n, input, output) <= ttft_s_max;
+    largest_integer_meeting(ok, limit)
 }
 
 /// Use-case limits on means, as the reports state them (TTFT at most, per-user speed at least, E2E at
@@ -304,29 +310,7 @@ pub fn max_concurrency_within(
         };
         simulate_summary(profile, &p, u).is_some_and(|s| slo.met_by(&s))
     };
-    if !ok(1) {
-        return 0;
-    }
-    let (mut lo, mut hi) = (1u32, 2u32);
-    while hi <= limit && ok(hi) {
-        lo = hi;
-        hi *= 2;
-    }
-    if hi > limit {
-        if ok(limit) {
-            return limit;
-        }
-        hi = limit;
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if ok(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
+    largest_integer_meeting(ok, limit)
 }
 
 /// The use-case limits a report states for a capacity point's scenario.

@@ -67,6 +67,8 @@ pub struct Series<'a> {
     pub points: Vec<(f64, f64)>,
     /// Draw markers only (measured points) instead of a line.
     pub markers: bool,
+    /// Series with the same colour index share a colour (a simulated line and its measured points).
+    pub color: usize,
 }
 
 /// A line chart as a standalone SVG, with optional horizontal and vertical reference lines.
@@ -79,7 +81,7 @@ pub fn svg_chart(
     vline: Option<(f64, &str)>,
     log_x: bool,
 ) -> String {
-    let (w, h, ml, mr, mt, mb) = (720.0, 420.0, 70.0, 170.0, 40.0, 50.0);
+    let (w, h, ml, mr, mt, mb) = (980.0, 440.0, 70.0, 330.0, 40.0, 50.0);
     let pw = w - ml - mr;
     let ph = h - mt - mb;
     let tx = |x: f64| if log_x { x.max(1e-9).ln() } else { x };
@@ -126,14 +128,16 @@ pub fn svg_chart(
     let mut xt: Vec<f64> = all.iter().map(|p| p.0).collect();
     xt.sort_by(f64::total_cmp);
     xt.dedup();
-    let step = (xt.len() / 8).max(1);
-    for x in xt.iter().step_by(step) {
-        s += &format!(
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-            px(*x),
-            mt + ph + 16.0,
-            num(*x, 3)
-        );
+    // Label ticks left to right, skipping any closer than 34 px to the last one drawn.
+    let mut last_px = f64::NEG_INFINITY;
+    for x in &xt {
+        let xp = px(*x);
+        if xp - last_px < 34.0 {
+            continue;
+        }
+        last_px = xp;
+        let label = if x.fract() == 0.0 { format!("{x:.0}") } else { num(*x, 3) };
+        s += &format!("<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", xp, mt + ph + 16.0, label);
     }
     s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", ml + pw / 2.0, h - 10.0, esc(x_label));
     s += &format!(
@@ -165,7 +169,7 @@ pub fn svg_chart(
         );
     }
     for (i, se) in series.iter().enumerate() {
-        let c = colors[i % colors.len()];
+        let c = colors[se.color % colors.len()];
         let pts: Vec<(f64, f64)> = se.points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
         if se.markers {
             for (x, y) in &pts {
@@ -174,14 +178,25 @@ pub fn svg_chart(
         } else if !pts.is_empty() {
             let d: Vec<String> = pts.iter().map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y))).collect();
             s += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n", d.join(" "));
+            for (x, y) in &pts {
+                s += &format!(
+                    "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"5\" height=\"5\" fill=\"{c}\"/>\n",
+                    px(*x) - 2.5,
+                    py(*y) - 2.5
+                );
+            }
         }
-        let ly = mt + 14.0 + i as f64 * 18.0;
+        let ly = mt + 10.0 + i as f64 * 18.0;
+        let (lx, cy) = (ml + pw + 16.0, ly + 6.0);
+        let key = if se.markers {
+            format!("circle cx=\"{lx:.1}\" cy=\"{cy:.1}\" r=\"4\"")
+        } else {
+            format!("rect x=\"{:.1}\" y=\"{:.1}\" width=\"14\" height=\"3\"", lx - 7.0, cy - 1.5)
+        };
         s += &format!(
-            "<rect x=\"{}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{c}\"/><text x=\"{}\" y=\"{:.1}\">{}</text>\n",
-            ml + pw + 10.0,
-            ly + 24.0,
-            ml + pw + 28.0,
-            ly + 34.0,
+            "<{key} fill=\"{c}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
+            lx + 14.0,
+            cy + 4.0,
             esc(se.label)
         );
     }

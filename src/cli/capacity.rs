@@ -210,6 +210,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             label: &slo_name,
             points: c.points.iter().map(|t| (t.load, t.slo_values[0].1)).collect(),
             markers: false,
+            color: 0,
         }];
         let svg = svg_chart(
             &format!("{} against {} ({})", slo.name(), q.axis.as_str(), p.name()),

@@ -250,8 +250,11 @@ fn markdown(
                     true,
                 ));
             }
-            let ser: Vec<Series> =
-                series.iter().map(|(l, pts, m)| Series { label: l, points: pts.clone(), markers: *m }).collect();
+            let ser: Vec<Series> = series
+                .iter()
+                .enumerate()
+                .map(|(i, (l, pts, m))| Series { label: l, points: pts.clone(), markers: *m, color: i / 2 })
+                .collect();
             let file = format!("{}_{}.svg", &rep[..3], metric);
             let svg = svg_chart(
                 &format!("report {}: {metric} against concurrency", &rep[..3]),
