@@ -136,6 +136,10 @@ impl<'a> Engine<'a> {
     /// does not hold them yet).
     #[inline]
     fn extra_blocks(&self, r: &Live, tokens: u32) -> u64 {
+        // Fast path: most decode steps stay inside the last block (no division).
+        if r.reserved && tokens as u64 <= r.blocks as u64 * self.block as u64 {
+            return 0;
+        }
         let reserved = if r.reserved { 0 } else { self.reserved_blocks };
         (self.blocks_for(tokens).saturating_sub(r.blocks) + reserved) as u64
     }
@@ -143,6 +147,9 @@ impl<'a> Engine<'a> {
     fn alloc(&mut self, idx: u32, tokens: u32) {
         let r = &self.reqs[idx as usize];
         let extra = self.extra_blocks(r, tokens);
+        if extra == 0 && r.reserved {
+            return;
+        }
         assert!(extra <= self.free_blocks, "KV over-allocation");
         self.free_blocks -= extra;
         let kv = self.blocks_for(tokens);
