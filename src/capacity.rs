@@ -11,7 +11,7 @@ use crate::metrics::{summarize, RequestSlo, StatKind, Summary};
 use crate::profile::Profile;
 use crate::sim::{simulate, SimOptions, SimOutput};
 use crate::sweep::point_seed;
-use crate::workload::{Arrivals, Generator, LoadAxis, LoadTemplate, TraceRecord, Workload, WorkloadSpec};
+use crate::workload::{LoadAxis, LoadTemplate, Workload};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -439,16 +439,11 @@ pub fn capacity(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<C
     })
 }
 
-/// How requests are spread over replicas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Routing {
-    /// Request i goes to replica i mod K.
-    RoundRobin,
-}
+pub use crate::sim::Routing;
 
-/// A fleet of K replicas at a total open-loop rate: arrivals are drawn once for the fleet, routed, and
-/// each replica is simulated with exactly the requests it receives; metrics merge all requests.
+/// A fleet of K replicas at a total open-loop rate, simulated jointly: the router places each request
+/// as it is sent, seeing the replicas' state at that moment. Latency statistics over all requests;
+/// throughput summed over replicas. Also returns the worst replica's stability.
 pub fn simulate_fleet(
     p: &Profile,
     t: &LoadTemplate,
@@ -456,44 +451,28 @@ pub fn simulate_fleet(
     replicas: u32,
     routing: Routing,
     seed: u64,
-) -> Result<Summary> {
-    let fleet = t.at(LoadAxis::Rate, rate)?;
-    let total = fleet.planned_requests().unwrap_or(1000);
-    let Arrivals::OpenLoop { process, rate: sched, .. } = &fleet.spec.arrivals else { unreachable!("rate workload") };
-    let mut g = Generator::new(&fleet, seed);
-    let mut per: Vec<Vec<TraceRecord>> = vec![Vec::new(); replicas as usize];
-    for i in 0..total {
-        let at = g.next_open_arrival_s(*process, sched);
-        let (input, output, _) = g.lengths();
-        let k = match routing {
-            Routing::RoundRobin => (i % replicas as u64) as usize,
-        };
-        per[k].push(TraceRecord { arrival_s: at, input_tokens: input, output_tokens: output });
-    }
-    let runs: Vec<(SimOutput, Summary)> = per
-        .into_par_iter()
-        .filter(|r| !r.is_empty())
-        .map(|records| {
-            let n = records.len() as u64;
-            let w = WorkloadSpec {
-                arrivals: Arrivals::Trace { records },
-                classes: vec![],
-                requests: None,
-                duration_s: None,
-                warmup_requests: t.warmup_requests.min(n / 10),
-                cooldown_requests: t.cooldown_requests.min(n / 10),
-                warmup_s: 0.0,
-            }
-            .validate()
-            .expect("generated trace is valid");
-            let out = simulate(p, &w, seed, SimOptions::default());
-            let s = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, 0.0, &RequestSlo::default());
-            (out, s)
+) -> Result<(Summary, Stability)> {
+    let w = t.at(LoadAxis::Rate, rate)?;
+    let outs = crate::sim::simulate_fleet(p, &w, seed, SimOptions::default(), replicas, routing);
+    let runs: Vec<(SimOutput, Summary)> = outs
+        .into_iter()
+        .filter(|o| !o.records.is_empty())
+        .map(|o| {
+            let s = summarize(&o, 0, 0, 0.0, &RequestSlo::default());
+            (o, s)
         })
         .collect();
-    let w0 = t.at(LoadAxis::Rate, rate)?;
-    let mut m = merge(&runs, &WorkloadSpec { warmup_requests: 0, cooldown_requests: 0, ..w0.spec }.validate()?);
+    if runs.is_empty() {
+        return Err(Error::Infeasible("the fleet completed no request".into()));
+    }
+    let stab =
+        runs.iter().map(|(o, _)| stability(o, &w, rate / replicas as f64)).max_by_key(|s| *s as u8).expect("non-empty");
+    // Request ids are global send order, so warm-up and cool-down apply across the fleet.
+    let mut all = runs[0].0.clone();
+    all.records = runs.iter().flat_map(|(o, _)| o.records.iter().copied()).collect();
+    all.requests_sent = w.planned_requests().unwrap_or(all.records.len() as u64);
+    let mut m = summarize(&all, w.spec.warmup_requests, w.spec.cooldown_requests, 0.0, &RequestSlo::default());
     m.system_output_tok_s = runs.iter().map(|(_, s)| s.system_output_tok_s).sum();
-    m.busy_fraction = runs.iter().map(|(_, s)| s.busy_fraction).sum::<f64>() / runs.len().max(1) as f64;
-    Ok(m)
+    m.busy_fraction = runs.iter().map(|(_, s)| s.busy_fraction).sum::<f64>() / runs.len() as f64;
+    Ok((m, stab))
 }

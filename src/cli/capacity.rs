@@ -22,6 +22,7 @@ pub enum LoadArg {
 #[derive(ValueEnum, Debug, Clone, Copy)]
 pub enum RoutingArg {
     RoundRobin,
+    LeastOutstanding,
 }
 
 #[derive(Args, Debug)]
@@ -320,6 +321,7 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
     }
     let routing = match a.routing {
         RoutingArg::RoundRobin => Routing::RoundRobin,
+        RoutingArg::LeastOutstanding => Routing::LeastOutstanding,
     };
     let gpus: Vec<Option<String>> = match &a.gpus {
         Some(g) => g.iter().map(|x| Some(x.clone())).collect(),
@@ -333,11 +335,8 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
     for g in &gpus {
         let p = on_gpu(a, catalog, g.as_deref())?;
         let ok = |k: u32| -> Result<(bool, capsim::metrics::Summary)> {
-            let s = capacity::simulate_fleet(&p, &t, rate, k, routing, q.seed)?;
-            let per_replica_rate = rate / k as f64;
-            let keeping_up =
-                s.request_throughput_per_s >= 0.9 * rate.min(per_replica_rate * k as f64) || s.requests_unfinished == 0;
-            Ok((q.slos.iter().all(|x| x.met(&s)) && keeping_up, s))
+            let (s, stability) = capacity::simulate_fleet(&p, &t, rate, k, routing, q.seed)?;
+            Ok((q.slos.iter().all(|x| x.met(&s)) && stability != capacity::Stability::Overloaded, s))
         };
         // Bracket and bisect over the replica count (more replicas never hurt).
         let (mut lo, mut hi) = (0u32, 1u32);

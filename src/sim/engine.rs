@@ -513,89 +513,154 @@ impl StepView<'_> {
     }
 }
 
-/// Run one simulation. Pure: the same (profile, workload, seed, options) give the same output.
-pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
-    simulate_observed(p, w, seed, opts, &mut |_: &StepView| {})
+/// How a fleet spreads requests over its replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Routing {
+    /// Request i goes to replica i mod K.
+    RoundRobin,
+    /// Each request goes to the replica with the fewest requests sent to it and not yet finished when
+    /// it is sent (ties: the lowest index), as a least-outstanding-requests load balancer does.
+    LeastOutstanding,
 }
 
-/// [`simulate`] with an observer called after every step.
-pub fn simulate_observed<F: FnMut(&StepView)>(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    observer: &mut F,
-) -> SimOutput {
-    let e = &p.engine;
-    let capacity_blocks = e.kv_capacity_blocks();
-    let mut eng = Engine {
-        p,
-        model: StepModel::new(p),
-        reqs: Vec::new(),
-        free_slots: Vec::new(),
-        running: Vec::new(),
-        waiting: VecDeque::new(),
-        chunked: None,
-        free_blocks: capacity_blocks,
-        capacity_blocks,
-        block: e.block_size_tokens,
-        reserved_blocks: e.per_seq_reserved_blocks,
-        scheduled: Vec::with_capacity(e.max_num_seqs as usize + 1),
-        admit_seq: 0,
-        new_token_ratio: e.new_token_ratio_init,
-        last_was_prefill: false,
-        ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
-        preemptions: 0,
-    };
-    let overhead_ns = SimTime::from_secs(p.coefficients.request_overhead_s).0;
-    let serial_ns = SimTime::from_secs(p.coefficients.frontend_serial_s).0;
-    // The serial front-end: when it is free next. A request reaches the engine at
-    // max(send, front-end free) + serial + overhead.
-    let mut frontend_free: u64 = 0;
-    let enqueue_at = |send: u64, free: u64| send.max(free).saturating_add(serial_ns).saturating_add(overhead_ns);
-    let mut arr = Pending::new(w, seed);
-    let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
-    let mut out = SimOutput {
-        records: Vec::with_capacity(w.planned_requests().unwrap_or(1024).min(1 << 24) as usize),
-        requests_sent: 0,
-        requests_rejected: 0,
-        requests_unfinished: 0,
-        steps: 0,
-        preemptions: 0,
-        end: SimTime::ZERO,
-        last_send: SimTime::ZERO,
-        outstanding_at_last_send: 0,
-        busy_ns: 0,
-        kv_util_time_weighted_mean: 0.0,
-        kv_util_max: 0.0,
-        max_waiting: 0,
-        series: Vec::new(),
-        prefill_tokens: 0,
-        decode_tokens: 0,
-    };
-    let mut kv_area = 0.0f64;
-    let mut series_interval_ns: u64 = 1_000_000; // 1 ms, doubled whenever the buffer fills
-    let mut next_sample_ns: u64 = 0;
-    let mut now: u64 = 0;
-    let mut finished_any;
-    loop {
-        // Arrivals whose engine-arrival time has come join the queue, in order.
-        while let Some(send) = arr.peek_send() {
-            let enqueued = enqueue_at(send, frontend_free);
-            if enqueued > now {
-                break;
-            }
-            let (send, client, input, output, class) = arr.pop();
-            frontend_free = send.max(frontend_free) + serial_ns;
+/// A request on its way to a replica: sent, and when its engine will see it.
+#[derive(Debug, Clone, Copy)]
+struct Arrived {
+    id: u32,
+    send: u64,
+    enqueued: u64,
+    client: u32,
+    input: u32,
+    output: u32,
+    class: u16,
+}
+
+/// One serving engine with its own front-end, clock and output: the event loop of a single replica,
+/// advanced one step at a time by [`drive`].
+struct Replica<'a> {
+    eng: Engine<'a>,
+    out: SimOutput,
+    now: u64,
+    inbox: VecDeque<Arrived>,
+    frontend_free: u64,
+    serial_ns: u64,
+    overhead_ns: u64,
+    kv_area: f64,
+    series_interval_ns: u64,
+    next_sample_ns: u64,
+    series_points: usize,
+    /// Requests routed here, and the finish times not yet counted as done (least-outstanding routing).
+    routed: u64,
+    done: u64,
+    finish_times: VecDeque<u64>,
+}
+
+impl<'a> Replica<'a> {
+    fn new(p: &'a Profile, opts: &SimOptions, expected_requests: usize) -> Replica<'a> {
+        let e = &p.engine;
+        let capacity_blocks = e.kv_capacity_blocks();
+        Replica {
+            eng: Engine {
+                p,
+                model: StepModel::new(p),
+                reqs: Vec::new(),
+                free_slots: Vec::new(),
+                running: Vec::new(),
+                waiting: VecDeque::new(),
+                chunked: None,
+                free_blocks: capacity_blocks,
+                capacity_blocks,
+                block: e.block_size_tokens,
+                reserved_blocks: e.per_seq_reserved_blocks,
+                scheduled: Vec::with_capacity(e.max_num_seqs as usize + 1),
+                admit_seq: 0,
+                new_token_ratio: e.new_token_ratio_init,
+                last_was_prefill: false,
+                ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
+                preemptions: 0,
+            },
+            out: SimOutput {
+                records: Vec::with_capacity(expected_requests),
+                requests_sent: 0,
+                requests_rejected: 0,
+                requests_unfinished: 0,
+                steps: 0,
+                preemptions: 0,
+                end: SimTime::ZERO,
+                last_send: SimTime::ZERO,
+                outstanding_at_last_send: 0,
+                busy_ns: 0,
+                kv_util_time_weighted_mean: 0.0,
+                kv_util_max: 0.0,
+                max_waiting: 0,
+                series: Vec::new(),
+                prefill_tokens: 0,
+                decode_tokens: 0,
+            },
+            now: 0,
+            inbox: VecDeque::new(),
+            frontend_free: 0,
+            serial_ns: SimTime::from_secs(p.coefficients.frontend_serial_s).0,
+            overhead_ns: SimTime::from_secs(p.coefficients.request_overhead_s).0,
+            kv_area: 0.0,
+            series_interval_ns: 1_000_000, // 1 ms, doubled whenever the buffer fills
+            next_sample_ns: 0,
+            series_points: opts.series_points.max(2),
+            routed: 0,
+            done: 0,
+            finish_times: VecDeque::new(),
+        }
+    }
+
+    /// A request sent at `a.send` reaches this replica's serial front-end, then the engine at
+    /// max(send, front-end free) + serial + overhead.
+    fn accept(&mut self, mut a: Arrived) {
+        a.enqueued = a.send.max(self.frontend_free).saturating_add(self.serial_ns).saturating_add(self.overhead_ns);
+        self.frontend_free = a.send.max(self.frontend_free) + self.serial_ns;
+        self.routed += 1;
+        self.inbox.push_back(a);
+    }
+
+    /// Requests routed here and not finished by time `t` (queries come in non-decreasing `t`).
+    fn outstanding_at(&mut self, t: u64) -> u64 {
+        while self.finish_times.front().is_some_and(|&f| f <= t) {
+            self.finish_times.pop_front();
+            self.done += 1;
+        }
+        self.routed - self.done
+    }
+
+    fn busy(&self) -> bool {
+        !(self.eng.running.is_empty() && self.eng.waiting.is_empty() && self.eng.chunked.is_none())
+    }
+
+    /// When this replica next acts: now if it has work, else when its next request reaches the engine.
+    fn next_event(&self) -> Option<u64> {
+        if self.busy() {
+            Some(self.now)
+        } else {
+            self.inbox.front().map(|a| a.enqueued.max(self.now))
+        }
+    }
+
+    /// Admit what has reached the engine, then run one step. `on_finish(time, client)` is told of every
+    /// request that completes or is rejected. Returns false when the replica cannot make progress.
+    fn advance<F: FnMut(&StepView)>(&mut self, observer: &mut F, on_finish: &mut dyn FnMut(u64, u32)) -> bool {
+        let eng = &mut self.eng;
+        let out = &mut self.out;
+        let now = self.now;
+        while self.inbox.front().is_some_and(|a| a.enqueued <= now) {
+            let a = self.inbox.pop_front().expect("front exists");
             let live = Live {
-                id: out.requests_sent as u32,
-                client,
-                class,
-                arrival_ns: send,
-                enqueued_ns: enqueued,
-                prompt: input,
-                output,
-                num_tokens: input,
+                id: a.id,
+                client: a.client,
+                class: a.class,
+                arrival_ns: a.send,
+                enqueued_ns: a.enqueued,
+                prompt: a.input,
+                output: a.output,
+                num_tokens: a.input,
                 computed: 0,
                 generated: 0,
                 blocks: 0,
@@ -605,12 +670,10 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
                 preemptions: 0,
                 admitted_seq: 0,
             };
-            out.requests_sent += 1;
-            out.last_send = SimTime(send);
-            out.outstanding_at_last_send = out.requests_sent - out.records.len() as u64 - out.requests_rejected;
             if !eng.fits_ever(&live) {
                 out.requests_rejected += 1;
-                arr.on_finish(now, client);
+                self.finish_times.push_back(now);
+                on_finish(now, a.client);
                 continue;
             }
             let idx = match eng.free_slots.pop() {
@@ -626,46 +689,46 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
             eng.waiting.push_back(idx);
         }
         out.max_waiting = out.max_waiting.max(eng.waiting.len() as u32);
-        let idle = eng.running.is_empty() && eng.waiting.is_empty() && eng.chunked.is_none();
-        if idle {
-            match arr.peek_send() {
-                Some(t) => {
-                    now = now.max(enqueue_at(t, frontend_free));
-                    continue;
-                }
-                None => break,
+        if !(!eng.running.is_empty() || !eng.waiting.is_empty() || eng.chunked.is_some()) {
+            // Idle: wait for the next request to reach the engine.
+            if let Some(a) = self.inbox.front() {
+                self.now = self.now.max(a.enqueued);
             }
-        }
-        if now >= horizon_ns {
-            break;
+            return true;
         }
         let mut shape = BatchShape::default();
         eng.scheduled.clear();
-        match e.kind {
+        let preempted_before = eng.preemptions;
+        match eng.p.engine.kind {
             EngineKind::Vllm => eng.schedule_vllm(now, &mut shape),
             EngineKind::Sglang => eng.schedule_sglang(now, &mut shape),
         }
         if eng.scheduled.is_empty() {
-            // Nothing could be scheduled although work is queued: the engine waits for an arrival.
-            // (fits_ever() guarantees the head runs once the engine is empty.)
-            match arr.peek_send() {
-                Some(t) if enqueue_at(t, frontend_free) > now => {
-                    now = enqueue_at(t, frontend_free);
-                    continue;
-                }
-                _ => break,
+            if eng.preemptions > preempted_before {
+                // Only preemptions this round: the freed requests are scheduled next round.
+                return true;
             }
+            // Queued work that cannot start until something arrives (fits_ever() guarantees the head
+            // runs once the engine is empty).
+            return match self.inbox.front() {
+                Some(a) if a.enqueued > now => {
+                    self.now = a.enqueued;
+                    true
+                }
+                _ => false,
+            };
         }
+        let capacity_blocks = eng.capacity_blocks;
         let dt = eng.model.step_ns(&shape);
         let used = (capacity_blocks - eng.free_blocks) as f64 / capacity_blocks as f64;
-        kv_area += used * dt as f64;
+        self.kv_area += used * dt as f64;
         out.kv_util_max = out.kv_util_max.max(used);
-        if now >= next_sample_ns {
-            if out.series.len() >= opts.series_points.max(2) {
+        if now >= self.next_sample_ns {
+            if out.series.len() >= self.series_points {
                 // Keep every other sample and double the interval.
                 let kept: Vec<Sample> = out.series.iter().step_by(2).copied().collect();
                 out.series = kept;
-                series_interval_ns *= 2;
+                self.series_interval_ns *= 2;
             }
             out.series.push(Sample {
                 t_s: now as f64 * 1e-9,
@@ -673,12 +736,13 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
                 running: eng.running.len() as u32 + eng.chunked.is_some() as u32,
                 waiting: eng.waiting.len() as u32,
             });
-            next_sample_ns = now + series_interval_ns;
+            self.next_sample_ns = now + self.series_interval_ns;
         }
-        now += dt;
+        let now = now + dt;
+        self.now = now;
         out.busy_ns += dt;
         out.steps += 1;
-        finished_any = false;
+        let mut finished_any = false;
         let mut chunk_done = false;
         for k in 0..eng.scheduled.len() {
             let (idx, n) = eng.scheduled[k];
@@ -732,7 +796,8 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
                     let client = r.client;
                     eng.free(idx);
                     eng.free_slots.push(idx);
-                    arr.on_finish(now, client);
+                    self.finish_times.push_back(now);
+                    on_finish(now, client);
                 } else {
                     eng.running[kept] = idx;
                     kept += 1;
@@ -742,17 +807,139 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
         }
         debug_assert!(eng.used_blocks() <= eng.capacity_blocks);
         observer(&StepView {
-            eng: &eng,
+            eng,
             now_ns: now,
             step_ns: dt,
             shape,
             scheduled_tokens: eng.scheduled.iter().map(|&(_, n)| n as u64).sum(),
             scheduled_seqs: eng.scheduled.len(),
         });
+        true
     }
-    out.requests_unfinished = eng.running.len() as u64 + eng.waiting.len() as u64 + eng.chunked.is_some() as u64;
-    out.preemptions = eng.preemptions;
-    out.end = SimTime(now);
-    out.kv_util_time_weighted_mean = if out.busy_ns > 0 { kv_area / out.busy_ns as f64 } else { 0.0 };
-    out
+
+    fn finish(mut self) -> SimOutput {
+        let eng = &self.eng;
+        self.out.requests_unfinished = eng.running.len() as u64
+            + eng.waiting.len() as u64
+            + eng.chunked.is_some() as u64
+            + self.inbox.len() as u64;
+        self.out.preemptions = eng.preemptions;
+        self.out.end = SimTime(self.now);
+        self.out.kv_util_time_weighted_mean =
+            if self.out.busy_ns > 0 { self.kv_area / self.out.busy_ns as f64 } else { 0.0 };
+        self.out
+    }
+}
+
+/// Run one simulation. Pure: the same (profile, workload, seed, options) give the same output.
+pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
+    simulate_observed(p, w, seed, opts, &mut |_: &StepView| {})
+}
+
+/// [`simulate`] with an observer called after every step.
+pub fn simulate_observed<F: FnMut(&StepView)>(
+    p: &Profile,
+    w: &Workload,
+    seed: u64,
+    opts: SimOptions,
+    observer: &mut F,
+) -> SimOutput {
+    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, observer);
+    outs.pop().expect("one replica")
+}
+
+/// A fleet of `replicas` identical engines behind a router, simulated jointly in time order: the
+/// router sees each replica's outstanding requests as of the moment a request is sent. Returns one
+/// output per replica; request ids are global send order.
+pub fn simulate_fleet(
+    p: &Profile,
+    w: &Workload,
+    seed: u64,
+    opts: SimOptions,
+    replicas: u32,
+    routing: Routing,
+) -> Vec<SimOutput> {
+    drive(p, w, seed, opts, replicas.max(1), routing, &mut |_: &StepView| {})
+}
+
+fn drive<F: FnMut(&StepView)>(
+    p: &Profile,
+    w: &Workload,
+    seed: u64,
+    opts: SimOptions,
+    replicas: u32,
+    routing: Routing,
+    observer: &mut F,
+) -> Vec<SimOutput> {
+    let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
+    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per)).collect();
+    let mut arr = Pending::new(w, seed);
+    let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
+    let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
+    let mut finished: Vec<(u64, u32)> = Vec::new();
+    loop {
+        // The replica that acts next (ties: the lowest index).
+        let mut next: Option<(u64, usize)> = None;
+        for (i, r) in reps.iter().enumerate() {
+            if let Some(t) = r.next_event() {
+                if next.is_none_or(|(bt, _)| t < bt) {
+                    next = Some((t, i));
+                }
+            }
+        }
+        // Requests sent no later than that are routed first.
+        if let Some(send) = arr.peek_send() {
+            if next.is_none_or(|(t, _)| send <= t) {
+                let (send, client, input, output, class) = arr.pop();
+                let k = match routing {
+                    Routing::RoundRobin => (sent % replicas as u64) as usize,
+                    Routing::LeastOutstanding => {
+                        let mut best = 0;
+                        let mut best_n = u64::MAX;
+                        for (i, r) in reps.iter_mut().enumerate() {
+                            let n = r.outstanding_at(send);
+                            if n < best_n {
+                                best = i;
+                                best_n = n;
+                            }
+                        }
+                        best
+                    }
+                };
+                reps[k].accept(Arrived { id: sent as u32, send, enqueued: 0, client, input, output, class });
+                sent += 1;
+                last_send = send;
+                outstanding_at_last_send = sent - completed;
+                continue;
+            }
+        }
+        let Some((t, i)) = next else { break };
+        if t >= horizon_ns {
+            break;
+        }
+        finished.clear();
+        let progressed = reps[i].advance(observer, &mut |at, client| finished.push((at, client)));
+        completed += finished.len() as u64;
+        for &(at, client) in &finished {
+            arr.on_finish(at, client);
+        }
+        if !progressed {
+            break;
+        }
+    }
+    let mut outs: Vec<SimOutput> = reps.into_iter().map(Replica::finish).collect();
+    for o in &mut outs {
+        o.requests_sent = sent;
+        o.last_send = SimTime(last_send);
+        o.outstanding_at_last_send = outstanding_at_last_send;
+    }
+    if replicas > 1 {
+        // Per-replica outputs carry only their own requests; the fleet-level counts are in the first.
+        let mine: Vec<u64> =
+            outs.iter().map(|o| o.records.len() as u64 + o.requests_rejected + o.requests_unfinished).collect();
+        for (o, m) in outs.iter_mut().zip(mine) {
+            o.requests_sent = m;
+        }
+    }
+    outs
 }

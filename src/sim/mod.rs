@@ -11,7 +11,7 @@
 pub mod engine;
 pub mod step;
 
-pub use engine::{simulate, simulate_observed, Sample, SimOptions, SimOutput, StepView};
+pub use engine::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput, StepView};
 pub use step::{BatchShape, StepModel};
 
 use crate::units::SimTime;

@@ -110,3 +110,36 @@ fn slo_names_parse_and_bad_ones_are_refused() {
         assert!(e.contains("--slo"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn fleet_of_one_is_the_single_engine_and_routing_is_simulated() {
+    use capsim::sim::{simulate, simulate_fleet, Routing, SimOptions};
+    use capsim::workload::LengthDist;
+    let p = default_profile();
+    let mut t = LoadTemplate::fixed(1, 1);
+    t.classes[0].input = LengthDist::Lognormal { mean: 3000.0, sd: 3000.0 };
+    t.classes[0].output = LengthDist::Lognormal { mean: 300.0, sd: 400.0 };
+    t.requests = Some(3000);
+    let w = t.at(LoadAxis::Rate, 24.0).unwrap();
+    let single = simulate(&p, &w, 5, SimOptions::default());
+    let fleet1 = simulate_fleet(&p, &w, 5, SimOptions::default(), 1, Routing::LeastOutstanding);
+    assert_eq!(single.records, fleet1[0].records);
+    // Four replicas: every request served exactly once, by one replica.
+    for routing in [Routing::RoundRobin, Routing::LeastOutstanding] {
+        let outs = simulate_fleet(&p, &w, 5, SimOptions::default(), 4, routing);
+        let mut ids: Vec<u32> = outs.iter().flat_map(|o| o.records.iter().map(|r| r.id)).collect();
+        ids.sort();
+        assert_eq!(ids, (0..3000).collect::<Vec<u32>>(), "{routing:?}");
+        assert!(outs.iter().all(|o| !o.records.is_empty()));
+    }
+    // Round-robin puts request i on replica i mod 4.
+    let rr = simulate_fleet(&p, &w, 5, SimOptions::default(), 4, Routing::RoundRobin);
+    assert!(rr.iter().enumerate().all(|(k, o)| o.records.iter().all(|r| r.id as usize % 4 == k)));
+    // With uneven request sizes, least-outstanding routing does not queue worse than round-robin.
+    let mean_wait = |outs: &Vec<capsim::sim::SimOutput>| {
+        let all: Vec<f64> = outs.iter().flat_map(|o| o.records.iter().map(|r| r.queue_wait_s())).collect();
+        all.iter().sum::<f64>() / all.len() as f64
+    };
+    let lor = simulate_fleet(&p, &w, 5, SimOptions::default(), 4, Routing::LeastOutstanding);
+    assert!(mean_wait(&lor) <= mean_wait(&rr) * 1.05, "LOR {} vs RR {}", mean_wait(&lor), mean_wait(&rr));
+}
