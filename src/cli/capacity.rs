@@ -377,13 +377,15 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
                 Some((k, s)) => {
                     let gpus_n = k * tp;
                     let cost_h = a.gpu_price_per_hour.map(|pr| pr * gpus_n as f64);
-                    let tok_h = s.system_output_tok_s * 3600.0;
+                    // A fleet that meets its SLOs without backlog serves what it is offered.
+                    let served_tok_s = rate * t.at(LoadAxis::Rate, rate).map_or(0.0, |w| w.mean_output_tokens());
+                    let tok_h = served_tok_s * 3600.0;
                     json!({
                         "gpu": p.gpu.name, "tensor_parallel": tp, "replicas": k, "gpus": gpus_n,
                         "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from,
                         "routing": routing, "target_rate": rate,
                         "slo_values": q.slos.iter().map(|x| json!({"name": x.name(), "value": x.value(s), "limit": x.limit})).collect::<Vec<_>>(),
-                        "output_tok_s": s.system_output_tok_s, "power_kw_at_tdp": gpus_n as f64 * p.gpu.tdp_w / 1000.0,
+                        "output_tok_s": served_tok_s, "power_kw_at_tdp": gpus_n as f64 * p.gpu.tdp_w / 1000.0,
                         "cost_per_hour": cost_h, "cost_per_million_output_tokens": cost_h.map(|c| if tok_h > 0.0 { c / (tok_h / 1e6) } else { f64::NAN }),
                         "verdict": "found",
                     })
