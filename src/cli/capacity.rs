@@ -229,7 +229,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             .iter()
             .map(|(p, c)| {
                 json!({
-                    "capacity": c.capacity, "band": [c.band.0, c.band.1], "verdict": c.verdict, "stability": c.stability,
+                    "capacity": c.capacity, "band": {"low": c.band.0, "high": c.band.1}, "verdict": c.verdict, "stability": c.stability,
                     "points": c.points, "load": q.axis.as_str(), "slos": q.slos.iter().map(|s| json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
                     "profile": c.profile, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
                     "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from, "seeds": q.seeds, "seed": q.seed,

@@ -101,6 +101,21 @@ pub struct ProfileArgs {
     /// SGLang: run decodes inside prefill batches.
     #[arg(long)]
     pub enable_mixed_chunk: bool,
+    /// SGLang: run a decode batch between consecutive prefill batches while requests are decoding.
+    #[arg(long)]
+    pub interleave_decode: bool,
+    /// SGLang: max_prefill_tokens of one prefill batch.
+    #[arg(long)]
+    pub max_prefill_tokens: Option<u32>,
+    /// SGLang: initial new_token_ratio (admission reservation per running request).
+    #[arg(long)]
+    pub new_token_ratio_init: Option<f64>,
+    /// SGLang: floor of new_token_ratio.
+    #[arg(long)]
+    pub new_token_ratio_min: Option<f64>,
+    /// SGLang: decode steps over which new_token_ratio decays from its initial value to its floor.
+    #[arg(long)]
+    pub new_token_ratio_decay_steps: Option<u32>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -131,6 +146,11 @@ impl ProfileArgs {
             gpu_memory_utilization: self.gpu_memory_utilization,
             kv_capacity_tokens: self.kv_capacity_tokens,
             enable_mixed_chunk: self.enable_mixed_chunk.then_some(true),
+            interleave_decode: self.interleave_decode.then_some(true),
+            max_prefill_tokens: self.max_prefill_tokens,
+            new_token_ratio_init: self.new_token_ratio_init,
+            new_token_ratio_min: self.new_token_ratio_min,
+            new_token_ratio_decay_steps: self.new_token_ratio_decay_steps,
             chunked_prefill_size: self.max_num_batched_tokens,
             max_running_requests: self.max_num_seqs,
             ..Default::default()

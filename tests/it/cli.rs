@@ -78,6 +78,47 @@ fn retargeting_is_marked_as_extrapolation() {
 }
 
 #[test]
+fn every_engine_setting_can_be_overridden_from_the_cli() {
+    let o = capsim(&[
+        "simulate",
+        "--profile",
+        "qwen3-coder-next-fp8_h200-sxm_sglang",
+        "--burst",
+        "3",
+        "--json",
+        "--max-num-batched-tokens",
+        "4096",
+        "--max-num-seqs",
+        "2",
+        "--kv-capacity-tokens",
+        "500000",
+        "--block-size",
+        "1",
+        "--gpu-memory-utilization",
+        "0.8",
+        "--enable-mixed-chunk",
+        "--interleave-decode",
+        "--max-prefill-tokens",
+        "20000",
+        "--new-token-ratio-init",
+        "0.5",
+        "--new-token-ratio-min",
+        "0.1",
+        "--new-token-ratio-decay-steps",
+        "100",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let e = &v["scenario"]["engine"];
+    assert_eq!((e["max_num_batched_tokens"].as_u64(), e["max_num_seqs"].as_u64()), (Some(4096), Some(2)));
+    assert_eq!((e["kv_capacity_tokens"].as_u64(), e["max_prefill_tokens"].as_u64()), (Some(500000), Some(20000)));
+    assert_eq!((e["enable_mixed_chunk"].as_bool(), e["interleave_decode"].as_bool()), (Some(true), Some(true)));
+    assert_eq!((e["new_token_ratio_init"].as_f64(), e["new_token_ratio_decay_steps"].as_u64()), (Some(0.5), Some(100)));
+    let e = stderr(&capsim(&["simulate", "--burst", "1", "--new-token-ratio-init", "2"]));
+    assert!(e.contains("new_token_ratio"), "{e}");
+}
+
+#[test]
 fn bad_input_gets_a_clear_error_not_a_panic() {
     let cases: &[(&[&str], &str)] = &[
         (&["simulate", "--gpu", "H900", "--burst", "1"], "unknown GPU `H900`"),
@@ -199,7 +240,8 @@ fn capacity_json_contract_side_by_side_and_fleet() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["capacity"].as_f64().unwrap() > 0.0);
-    assert_eq!(v["band"].as_array().unwrap().len(), 2);
+    assert!(v["band"]["low"].as_f64().unwrap() <= v["capacity"].as_f64().unwrap());
+    assert!(v["band"]["high"].as_f64().unwrap() >= v["capacity"].as_f64().unwrap());
     assert!(v["verdict"].is_string() && v["points"].as_array().unwrap().len() > 3);
     let o = capsim(&["capacity", "--preset", "general-chat", "--gpus", "H200 SXM,B200", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
