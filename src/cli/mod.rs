@@ -153,7 +153,6 @@ impl ProfileArgs {
             new_token_ratio_decay_steps: self.new_token_ratio_decay_steps,
             chunked_prefill_size: self.max_num_batched_tokens,
             max_running_requests: self.max_num_seqs,
-            ..Default::default()
         };
         let p = base.retarget(catalog, self.gpu.as_deref(), self.model.as_deref(), self.tp)?;
         if over == EngineSettings::default() {
