@@ -169,6 +169,27 @@ fn points_rows(points: &[TriedPoint]) -> (Vec<String>, Vec<Vec<String>>) {
     (headers, rows)
 }
 
+const SIDE_BY_SIDE_HEADERS: &[&str] =
+    &["gpu", "tensor_parallel", "extrapolated", "capacity", "band_low", "band_high", "verdict"];
+
+/// One row per GPU of a side-by-side answer (table and CSV alike).
+fn side_by_side_rows(results: &[(Profile, Capacity)], q: &Question) -> Vec<Vec<String>> {
+    results
+        .iter()
+        .map(|(p, c)| {
+            vec![
+                p.gpu.name.clone(),
+                p.tensor_parallel.to_string(),
+                p.retargeted_from.as_ref().map_or("no (calibrated)".into(), |f| format!("yes (from {f})")),
+                capsim::data::format_value(c.capacity),
+                capsim::data::format_value(c.band.0),
+                capsim::data::format_value(c.band.1),
+                verdict_text(c, q),
+            ]
+        })
+        .collect()
+}
+
 fn verdict_text(c: &Capacity, q: &Question) -> String {
     let v = match c.verdict {
         capacity::Verdict::Found => "found".to_string(),
@@ -246,24 +267,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         if results.len() == 1 {
             print!("{}", csv(&h, &rows));
         } else {
-            let rows: Vec<Vec<String>> = results
-                .iter()
-                .map(|(p, c)| {
-                    vec![
-                        p.gpu.name.clone(),
-                        p.tensor_parallel.to_string(),
-                        (p.retargeted_from.is_some()).to_string(),
-                        capsim::data::format_value(c.capacity),
-                        capsim::data::format_value(c.band.0),
-                        capsim::data::format_value(c.band.1),
-                        format!("{:?}", c.verdict).to_lowercase(),
-                    ]
-                })
-                .collect();
-            print!(
-                "{}",
-                csv(&["gpu", "tensor_parallel", "extrapolated", "capacity", "band_low", "band_high", "verdict"], &rows)
-            );
+            print!("{}", csv(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, &q)));
         }
         return Ok(());
     }
@@ -274,24 +278,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         .collect();
     println!("question: largest {} with {} (seeds {})", q.axis.as_str(), slo_desc.join(" and "), q.seeds);
     if results.len() > 1 {
-        let rows: Vec<Vec<String>> = results
-            .iter()
-            .map(|(p, c)| {
-                vec![
-                    p.gpu.name.clone(),
-                    p.tensor_parallel.to_string(),
-                    if p.retargeted_from.is_some() {
-                        format!("yes (from {})", p.retargeted_from.as_deref().unwrap_or(""))
-                    } else {
-                        "no (calibrated)".into()
-                    },
-                    capsim::data::format_value(c.capacity),
-                    format!("{} .. {}", capsim::data::format_value(c.band.0), capsim::data::format_value(c.band.1)),
-                    verdict_text(c, &q),
-                ]
-            })
-            .collect();
-        print!("{}", table(&["gpu", "tp", "extrapolated", "capacity", "band", "verdict"], &rows));
+        print!("{}", table(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, &q)));
         return Ok(());
     }
     let (p, c) = &results[0];
