@@ -226,13 +226,14 @@ pub struct Capacity {
     pub retargeted_from: Option<String>,
 }
 
-fn stability(out: &SimOutput, w: &Workload, offered_rate: f64) -> Stability {
+/// Stable, backlogged or overloaded, from how far completions trail arrivals and whether the number
+/// of requests in the engine still grows in the last quarter of the sending period.
+fn stability(out: &SimOutput) -> Stability {
     let sent = out.requests_sent.max(1) as f64;
     let t_end = out.last_send.secs().max(1e-9);
     // Completions by the last send, against arrivals by then.
     let done_by_end = out.records.iter().filter(|r| r.finish <= out.last_send).count() as f64;
     let behind = (sent - done_by_end) / sent;
-    let _ = (w, offered_rate, t_end);
     let waiting: Vec<(f64, f64)> = out
         .series
         .iter()
@@ -281,7 +282,7 @@ pub fn evaluate(p: &Profile, q: &Question, load: f64) -> Result<TriedPoint> {
     let meets = q.slos.iter().all(|s| s.met(&merged));
     let stab = (q.axis == LoadAxis::Rate).then(|| {
         // The worst verdict over seeds.
-        runs.iter().map(|(o, _)| stability(o, &w, load)).max_by_key(|s| *s as u8).expect("one seed at least")
+        runs.iter().map(|(o, _)| stability(o)).max_by_key(|s| *s as u8).expect("one seed at least")
     });
     Ok(TriedPoint {
         load,
@@ -465,8 +466,7 @@ pub fn simulate_fleet(
     if runs.is_empty() {
         return Err(Error::Infeasible("the fleet completed no request".into()));
     }
-    let stab =
-        runs.iter().map(|(o, _)| stability(o, &w, rate / replicas as f64)).max_by_key(|s| *s as u8).expect("non-empty");
+    let stab = runs.iter().map(|(o, _)| stability(o)).max_by_key(|s| *s as u8).expect("non-empty");
     // Request ids are global send order, so warm-up and cool-down apply across the fleet.
     let mut all = runs[0].0.clone();
     all.records = runs.iter().flat_map(|(o, _)| o.records.iter().copied()).collect();

@@ -6,7 +6,7 @@ use capsim::metrics::{summarize, Stats, Summary};
 use capsim::profile::Profile;
 use capsim::report::{num, table};
 use capsim::sim::{simulate, SimOptions};
-use capsim::workload::{Arrivals, LoadAxis, Workload, WorkloadSpec};
+use capsim::workload::{Arrivals, LoadAxis, Workload};
 use clap::Args;
 use serde_json::json;
 use std::path::PathBuf;
@@ -227,6 +227,3 @@ pub fn extrapolation_note(p: &Profile) -> String {
         None => String::new(),
     }
 }
-
-#[allow(dead_code)]
-fn _assert_spec(_: &WorkloadSpec) {}

@@ -103,3 +103,42 @@ fn bad_workloads_are_refused_with_the_field() {
     };
     assert!(spec.validate().unwrap_err().to_string().contains("time 0"));
 }
+
+#[test]
+fn a_daily_curve_integrates_to_its_mean_rate() {
+    // Quiet nights, a lunch peak: 24 hourly multipliers compressed into a 2,400 s "day".
+    let mut m = [0.2; 24];
+    for (h, x) in m.iter_mut().enumerate().take(18).skip(8) {
+        *x = if h == 12 || h == 13 { 1.0 } else { 0.6 };
+    }
+    let r = RateSchedule::daily(10.0, &m, 2400.0);
+    let expect = 10.0 * m.iter().sum::<f64>() / 24.0;
+    assert!((r.mean_rate(2400.0) - expect).abs() < 1e-9);
+    let mut t = LoadTemplate::fixed(1, 1);
+    t.requests = Some(1);
+    let spec = WorkloadSpec {
+        arrivals: Arrivals::OpenLoop { process: Process::Poisson, rate: r.clone(), burstiness: 1.0 },
+        classes: t.classes.clone(),
+        requests: None,
+        duration_s: Some(2400.0),
+        warmup_requests: 0,
+        cooldown_requests: 0,
+        warmup_s: 0.0,
+    };
+    let w = spec.validate().unwrap();
+    let mut g = Generator::new(&w, 3);
+    let (mut lunch, mut night) = (0, 0);
+    loop {
+        let at = g.next_open_arrival_s(Process::Poisson, &r);
+        if at >= 2400.0 {
+            break;
+        }
+        match (at / 100.0) as usize {
+            12 | 13 => lunch += 1,
+            0..=5 => night += 1,
+            _ => {}
+        }
+    }
+    // Expected 2 x 100 s x 10/s = 2000 at lunch, 6 x 100 s x 2/s = 1200 at night.
+    assert!((lunch as f64 - 2000.0).abs() < 150.0 && (night as f64 - 1200.0).abs() < 120.0, "{lunch} {night}");
+}
