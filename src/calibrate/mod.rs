@@ -87,7 +87,13 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
         });
         let profile_name = format!("{}-{}_{}_{}", slug(&arch.name), weight_dtype, slug(&gpu), engine.as_str());
         let variants = match engine {
-            EngineKind::Vllm => vec![("vLLM defaults".to_string(), EngineSettings::default())],
+            EngineKind::Vllm if m.engine == "vllm" => vec![("vLLM defaults".to_string(), EngineSettings::default())],
+            // Engine not stated: its running-sequence cap is an unknown of the experiment too.
+            EngineKind::Vllm => vec![
+                ("vLLM defaults".to_string(), EngineSettings::default()),
+                ("max_num_seqs 128".to_string(), EngineSettings { max_num_seqs: Some(128), ..Default::default() }),
+                ("max_num_seqs 64".to_string(), EngineSettings { max_num_seqs: Some(64), ..Default::default() }),
+            ],
             EngineKind::Sglang => vec![
                 ("SGLang defaults (decodes wait during prefill batches)".to_string(), EngineSettings::default()),
                 (
@@ -517,17 +523,28 @@ pub fn calibrate(
 ) -> Result<(ProfileFile, FitReport)> {
     let mut best: Option<(ProfileFile, FitReport)> = None;
     let mut tried = Vec::new();
-    for (label, settings) in &t.variants {
-        let (pf, rep) = calibrate_variant(points, metas, t, catalog, opts, settings)?;
+    // A running-sequence cap at or above the report's highest concurrency cannot change anything.
+    let max_conc = points.iter().filter(|p| p.report == t.report).filter_map(|p| p.concurrency).max().unwrap_or(1);
+    let variants: Vec<&(String, EngineSettings)> =
+        t.variants.iter().filter(|(_, v)| v.max_num_seqs.is_none_or(|c| c < max_conc)).collect();
+    for (label, settings) in &variants {
+        // Several variants share the budget: each gets 2/(n+1) of it (all of it when there is one).
+        let n = variants.len();
+        let share = FitOptions {
+            use_point: opts.use_point,
+            max_evaluations: (opts.max_evaluations * 2 / (n + 1)).max(50),
+            command: opts.command.clone(),
+            data_sha256: opts.data_sha256.clone(),
+        };
+        let (pf, rep) = calibrate_variant(points, metas, t, catalog, &share, settings)?;
         tried.push(format!("{label}: objective {:.4}, median |error| {:.1}%", rep.objective, rep.median_abs_error_pct));
         if best.as_ref().is_none_or(|(_, b)| rep.objective < b.objective) {
             best = Some((pf, rep));
         }
     }
     let (mut pf, mut rep) = best.expect("at least one variant");
-    if t.variants.len() > 1 {
-        let chosen = t
-            .variants
+    if variants.len() > 1 {
+        let chosen = variants
             .iter()
             .zip(&tried)
             .find(|(_, tr)| tr.contains(&format!("objective {:.4}", rep.objective)))

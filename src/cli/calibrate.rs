@@ -20,7 +20,7 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub report: Option<String>,
     /// Evaluation budget of the simulation-in-the-loop stage, per profile.
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 2000)]
     pub max_evals: usize,
     /// Print the fit reports as JSON.
     #[arg(long)]
