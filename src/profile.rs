@@ -84,6 +84,9 @@ pub struct EngineSettings {
     /// SGLang: run a decode batch between consecutive prefill batches while requests are decoding
     /// (decode-friendly interleaving), instead of prefill-first.
     pub interleave_decode: Option<bool>,
+    /// SGLang --num-continuous-decode-steps: decode steps run back to back before new requests are
+    /// considered (default 1).
+    pub num_continuous_decode_steps: Option<u32>,
     pub new_token_ratio_init: Option<f64>,
     pub new_token_ratio_min: Option<f64>,
     pub new_token_ratio_decay_steps: Option<u32>,
@@ -105,6 +108,7 @@ impl EngineSettings {
             max_running_requests,
             enable_mixed_chunk,
             interleave_decode,
+            num_continuous_decode_steps,
             new_token_ratio_init,
             new_token_ratio_min,
             new_token_ratio_decay_steps
@@ -238,6 +242,7 @@ pub struct EngineConfig {
     pub max_prefill_tokens: u32,
     pub enable_mixed_chunk: bool,
     pub interleave_decode: bool,
+    pub num_continuous_decode_steps: u32,
     pub new_token_ratio_init: f64,
     pub new_token_ratio_min: f64,
     pub new_token_ratio_decay_steps: u32,
@@ -414,6 +419,7 @@ fn resolve_engine(
         max_prefill_tokens: s.max_prefill_tokens.unwrap_or(16384).max(budget),
         enable_mixed_chunk: s.enable_mixed_chunk.unwrap_or(false),
         interleave_decode: s.interleave_decode.unwrap_or(false),
+        num_continuous_decode_steps: s.num_continuous_decode_steps.unwrap_or(1).max(1),
         new_token_ratio_init: ratio_init,
         new_token_ratio_min: ratio_min,
         // SGLang decays the ratio linearly from init to min over about 600 decode steps.

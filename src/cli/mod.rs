@@ -104,6 +104,9 @@ pub struct ProfileArgs {
     /// SGLang: run a decode batch between consecutive prefill batches while requests are decoding.
     #[arg(long)]
     pub interleave_decode: bool,
+    /// SGLang: decode steps run back to back before new requests are considered (--num-continuous-decode-steps).
+    #[arg(long)]
+    pub num_continuous_decode_steps: Option<u32>,
     /// SGLang: max_prefill_tokens of one prefill batch.
     #[arg(long)]
     pub max_prefill_tokens: Option<u32>,
@@ -147,6 +150,7 @@ impl ProfileArgs {
             kv_capacity_tokens: self.kv_capacity_tokens,
             enable_mixed_chunk: self.enable_mixed_chunk.then_some(true),
             interleave_decode: self.interleave_decode.then_some(true),
+            num_continuous_decode_steps: self.num_continuous_decode_steps,
             max_prefill_tokens: self.max_prefill_tokens,
             new_token_ratio_init: self.new_token_ratio_init,
             new_token_ratio_min: self.new_token_ratio_min,

@@ -120,6 +120,8 @@ struct Engine<'a> {
     ratio_decay: f64,
     /// SGLang: whether the previous iteration was a prefill batch.
     last_was_prefill: bool,
+    /// SGLang: decode steps run back to back since the last prefill batch.
+    decode_streak: u32,
     preemptions: u64,
 }
 
@@ -265,7 +267,8 @@ impl<'a> Engine<'a> {
             Some(&idx) => (self.running.len() as u32) < e.max_num_seqs && self.sglang_admissible(idx, reserved_running),
             None => false,
         };
-        let decode_turn = e.interleave_decode && self.last_was_prefill && !self.running.is_empty();
+        let in_decode_run = self.decode_streak > 0 && self.decode_streak < e.num_continuous_decode_steps;
+        let decode_turn = !self.running.is_empty() && ((e.interleave_decode && self.last_was_prefill) || in_decode_run);
         if (self.chunked.is_some() || head_ok) && !decode_turn {
             let mut rem = e.max_num_batched_tokens;
             // Mixed chunks: the running decodes ride along (collected before new admissions).
@@ -319,10 +322,12 @@ impl<'a> Engine<'a> {
             }
             if !self.scheduled.is_empty() {
                 self.last_was_prefill = true;
+                self.decode_streak = 0;
                 return;
             }
         }
         self.last_was_prefill = false;
+        self.decode_streak += 1;
         // Decode batch; retract until every running request can grow by one token.
         loop {
             let need: u64 = self
@@ -577,6 +582,7 @@ impl<'a> Replica<'a> {
                 admit_seq: 0,
                 new_token_ratio: e.new_token_ratio_init,
                 last_was_prefill: false,
+                decode_streak: 0,
                 ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
                 preemptions: 0,
             },
