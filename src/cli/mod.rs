@@ -12,9 +12,7 @@ use capsim::error::{Error, Result};
 use capsim::metrics::RequestSlo;
 use capsim::profile::{EngineKind, EngineSettings, Profile};
 use capsim::workload::trace::read_trace;
-use capsim::workload::{
-    Arrivals, LengthDist, LoadTemplate, Process, RateSchedule, RequestClass, Workload, WorkloadSpec,
-};
+use capsim::workload::{LengthDist, LoadTemplate, Process, RateSchedule, RequestClass, Workload, WorkloadSpec};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -240,23 +238,7 @@ pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
         }
         other => return Err(Error::flag(flag, format!("unknown distribution `{other}` (uniform, normal, lognormal)"))),
     };
-    // Reuse the workload validation for ranges, with the flag's name in the error.
-    WorkloadSpec {
-        arrivals: Arrivals::Burst { n: 1 },
-        classes: vec![RequestClass {
-            weight: 1.0,
-            name: String::new(),
-            input: d.clone(),
-            output: LengthDist::fixed(1),
-        }],
-        requests: None,
-        duration_s: None,
-        warmup_requests: 0,
-        cooldown_requests: 0,
-        warmup_s: 0.0,
-    }
-    .validate()
-    .map_err(|e| Error::flag(flag, e.to_string()))?;
+    d.validate(flag)?;
     Ok(d)
 }
 
@@ -314,17 +296,7 @@ pub fn read_workload_file(path: &std::path::Path) -> Result<Workload> {
 
 /// A trace file as a workload.
 pub fn trace_workload(path: &std::path::Path, warmup: u64, cooldown: u64) -> Result<Workload> {
-    let t = read_trace(path)?;
-    WorkloadSpec {
-        arrivals: Arrivals::Trace { records: t.records },
-        classes: vec![],
-        requests: None,
-        duration_s: None,
-        warmup_requests: warmup,
-        cooldown_requests: cooldown,
-        warmup_s: 0.0,
-    }
-    .validate()
+    Workload::trace(read_trace(path)?.records, warmup, cooldown)
 }
 
 pub fn rate_schedule_const(rate: f64) -> Result<RateSchedule> {

@@ -56,7 +56,8 @@ impl LengthDist {
     pub fn fixed(value: u32) -> Self {
         LengthDist::Fixed { value }
     }
-    fn validate(&self, field: &str) -> Result<()> {
+    /// Check the parameters; `field` names the distribution in the error.
+    pub fn validate(&self, field: &str) -> Result<()> {
         let bad = |msg: String| Err(Error::input("workload", None, Some(field), msg));
         match self {
             LengthDist::Fixed { value } if *value == 0 => bad("length must be at least 1".into()),
@@ -401,6 +402,20 @@ impl Workload {
         let w: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
         self.spec.classes.iter().map(|c| c.weight * c.input.mean()).sum::<f64>() / w
     }
+    /// A replayed trace; warm-up and cool-down by request count.
+    pub fn trace(records: Vec<TraceRecord>, warmup_requests: u64, cooldown_requests: u64) -> Result<Workload> {
+        WorkloadSpec {
+            arrivals: Arrivals::Trace { records },
+            classes: vec![],
+            requests: None,
+            duration_s: None,
+            warmup_requests,
+            cooldown_requests,
+            warmup_s: 0.0,
+        }
+        .validate()
+    }
+
     /// A simple closed loop or burst of fixed lengths: the common case, and what the reports ran.
     pub fn fixed(arrivals: Arrivals, input: u32, output: u32, requests: Option<u64>) -> Result<Workload> {
         WorkloadSpec {

@@ -330,22 +330,15 @@ fn sglang_continuous_decode_steps_hold_new_requests_back() {
     // A: 1-token prompt, 100 outputs from t = 0; B arrives at 25 ms. 10 ms steps.
     // k = 1: after A's prefill (0-10) and decodes (10-20, 20-30), B is prefilled at 30-40: TTFT 15 ms.
     // k = 8: A's decode run must reach 8 steps first (until 90 ms): B is prefilled at 90-100, TTFT 75 ms.
-    use capsim::workload::{TraceRecord, WorkloadSpec};
-    let w = WorkloadSpec {
-        arrivals: Arrivals::Trace {
-            records: vec![
-                TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100 },
-                TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1 },
-            ],
-        },
-        classes: vec![],
-        requests: None,
-        duration_s: None,
-        warmup_requests: 0,
-        cooldown_requests: 0,
-        warmup_s: 0.0,
-    }
-    .validate()
+    use capsim::workload::TraceRecord;
+    let w = Workload::trace(
+        vec![
+            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100 },
+            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1 },
+        ],
+        0,
+        0,
+    )
     .unwrap();
     for (k, ttft_ms) in [(1, 15), (8, 75)] {
         let p = const_profile("sglang", 0.010, &format!("num_continuous_decode_steps = {k}"));
