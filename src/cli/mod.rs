@@ -238,7 +238,10 @@ pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
         }
         other => return Err(Error::flag(flag, format!("unknown distribution `{other}` (uniform, normal, lognormal)"))),
     };
-    d.validate(flag)?;
+    d.validate(flag).map_err(|e| match e {
+        Error::Input { msg, .. } => Error::flag(flag, msg),
+        other => other,
+    })?;
     Ok(d)
 }
 
