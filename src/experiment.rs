@@ -89,13 +89,17 @@ fn queue_threshold(p: &Point, metas: &[ReportMeta]) -> Option<f64> {
 
 /// The workload of a point's experiment.
 pub fn workload_for(p: &Point, u: &ExperimentUnknowns) -> Option<Workload> {
-    let n = p.concurrency? as u64;
-    let (input, output) = (p.input_tokens? as u32, p.output_tokens? as u32);
-    let rounds = match p.load {
+    experiment_workload(p.input_tokens? as u32, p.output_tokens? as u32, p.load, p.concurrency?, u)
+}
+
+/// N clients of fixed lengths, each sending `rounds` requests for the load kind (1 round = a burst).
+fn experiment_workload(input: u32, output: u32, load: LoadKind, n: u32, u: &ExperimentUnknowns) -> Option<Workload> {
+    let rounds = match load {
         LoadKind::Burst => 1.0,
         LoadKind::ClosedLoop => u.rounds_closed,
         LoadKind::Unknown => u.rounds_unknown,
     };
+    let n = n as u64;
     let requests = ((n as f64 * rounds).round() as u64).max(n);
     let arrivals = if requests == n {
         Arrivals::Burst { n: n as u32 }
@@ -140,9 +144,12 @@ pub fn metric_of(s: &Summary, metric: &str, concurrency: u32, system: SystemThro
 }
 
 fn simulate_summary(profile: &Profile, p: &Point, u: &ExperimentUnknowns) -> Option<Summary> {
-    let w = workload_for(p, u)?;
-    let out = simulate(profile, &w, 1, SimOptions { horizon_s: 1e6, series_points: 2 });
-    Some(summarize(&out, 0, 0, 0.0, &RequestSlo::default()))
+    Some(summary_of(profile, &workload_for(p, u)?))
+}
+
+fn summary_of(profile: &Profile, w: &Workload) -> Summary {
+    let out = simulate(profile, w, 1, SimOptions { horizon_s: 1e6, series_points: 2 });
+    summarize(&out, 0, 0, 0.0, &RequestSlo::default())
 }
 
 type WorkloadKey = (u64, u64, u8, u32);
@@ -219,9 +226,9 @@ pub fn predict_cached(
 
 /// Mean TTFT of a burst of `n` requests.
 pub fn burst_mean_ttft_s(profile: &Profile, n: u32, input: u32, output: u32) -> f64 {
-    let w = Workload::fixed(Arrivals::Burst { n }, input, output, None).expect("valid burst");
-    let out = simulate(profile, &w, 1, SimOptions { horizon_s: 1e6, series_points: 2 });
-    summarize(&out, 0, 0, 0.0, &RequestSlo::default()).ttft_s.mean
+    let w =
+        experiment_workload(input, output, LoadKind::Burst, n, &ExperimentUnknowns::default()).expect("valid burst");
+    summary_of(profile, &w).ttft_s.mean
 }
 
 /// The largest n in 1..=limit for which `ok` holds, assuming it holds up to some n and fails above:
@@ -289,26 +296,8 @@ pub fn max_concurrency_within(
     limit: u32,
 ) -> u32 {
     let ok = |n: u32| {
-        let p = Point {
-            line: 0,
-            report: String::new(),
-            model: String::new(),
-            precision: None,
-            gpu: String::new(),
-            engine: String::new(),
-            scenario: String::new(),
-            input_tokens: Some(input as u64),
-            output_tokens: Some(output as u64),
-            load: LoadKind::Unknown,
-            concurrency: Some(n),
-            metric: String::new(),
-            value: 0.0,
-            approx: false,
-            aggregation: Aggregation::Value,
-            quote: String::new(),
-            flags: vec![],
-        };
-        simulate_summary(profile, &p, u).is_some_and(|s| slo.met_by(&s))
+        experiment_workload(input, output, LoadKind::Unknown, n, u)
+            .is_some_and(|w| slo.met_by(&summary_of(profile, &w)))
     };
     largest_integer_meeting(ok, limit)
 }
