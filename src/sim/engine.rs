@@ -166,6 +166,10 @@ impl<'a> Engine<'a> {
         r.blocks = 0;
         r.reserved = false;
     }
+    /// Nothing running, waiting or being chunked.
+    fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none()
+    }
     /// Blocks in use (for invariant checks).
     fn used_blocks(&self) -> u64 {
         self.capacity_blocks - self.free_blocks
@@ -476,10 +480,6 @@ pub struct StepView<'e> {
     pub now_ns: u64,
     pub step_ns: u64,
     pub shape: BatchShape,
-    /// Sum of tokens scheduled in the step.
-    pub scheduled_tokens: u64,
-    /// Sequences scheduled in the step.
-    pub scheduled_seqs: usize,
 }
 
 impl StepView<'_> {
@@ -638,7 +638,7 @@ impl<'a> Replica<'a> {
     }
 
     fn busy(&self) -> bool {
-        !(self.eng.running.is_empty() && self.eng.waiting.is_empty() && self.eng.chunked.is_none())
+        !self.eng.is_idle()
     }
 
     /// When this replica next acts: now if it has work, else when its next request reaches the engine.
@@ -695,7 +695,7 @@ impl<'a> Replica<'a> {
             eng.waiting.push_back(idx);
         }
         out.max_waiting = out.max_waiting.max(eng.waiting.len() as u32);
-        if !(!eng.running.is_empty() || !eng.waiting.is_empty() || eng.chunked.is_some()) {
+        if eng.is_idle() {
             // Idle: wait for the next request to reach the engine.
             if let Some(a) = self.inbox.front() {
                 self.now = self.now.max(a.enqueued);
@@ -812,14 +812,7 @@ impl<'a> Replica<'a> {
             eng.running.truncate(kept);
         }
         debug_assert!(eng.used_blocks() <= eng.capacity_blocks);
-        observer(&StepView {
-            eng,
-            now_ns: now,
-            step_ns: dt,
-            shape,
-            scheduled_tokens: eng.scheduled.iter().map(|&(_, n)| n as u64).sum(),
-            scheduled_seqs: eng.scheduled.len(),
-        });
+        observer(&StepView { eng, now_ns: now, step_ns: dt, shape });
         true
     }
 

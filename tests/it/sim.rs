@@ -85,7 +85,7 @@ fn check_invariants(p: &Profile, w: &Workload, seed: u64) -> SimOutput {
         assert!(v.kv_covers_computed());
         assert!(v.running() as u32 <= p.engine.max_num_seqs + 1);
         if is_vllm {
-            assert!(v.scheduled_tokens <= budget, "token budget exceeded");
+            assert!(v.shape.n_tokens as u64 <= budget, "token budget exceeded");
         }
         assert!(v.step_ns > 0 && v.now_ns > last, "time must advance");
         last = v.now_ns;
