@@ -34,8 +34,6 @@ pub enum Error {
     Unknown { kind: &'static str, name: String, known: Vec<String> },
     /// A request that is well-formed but cannot be answered (e.g. a model that does not fit the GPU).
     Infeasible(String),
-    /// A subcommand or option that a later issue fills in.
-    NotImplemented(&'static str),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -58,7 +56,6 @@ impl fmt::Display for Error {
                 write!(f, "unknown {kind} `{name}`; known: {}", known.join(", "))
             }
             Error::Infeasible(msg) => write!(f, "{msg}"),
-            Error::NotImplemented(what) => write!(f, "not implemented yet: {what}"),
         }
     }
 }

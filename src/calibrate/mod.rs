@@ -17,8 +17,7 @@ use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::profile::{
-    CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef, Profile, ProfileFile,
-    Provenance,
+    CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef, ProfileFile, Provenance,
 };
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
@@ -865,11 +864,6 @@ fn calibrate_variant(
         p90_abs_error_pct: p90,
     };
     Ok((pf, report))
-}
-
-/// The fitted profile resolved against the catalog.
-pub fn resolved(pf: &ProfileFile, catalog: &Catalog) -> Result<Profile> {
-    pf.resolve(&pf.name, catalog)
 }
 
 /// SHA-256 of the data, hex.

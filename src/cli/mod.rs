@@ -12,7 +12,7 @@ use capsim::error::{Error, Result};
 use capsim::metrics::RequestSlo;
 use capsim::profile::{EngineKind, EngineSettings, Profile};
 use capsim::workload::trace::read_trace;
-use capsim::workload::{LengthDist, LoadTemplate, Process, RateSchedule, RequestClass, Workload, WorkloadSpec};
+use capsim::workload::{LengthDist, LoadTemplate, Process, RequestClass, Workload, WorkloadSpec};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -300,13 +300,6 @@ pub fn read_workload_file(path: &std::path::Path) -> Result<Workload> {
 /// A trace file as a workload.
 pub fn trace_workload(path: &std::path::Path, warmup: u64, cooldown: u64) -> Result<Workload> {
     Workload::trace(read_trace(path)?.records, warmup, cooldown)
-}
-
-pub fn rate_schedule_const(rate: f64) -> Result<RateSchedule> {
-    if !(rate.is_finite() && rate > 0.0) {
-        return Err(Error::flag("--rate", format!("must be a positive number of requests per second, got {rate}")));
-    }
-    Ok(RateSchedule::constant(rate))
 }
 
 /// `--slo` items such as ttft_mean_s=3.0 as per-request goodput limits where they are per-request.

@@ -1,6 +1,6 @@
 //! `capsim simulate`: one workload on one profile.
 
-use super::{goodput_slo, rate_schedule_const, read_workload_file, trace_workload, LengthArgs, ProfileArgs};
+use super::{goodput_slo, read_workload_file, trace_workload, LengthArgs, ProfileArgs};
 use capsim::error::{Error, Result};
 use capsim::metrics::{summarize, Stats, Summary};
 use capsim::profile::Profile;
@@ -75,7 +75,9 @@ pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
         return t.at(LoadAxis::Burst, n as f64);
     }
     if let Some(r) = a.rate {
-        rate_schedule_const(r)?;
+        if !(r.is_finite() && r > 0.0) {
+            return Err(Error::flag("--rate", format!("must be a positive number of requests per second, got {r}")));
+        }
         return t.at(LoadAxis::Rate, r);
     }
     Err(Error::flag("--concurrency", "choose a load: --concurrency, --burst, --rate, --trace or --workload"))
