@@ -304,6 +304,9 @@ pub fn evaluate(p: &Profile, q: &Question, load: f64) -> Result<TriedPoint> {
 fn merge(runs: &[(SimOutput, Summary)], w: &Workload) -> Summary {
     let mut all = runs[0].0.clone();
     all.records.clear();
+    for (out, _) in &runs[1..] {
+        all.itl_gaps.merge(&out.itl_gaps);
+    }
     let mut next_id = 0u32;
     for (out, _) in runs {
         let last = out.requests_sent.saturating_sub(w.spec.cooldown_requests);
@@ -470,6 +473,9 @@ pub fn simulate_fleet(
     // Request ids are global send order, so warm-up and cool-down apply across the fleet.
     let mut all = runs[0].0.clone();
     all.records = runs.iter().flat_map(|(o, _)| o.records.iter().copied()).collect();
+    for (o, _) in &runs[1..] {
+        all.itl_gaps.merge(&o.itl_gaps);
+    }
     all.requests_sent = w.planned_requests().unwrap_or(all.records.len() as u64);
     let mut m = summarize(&all, w.spec.warmup_requests, w.spec.cooldown_requests, 0.0, &RequestSlo::default());
     m.system_output_tok_s = runs.iter().map(|(_, s)| s.system_output_tok_s).sum();

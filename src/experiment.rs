@@ -9,7 +9,9 @@ use crate::data::{Aggregation, LoadKind, Point, ReportMeta};
 use crate::metrics::{summarize, RequestSlo, Summary};
 use crate::profile::Profile;
 use crate::sim::{simulate, SimOptions};
-use crate::workload::{Arrivals, Workload};
+use crate::measured::{RateProcess, Run, RunLoad, RUN_METRICS};
+use crate::metrics::StatKind;
+use crate::workload::{Arrivals, LengthDist, Process, RateSchedule, RequestClass, TraceRecord, Workload, WorkloadSpec};
 use serde::{Deserialize, Serialize};
 
 /// Metrics a simulation of one experiment predicts directly.
@@ -45,8 +47,11 @@ impl ExperimentUnknowns {
 }
 
 /// Whether the simulator predicts the point: one experiment, a peak or range over the report's
-/// scenarios at one concurrency, or a max safe queue depth.
+/// scenarios at one concurrency, a max safe queue depth, or a statistic of a benchmark run.
 pub fn is_replayable(p: &Point, metas: &[ReportMeta]) -> bool {
+    if p.run.is_some() {
+        return RUN_METRICS.contains(&p.metric.as_str());
+    }
     if p.metric == "capacity_requests" {
         return p.input_tokens.is_some() && use_case_slo(p, metas).is_some();
     }
@@ -87,9 +92,74 @@ fn queue_threshold(p: &Point, metas: &[ReportMeta]) -> Option<f64> {
     meta_of(p, metas)?.threshold.iter().find(|t| t.use_case == "max_safe_queue_depth").and_then(|t| t.ttft_s_max)
 }
 
-/// The workload of a point's experiment.
+/// The workload of a point's experiment: a benchmark run's load as the tool ran it, or a report's
+/// load with the stated unknowns.
 pub fn workload_for(p: &Point, u: &ExperimentUnknowns) -> Option<Workload> {
+    if let Some(run) = &p.run {
+        return run_workload(run).ok();
+    }
     experiment_workload(p.input_tokens? as u32, p.output_tokens? as u32, p.load, p.concurrency?, u)
+}
+
+/// A run's lengths: fixed where every request had the same, else drawn from the recorded ones (input
+/// and output independently), else the file's means.
+fn run_lengths(run: &Run) -> (LengthDist, LengthDist) {
+    let dist = |xs: Vec<u32>, mean: f64| -> LengthDist {
+        match xs.first() {
+            Some(&first) if xs.iter().any(|&x| x != first) => LengthDist::Empirical { values: xs, weights: vec![] },
+            Some(&first) => LengthDist::fixed(first.max(1)),
+            None => LengthDist::fixed(mean.round().max(1.0) as u32),
+        }
+    };
+    (
+        dist(run.per_request.iter().map(|r| r.input_tokens.max(1)).collect(), run.input_tokens_mean),
+        dist(run.per_request.iter().map(|r| r.output_tokens.max(1)).collect(), run.output_tokens_mean),
+    )
+}
+
+/// The replay of a benchmark run (DESIGN.md section 6): a closed loop of the tool's concurrency with
+/// the run's completed requests; a burst of them for an unlimited rate with no cap; an open loop at
+/// the tool's rate with its process; the recorded send times and lengths where an open-loop run lists
+/// them. Failed requests are not replayed (the run reports how many there were).
+pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
+    let n = run.completed;
+    let (input, output) = run_lengths(run);
+    let recorded: Option<Vec<TraceRecord>> = run
+        .per_request
+        .iter()
+        .map(|r| {
+            r.start_s.map(|t| TraceRecord { arrival_s: t.max(0.0), input_tokens: r.input_tokens, output_tokens: r.output_tokens.max(1) })
+        })
+        .collect();
+    let arrivals = match run.load {
+        RunLoad::Concurrency { clients } => Arrivals::ClosedLoop { clients, think_time_s: 0.0, think_exponential: false },
+        RunLoad::Burst => Arrivals::Burst { n: n.min(u32::MAX as u64) as u32 },
+        RunLoad::Rate { .. } if recorded.as_ref().is_some_and(|r| !r.is_empty()) => {
+            let mut records = recorded.expect("checked");
+            records.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+            return Workload::trace(records, 0, 0);
+        }
+        RunLoad::Rate { rate_per_s, process, .. } => match process {
+            RateProcess::Gamma { burstiness } => Arrivals::OpenLoop {
+                process: if burstiness == 1.0 { Process::Poisson } else { Process::Gamma },
+                rate: RateSchedule::constant(rate_per_s),
+                burstiness,
+            },
+            RateProcess::Constant => {
+                Arrivals::OpenLoop { process: Process::Constant, rate: RateSchedule::constant(rate_per_s), burstiness: 1.0 }
+            }
+        },
+    };
+    WorkloadSpec {
+        arrivals,
+        classes: vec![RequestClass { weight: 1.0, name: String::new(), input, output }],
+        requests: Some(n),
+        duration_s: None,
+        warmup_requests: 0,
+        cooldown_requests: 0,
+        warmup_s: 0.0,
+    }
+    .validate()
 }
 
 /// N clients of fixed lengths, each sending `rounds` requests for the load kind (1 round = a burst).
@@ -126,18 +196,29 @@ fn system_def(p: &Point, metas: &[ReportMeta]) -> SystemThroughput {
     }
 }
 
-/// The value of `metric` in a summary, in the metric's unit, as the report defines it.
-pub fn metric_of(s: &Summary, metric: &str, concurrency: u32, system: SystemThroughput) -> Option<f64> {
+/// The value of `metric`'s statistic `stat` in a summary, in the metric's unit, as the report or the
+/// tool defines it (`itl_ms`: pooled gaps; `tpot_ms`: per-request mean gaps; `output_tok_s`: all
+/// output tokens over the run's wall time).
+pub fn metric_of(
+    s: &Summary,
+    metric: &str,
+    stat: StatKind,
+    concurrency: u32,
+    system: SystemThroughput,
+) -> Option<f64> {
     let v = match metric {
         "system_tok_s" => match system {
             SystemThroughput::SumOfStreams => s.per_user_tok_s.mean * concurrency as f64,
             SystemThroughput::WallClock => s.system_output_tok_s,
         },
-        "ttft_s" => s.ttft_s.mean,
-        "itl_ms" => s.itl_ms.mean,
-        "per_user_tok_s" => s.per_user_tok_s.mean,
-        "e2e_ms" => s.e2e_s.mean * 1e3,
-        "queue_wait_s" => s.queue_wait_s.mean,
+        "output_tok_s" => s.system_output_tok_s,
+        "request_per_s" => s.request_throughput_per_s,
+        "ttft_s" => s.ttft_s.get(stat),
+        "itl_ms" => s.itl_ms.get(stat),
+        "tpot_ms" => s.tpot_ms.get(stat),
+        "per_user_tok_s" => s.per_user_tok_s.get(stat),
+        "e2e_ms" => s.e2e_s.get(stat) * 1e3,
+        "queue_wait_s" => s.queue_wait_s.get(stat),
         _ => return None,
     };
     (s.requests_measured > 0 && v.is_finite()).then_some(v)
@@ -152,7 +233,8 @@ fn summary_of(profile: &Profile, w: &Workload) -> Summary {
     summarize(&out, 0, 0, 0.0, &RequestSlo::default())
 }
 
-type WorkloadKey = (u64, u64, u8, u32);
+/// (input, output, load, concurrency, run identity: 0 for a report's point).
+type WorkloadKey = (u64, u64, u8, u32, usize);
 
 /// Summaries of the experiments already simulated for one (profile, unknowns): points that share an
 /// experiment (several metrics of one run, summaries across scenarios) simulate it once.
@@ -163,7 +245,8 @@ pub struct ReplayCache {
 
 impl ReplayCache {
     fn summary(&self, profile: &Profile, p: &Point, u: &ExperimentUnknowns) -> Option<Summary> {
-        let key = (p.input_tokens?, p.output_tokens?, p.load as u8, p.concurrency?);
+        let run_id = p.run.as_ref().map_or(0, |r| std::sync::Arc::as_ptr(r) as usize);
+        let key = (p.input_tokens?, p.output_tokens?, p.load as u8, p.concurrency.unwrap_or(0), run_id);
         if let Some(s) = self.map.lock().expect("cache lock").get(&key) {
             return s.clone();
         }
@@ -218,9 +301,9 @@ pub fn predict_cached(
             (at_1 > 0.0).then(|| at_n / at_1 * 100.0)
         }
         "system_tok_per_hour" => {
-            metric_of(&cache.summary(profile, p, u)?, "system_tok_s", n, system).map(|v| v * 3600.0)
+            metric_of(&cache.summary(profile, p, u)?, "system_tok_s", StatKind::Mean, n, system).map(|v| v * 3600.0)
         }
-        m => metric_of(&cache.summary(profile, p, u)?, m, n, system),
+        m => metric_of(&cache.summary(profile, p, u)?, m, p.stat, n, system),
     }
 }
 

@@ -1,7 +1,12 @@
 //! Per-request metrics and their summaries, defined as the reports define them (DESIGN.md section 4):
 //! - TTFT: sent to first token; queue wait: sent to the first step that schedules any of its tokens;
-//! - ITL: mean gap between successive tokens of a request, (E2E - TTFT) / (output tokens - 1); TPOT is
-//!   vLLM's name for the same per-request quantity, reported under both keys;
+//! - TPOT (`tpot_ms`): one value per request, the mean gap between its successive tokens,
+//!   (E2E - TTFT) / (output tokens - 1), as `vllm bench serve` computes TPOT and as GuideLLM's and
+//!   AIPerf's `inter_token_latency` are defined; the reports' "ITL" is this quantity too;
+//! - ITL (`itl_ms`): vLLM's pooled inter-token latency, every gap between successive tokens of every
+//!   measured request in one population ([`crate::sim::GapHistogram`]). Its mean weights requests by
+//!   their token count and equals the mean TPOT when every request has the same output length; its
+//!   percentiles see single long gaps (a prefill batch, a preemption) that TPOT averages away;
 //! - per-user tok/s: output tokens / decode time of the request;
 //! - system output tok/s: all output tokens / wall time of the measured window.
 //!
@@ -70,6 +75,17 @@ pub enum StatKind {
     P99,
 }
 
+/// The statistic's name as capsim writes it (mean, p50, p90, p95, p99).
+pub fn stat_name(s: StatKind) -> &'static str {
+    match s {
+        StatKind::Mean => "mean",
+        StatKind::P50 => "p50",
+        StatKind::P90 => "p90",
+        StatKind::P95 => "p95",
+        StatKind::P99 => "p99",
+    }
+}
+
 impl StatKind {
     pub fn parse(s: &str) -> Option<StatKind> {
         match s {
@@ -95,14 +111,15 @@ impl RequestSlo {
     pub fn is_set(&self) -> bool {
         self.ttft_s_max.is_some() || self.itl_ms_max.is_some() || self.e2e_s_max.is_some()
     }
+    /// `itl_ms_max` applies to the request's own mean gap (its TPOT), as vLLM's goodput does.
     fn meets(&self, r: &RequestRecord) -> bool {
         self.ttft_s_max.is_none_or(|m| r.ttft_s() <= m)
-            && self.itl_ms_max.is_none_or(|m| itl_ms(r).is_none_or(|v| v <= m))
+            && self.itl_ms_max.is_none_or(|m| tpot_ms(r).is_none_or(|v| v <= m))
             && self.e2e_s_max.is_none_or(|m| r.e2e_s() <= m)
     }
 }
 
-fn itl_ms(r: &RequestRecord) -> Option<f64> {
+fn tpot_ms(r: &RequestRecord) -> Option<f64> {
     (r.output_tokens > 1).then(|| r.decode_s() / (r.output_tokens - 1) as f64 * 1e3)
 }
 
@@ -138,6 +155,15 @@ pub struct Summary {
     pub last_send_s: f64,
 }
 
+/// The pooled ITL in ms; zeros when no request produced a second token.
+pub fn pooled_itl_ms(h: &crate::sim::GapHistogram) -> Stats {
+    if h.count() == 0 {
+        return Stats::default();
+    }
+    let ms = |q: f64| h.percentile_s(q) * 1e3;
+    Stats { mean: h.mean_s() * 1e3, p50: ms(50.0), p90: ms(90.0), p95: ms(95.0), p99: ms(99.0) }
+}
+
 /// Summarize a run. `warmup_requests`/`cooldown_requests` drop the first/last requests by send order;
 /// `warmup_s` drops requests sent before that time.
 pub fn summarize(
@@ -159,8 +185,7 @@ pub fn summarize(
     let mut ttft: Vec<f64> = measured.iter().map(|r| r.ttft_s()).collect();
     let mut qw: Vec<f64> = measured.iter().map(|r| r.queue_wait_s()).collect();
     let mut e2e: Vec<f64> = measured.iter().map(|r| r.e2e_s()).collect();
-    let mut itl: Vec<f64> = measured.iter().filter_map(|r| itl_ms(r)).collect();
-    let mut tpot = itl.clone();
+    let mut tpot: Vec<f64> = measured.iter().filter_map(|r| tpot_ms(r)).collect();
     let mut pu: Vec<f64> = measured
         .iter()
         .filter(|r| r.output_tokens > 1 && r.decode_s() > 0.0)
@@ -180,7 +205,7 @@ pub fn summarize(
         requests_unfinished: out.requests_unfinished,
         ttft_s: Stats::of(&mut ttft),
         queue_wait_s: Stats::of(&mut qw),
-        itl_ms: Stats::of(&mut itl),
+        itl_ms: pooled_itl_ms(&out.itl_gaps),
         tpot_ms: Stats::of(&mut tpot),
         e2e_s: Stats::of(&mut e2e),
         per_user_tok_s: Stats::of(&mut pu),

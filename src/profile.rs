@@ -254,6 +254,16 @@ impl EngineConfig {
     }
 }
 
+/// Where to move a profile: each None keeps the profile's own.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Retarget {
+    pub gpu: Option<String>,
+    pub model: Option<String>,
+    pub tensor_parallel: Option<u32>,
+    pub weight_dtype: Option<Dtype>,
+    pub kv_dtype: Option<Dtype>,
+}
+
 /// A resolved, validated profile.
 #[derive(Debug, Clone)]
 pub struct Profile {
@@ -455,21 +465,20 @@ impl Profile {
         ProfileFile::parse(&source, &text)?.resolve(&source, catalog)
     }
 
-    /// Move the profile to another GPU and/or model, keeping its fitted efficiencies (the fraction of
-    /// the peak each coefficient reaches) and swapping peaks, byte and FLOP counts (DESIGN.md section 1).
-    pub fn retarget(
-        &self,
-        catalog: &Catalog,
-        gpu: Option<&str>,
-        model: Option<&str>,
-        tp: Option<u32>,
-    ) -> Result<Profile> {
+    /// Move the profile to another GPU, model, tensor-parallel degree or precision, keeping its fitted
+    /// efficiencies (the fraction of the peak each coefficient reaches) and swapping peaks, byte and
+    /// FLOP counts (DESIGN.md section 1). Every change is applied before the one fit-in-memory check, so
+    /// a precision change that only fits the new model is accepted.
+    pub fn retarget(&self, catalog: &Catalog, to: &Retarget) -> Result<Profile> {
+        let (gpu, model, tp) = (to.gpu.as_deref(), to.model.as_deref(), to.tensor_parallel);
         let same_gpu = match gpu {
             None => true,
             Some(g) => catalog.gpu(g)?.name == self.gpu.name,
         };
         let same_tp = tp.is_none_or(|t| t == self.tensor_parallel);
-        if same_gpu && model.is_none() && same_tp {
+        let same_dtypes = to.weight_dtype.is_none_or(|d| d == self.file.model.weight_dtype)
+            && to.kv_dtype.is_none_or(|d| d == self.file.model.kv_dtype);
+        if same_gpu && model.is_none() && same_tp && same_dtypes {
             return Ok(self.clone());
         }
         let gpu = if same_gpu { None } else { gpu };
@@ -479,10 +488,15 @@ impl Profile {
             Some(g) => catalog.gpu(g)?.clone(),
             None => old_gpu.clone(),
         };
-        let w = f.model.weight_dtype;
+        let w_old = f.model.weight_dtype;
+        let w = to.weight_dtype.unwrap_or(w_old);
+        f.model.weight_dtype = w;
+        if let Some(kv) = to.kv_dtype {
+            f.model.kv_dtype = kv;
+        }
         let c = &mut f.coefficients;
         c.bandwidth_eff_bytes_s *= new_gpu.hbm_bandwidth_bytes_s() / old_gpu.hbm_bandwidth_bytes_s();
-        c.matmul_flops_eff_s *= new_gpu.dense_flops_s(w) / old_gpu.dense_flops_s(w);
+        c.matmul_flops_eff_s *= new_gpu.dense_flops_s(w) / old_gpu.dense_flops_s(w_old);
         c.attention_flops_eff_s *= new_gpu.dense_flops_s(Dtype::Bf16) / old_gpu.dense_flops_s(Dtype::Bf16);
         f.gpu.name = new_gpu.name.clone();
         if let Some(tp) = tp {
@@ -500,8 +514,13 @@ impl Profile {
         if let Some(m) = model {
             f.model.name = m.to_string();
         }
-        f.name =
-            format!("{} -> {}{}", self.file.name, new_gpu.name, model.map(|m| format!(" / {m}")).unwrap_or_default());
+        f.name = format!(
+            "{} -> {}{}{}",
+            self.file.name,
+            new_gpu.name,
+            model.map(|m| format!(" / {m}")).unwrap_or_default(),
+            if same_dtypes { String::new() } else { format!(" / {} weights, {} KV", w, f.model.kv_dtype) }
+        );
         let mut p = f.resolve("retargeted profile", catalog)?;
         p.retargeted_from = Some(self.file.name.clone());
         Ok(p)

@@ -14,6 +14,10 @@ pub enum Dtype {
     Fp8,
     /// OCP MXFP4: 4-bit elements plus one 8-bit scale per 32 elements = 4.25 bits.
     Mxfp4,
+    /// 4-bit integer weights with a 16-bit scale per group of 128 (AWQ, GPTQ, compressed-tensors
+    /// W4A16): 4 + 16/128 = 4.125 bits (FACTS-hardware-engines.md section 6). Matmuls run at the
+    /// activations' BF16 rate.
+    Int4,
 }
 
 impl Dtype {
@@ -23,6 +27,7 @@ impl Dtype {
             Dtype::Bf16 | Dtype::Fp16 => 2.0,
             Dtype::Fp8 => 1.0,
             Dtype::Mxfp4 => 4.25 / 8.0,
+            Dtype::Int4 => 4.125 / 8.0,
         }
     }
     pub fn parse(s: &str) -> Option<Dtype> {
@@ -32,6 +37,7 @@ impl Dtype {
             "fp16" | "float16" | "half" => Some(Dtype::Fp16),
             "fp8" | "fp8_e4m3" | "float8" => Some(Dtype::Fp8),
             "mxfp4" | "fp4" => Some(Dtype::Mxfp4),
+            "int4" | "w4a16" | "awq" | "gptq" => Some(Dtype::Int4),
             _ => None,
         }
     }
@@ -45,6 +51,7 @@ impl fmt::Display for Dtype {
             Dtype::Fp16 => "fp16",
             Dtype::Fp8 => "fp8",
             Dtype::Mxfp4 => "mxfp4",
+            Dtype::Int4 => "int4",
         };
         f.write_str(s)
     }

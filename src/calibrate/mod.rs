@@ -11,6 +11,7 @@
 //! The calibrator knows the simulator only through its public entry points.
 
 pub mod nelder_mead;
+pub mod runs;
 
 use crate::catalog::{Catalog, ModelArch};
 use crate::data::{Point, ReportMeta};
@@ -19,6 +20,7 @@ use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, Repla
 use crate::profile::{
     CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef, ProfileFile, Provenance,
 };
+use crate::metrics::StatKind;
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
 use rayon::prelude::*;
@@ -32,6 +34,7 @@ pub struct Target {
     pub description: String,
     pub model: String,
     pub gpu: String,
+    pub tensor_parallel: u32,
     pub engine: EngineKind,
     pub weight_dtype: Dtype,
     pub kv_dtype: Dtype,
@@ -118,6 +121,7 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
             profile_name,
             model: arch.name.clone(),
             gpu,
+            tensor_parallel: 1,
             engine,
             weight_dtype,
             kv_dtype,
@@ -147,6 +151,7 @@ pub struct FitRow {
     pub concurrency: u32,
     pub aggregation: String,
     pub metric: String,
+    pub stat: StatKind,
     pub measured: f64,
     pub fitted: f64,
     pub residual_pct: f64,
@@ -266,7 +271,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
             kv_dtype: t.kv_dtype,
             state_dtype: None,
         },
-        gpu: GpuRef { name: t.gpu.clone(), tensor_parallel: Some(1) },
+        gpu: GpuRef { name: t.gpu.clone(), tensor_parallel: Some(t.tensor_parallel) },
         engine,
         coefficients: b.coefficients,
         sigmas: None,
@@ -357,7 +362,8 @@ fn stage_a(
         .filter(|p| {
             p.scenario != "all"
                 && p.concurrency == Some(1)
-                && (p.metric == "per_user_tok_s" || p.metric == "itl_ms")
+                && p.stat == StatKind::Mean
+                && (p.metric == "per_user_tok_s" || p.metric == "itl_ms" || p.metric == "tpot_ms")
                 && p.value > 0.0
         })
         .map(|p| {
@@ -425,7 +431,7 @@ fn stage_a(
     // TTFT(L) = r + chunks(L) * overhead + L * lin / M + pairs(L) * attn / A.
     let ttft: Vec<(f64, f64)> = pts
         .iter()
-        .filter(|p| p.scenario != "all" && p.concurrency == Some(1) && p.metric == "ttft_s")
+        .filter(|p| p.scenario != "all" && p.concurrency == Some(1) && p.metric == "ttft_s" && p.stat == StatKind::Mean)
         .map(|p| (p.input_tokens.unwrap() as f64, p.value))
         .collect();
     let n_len = dedup_count(ttft.iter().map(|d| d.0 as u64));
@@ -594,9 +600,14 @@ fn calibrate_variant(
     let peak_mm = gpu.dense_flops_s(t.weight_dtype);
     let peak_attn = gpu.max_dense_flops_s();
     let has = |f: &dyn Fn(&Point) -> bool| fit_pts.iter().any(|p| f(p));
-    let multi_closed = has(&|p: &Point| p.load == crate::data::LoadKind::ClosedLoop && p.concurrency.unwrap_or(1) > 1);
-    let multi_unknown = has(&|p: &Point| p.load == crate::data::LoadKind::Unknown && p.concurrency.unwrap_or(1) > 1);
-    let multi = has(&|p: &Point| p.concurrency.unwrap_or(1) > 1);
+    // A benchmark run states its request count and load: only a report's tests have these unknowns.
+    let multi_closed = has(&|p: &Point| {
+        p.run.is_none() && p.load == crate::data::LoadKind::ClosedLoop && p.concurrency.unwrap_or(1) > 1
+    });
+    let multi_unknown = has(&|p: &Point| {
+        p.run.is_none() && p.load == crate::data::LoadKind::Unknown && p.concurrency.unwrap_or(1) > 1
+    });
+    let multi = has(&|p: &Point| p.concurrency.map_or(p.run.is_some(), |c| c > 1));
     let mut active = vec![P_OVERHEAD, P_BW, P_MATMUL, P_ATTN, P_REQ];
     if multi {
         active.push(P_PER_SEQ);
@@ -795,6 +806,7 @@ fn calibrate_variant(
                 concurrency: p.concurrency.unwrap_or(0),
                 aggregation: format!("{:?}", p.aggregation).to_lowercase(),
                 metric: p.metric.clone(),
+                stat: p.stat,
                 measured: p.value,
                 fitted,
                 residual_pct: (fitted - p.value) / p.value * 100.0,
@@ -935,13 +947,14 @@ pub fn report_text(r: &FitReport) -> String {
                 x.load.clone(),
                 x.concurrency.to_string(),
                 x.metric.clone(),
+                crate::metrics::stat_name(x.stat).to_string(),
                 num(x.measured, 4),
                 num(x.fitted, 4),
                 format!("{:+.1}%", x.residual_pct),
             ]
         })
         .collect();
-    s += &table(&["line", "scenario", "load", "conc", "metric", "measured", "fitted", "residual"], &rows);
+    s += &table(&["line", "scenario", "load", "conc", "metric", "stat", "measured", "fitted", "residual"], &rows);
     s += &format!("\nleft out as flagged ({}):\n", r.excluded.len());
     for (line, why) in &r.excluded {
         s += &format!("  line {line}: {why}\n");

@@ -1,15 +1,30 @@
-//! `capsim calibrate`: fit a profile for every (model, GPU, engine) in the data.
+//! `capsim calibrate`: fit a profile for every (model, GPU, engine) in the reports' data, or for a
+//! user's own benchmark runs (`--runs`).
 
-use capsim::calibrate::{self, report_text, FitOptions};
+use super::{parse_dtype, ProfileArgs, KV_DTYPES, WEIGHT_DTYPES};
+use capsim::calibrate::runs::{target_for_runs, Deployment, FileProvenance};
+use capsim::calibrate::{self, report_text, FitOptions, FitReport, Target};
 use capsim::catalog::Catalog;
-use capsim::data;
+use capsim::data::{self, Point, ReportMeta};
 use capsim::error::{Error, Result};
+use capsim::measured::{self, Run};
+use capsim::profile::{EngineKind, ProfileFile};
+use capsim::units::Dtype;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct CalibrateArgs {
+    /// Benchmark result files or directories (vllm bench serve, SGLang bench_serving, GuideLLM, AIPerf,
+    /// GenAI-Perf): calibrate one profile from them instead of the reports' points.
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    pub runs: Vec<PathBuf>,
+    /// Name of the profile written from --runs (DIR/NAME.toml and DIR/NAME.fit.txt).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub deployment: ProfileArgs,
     /// Measured points (default: the embedded calibration/points.csv).
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -27,56 +42,171 @@ pub struct CalibrateArgs {
     pub json: bool,
 }
 
-pub fn run(a: CalibrateArgs) -> Result<()> {
-    let catalog = Catalog::builtin();
-    let text = match &a.data {
-        None => data::POINTS_CSV.to_string(),
-        Some(p) => capsim::error::read_file(p)?,
-    };
-    let src = a.data.as_ref().map_or(data::POINTS_PATH.to_string(), |p| p.display().to_string());
-    let points = data::parse_points(&src, &text)?;
-    let metas = data::report_metas()?;
-    let mut targets = calibrate::targets(&metas, &catalog)?;
-    if let Some(r) = &a.report {
-        targets.retain(|t| t.report.starts_with(r.as_str()));
-        if targets.is_empty() {
-            return Err(Error::flag("--report", format!("no independent report starts with `{r}`")));
-        }
+/// Every run in the paths, with one provenance line per file.
+pub fn read_runs(paths: &[PathBuf]) -> Result<(Vec<Run>, Vec<FileProvenance>, Vec<String>)> {
+    let mut runs = Vec::new();
+    let mut skipped = Vec::new();
+    for p in paths {
+        let (rs, sk) = measured::read_path(p)?;
+        runs.extend(rs);
+        skipped.extend(sk);
     }
+    let mut files: Vec<FileProvenance> = Vec::new();
+    for r in &runs {
+        if let Some(f) = files.iter_mut().find(|f| f.path == r.source.file) {
+            f.runs += 1;
+            continue;
+        }
+        let bytes = std::fs::read(&r.source.file).map_err(|err| Error::Io { path: r.source.file.clone(), err })?;
+        files.push(FileProvenance {
+            path: r.source.file.clone(),
+            sha256: calibrate::sha256_hex(&bytes),
+            tool: format!("{}{}", r.source.tool.as_str(), r.source.tool_version.as_ref().map_or(String::new(), |v| format!(" {v}"))),
+            runs: 1,
+        });
+    }
+    Ok((runs, files, skipped))
+}
+
+/// The deployment of the runs: flags first, else what the files say and the catalog knows.
+pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(Deployment, Vec<String>)> {
+    let mut notes = Vec::new();
+    if a.profile.is_some() {
+        return Err(Error::flag("--profile", "calibrating from --runs fits a new profile; name the deployment with --model and --gpu"));
+    }
+    let model = match &a.model {
+        Some(m) => m.clone(),
+        None => {
+            let id = runs.iter().find_map(|r| r.source.model_id.clone()).ok_or_else(|| {
+                Error::flag("--model", "required: the files name no model (give a catalog name or a config.json)")
+            })?;
+            let arch = catalog.model(&id).map_err(|_| {
+                Error::flag("--model", format!("required: the files name `{id}`, which the model catalog does not know"))
+            })?;
+            notes.push(format!("model from the files' model id `{id}`: {}", arch.name));
+            id
+        }
+    };
+    let gpu = a.gpu.clone().ok_or_else(|| Error::flag("--gpu", "required: the GPU the runs were measured on"))?;
+    let tp = a.tp.unwrap_or(1);
+    if tp == 0 {
+        return Err(Error::flag("--tp", "must be at least 1"));
+    }
+    let engine = match a.engine {
+        Some(super::EngineArg::Sglang) => EngineKind::Sglang,
+        Some(super::EngineArg::Vllm) => EngineKind::Vllm,
+        None => {
+            notes.push("engine not given (--engine): vLLM V1 scheduling assumed".into());
+            EngineKind::Vllm
+        }
+    };
+    let weight_dtype = match &a.precision {
+        Some(p) => parse_dtype("--precision", p, WEIGHT_DTYPES)?,
+        None => {
+            let named = [Some(model.as_str())].into_iter().chain(runs.iter().map(|r| r.source.model_id.as_deref()));
+            let fp8 = named.flatten().any(|m| m.to_ascii_lowercase().contains("fp8"));
+            let d = if fp8 { Dtype::Fp8 } else { Dtype::Bf16 };
+            notes.push(format!("weight precision not given (--precision): {d} assumed from the model name"));
+            d
+        }
+    };
+    let kv_dtype = match &a.kv_dtype {
+        Some(k) => parse_dtype("--kv-dtype", k, KV_DTYPES)?,
+        None => {
+            notes.push("KV cache dtype not given (--kv-dtype): bf16 assumed (the engines' `auto`)".into());
+            Dtype::Bf16
+        }
+    };
+    let mut settings = a.engine_settings();
+    settings.kind = Some(engine);
+    Ok((Deployment { model, gpu, tensor_parallel: tp, engine, weight_dtype, kv_dtype, settings }, notes))
+}
+
+fn write_profile(out: &Path, command: &str, pf: &ProfileFile, rep: &FitReport) -> Result<(PathBuf, PathBuf, String)> {
+    let toml_path = out.join(format!("{}.toml", pf.name));
+    let fit_path = out.join(format!("{}.fit.txt", pf.name));
+    let header = format!(
+        "# Generated by `{}` (capsim {}). Fit report: {}.fit.txt\n",
+        command,
+        env!("CARGO_PKG_VERSION"),
+        pf.name
+    );
+    std::fs::write(&toml_path, header + &pf.to_toml())
+        .map_err(|err| Error::Io { path: toml_path.display().to_string(), err })?;
+    let txt = report_text(rep);
+    std::fs::write(&fit_path, &txt).map_err(|err| Error::Io { path: fit_path.display().to_string(), err })?;
+    Ok((toml_path, fit_path, txt))
+}
+
+pub fn run(a: CalibrateArgs) -> Result<()> {
     if a.max_evals < 10 {
         return Err(Error::flag("--max-evals", "must be at least 10"));
     }
+    let catalog = a.deployment.catalog()?;
+    let (points, metas, targets, sha, command): (Vec<Point>, Vec<ReportMeta>, Vec<Target>, String, String) =
+        if a.runs.is_empty() {
+            if a.name.is_some() {
+                return Err(Error::flag("--name", "names the profile of --runs; the reports' profiles are named after their deployment"));
+            }
+            let text = match &a.data {
+                None => data::POINTS_CSV.to_string(),
+                Some(p) => capsim::error::read_file(p)?,
+            };
+            let src = a.data.as_ref().map_or(data::POINTS_PATH.to_string(), |p| p.display().to_string());
+            let points = data::parse_points(&src, &text)?;
+            let metas = data::report_metas()?;
+            let mut targets = calibrate::targets(&metas, &catalog)?;
+            if let Some(r) = &a.report {
+                targets.retain(|t| t.report.starts_with(r.as_str()));
+                if targets.is_empty() {
+                    return Err(Error::flag("--report", format!("no independent report starts with `{r}`")));
+                }
+            }
+            let command = format!(
+                "capsim calibrate --data {} --out {}{} --max-evals {}",
+                src,
+                a.out.display(),
+                a.report.as_ref().map(|r| format!(" --report {r}")).unwrap_or_default(),
+                a.max_evals
+            );
+            (points, metas, targets, calibrate::sha256_hex(text.as_bytes()), command)
+        } else {
+            if a.data.is_some() || a.report.is_some() {
+                return Err(Error::flag("--runs", "calibrates from result files; --data and --report select the reports' points"));
+            }
+            let name = a.name.clone().ok_or_else(|| Error::flag("--name", "required with --runs: the profile's name"))?;
+            let (runs, files, skipped) = read_runs(&a.runs)?;
+            for s in &skipped {
+                eprintln!("skipped {s}");
+            }
+            let (dep, notes) = deployment_of(&a.deployment, &runs, &catalog)?;
+            let mut t = target_for_runs(&name, &dep, &runs, &files, &catalog)?;
+            t.assumptions.extend(notes);
+            let points: Vec<Point> = runs.iter().flat_map(|r| r.points(&name)).collect();
+            let all_sha: String = files.iter().map(|f| f.sha256.as_str()).collect::<Vec<_>>().join("");
+            let command = format!(
+                "capsim calibrate --runs {} --model {} --gpu {} --tp {} --engine {} --precision {} --kv-dtype {} --name {} --out {} --max-evals {}",
+                a.runs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "),
+                dep.model,
+                dep.gpu,
+                dep.tensor_parallel,
+                dep.engine.as_str(),
+                dep.weight_dtype,
+                dep.kv_dtype,
+                name,
+                a.out.display(),
+                a.max_evals
+            );
+            (points, vec![], vec![t], calibrate::sha256_hex(all_sha.as_bytes()), command)
+        };
     std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
-    let command = format!(
-        "capsim calibrate --data {} --out {}{} --max-evals {}",
-        src,
-        a.out.display(),
-        a.report.as_ref().map(|r| format!(" --report {r}")).unwrap_or_default(),
-        a.max_evals
-    );
-    let opts = FitOptions {
-        use_point: &|_| true,
-        max_evaluations: a.max_evals,
-        command,
-        data_sha256: calibrate::sha256_hex(text.as_bytes()),
-    };
+    let opts = FitOptions { use_point: &|_| true, max_evaluations: a.max_evals, command, data_sha256: sha };
     let mut reports = Vec::new();
     for t in &targets {
         let start = Instant::now();
         let (pf, rep) = calibrate::calibrate(&points, &metas, t, &catalog, &opts)?;
         let secs = start.elapsed().as_secs_f64();
-        let toml_path = a.out.join(format!("{}.toml", pf.name));
-        let fit_path = a.out.join(format!("{}.fit.txt", pf.name));
-        let header = format!(
-            "# Generated by `{}` (capsim {}). Fit report: {}.fit.txt\n",
-            opts.command,
-            env!("CARGO_PKG_VERSION"),
-            pf.name
-        );
-        std::fs::write(&toml_path, header + &pf.to_toml())
-            .map_err(|err| Error::Io { path: toml_path.display().to_string(), err })?;
-        let txt = report_text(&rep);
-        std::fs::write(&fit_path, &txt).map_err(|err| Error::Io { path: fit_path.display().to_string(), err })?;
+        let (toml_path, fit_path, txt) = write_profile(&a.out, &opts.command, &pf, &rep)?;
         if a.json {
             reports.push(rep);
         } else {

@@ -10,7 +10,8 @@ mod validate;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
 use capsim::metrics::RequestSlo;
-use capsim::profile::{EngineKind, EngineSettings, Profile};
+use capsim::profile::{EngineKind, EngineSettings, Profile, Retarget};
+use capsim::units::Dtype;
 use capsim::workload::trace::read_trace;
 use capsim::workload::{LengthDist, LoadTemplate, Process, RequestClass, Workload, WorkloadSpec};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -81,6 +82,12 @@ pub struct ProfileArgs {
     /// Engine policy.
     #[arg(long, value_enum)]
     pub engine: Option<EngineArg>,
+    /// Weight precision: bf16, fp16, fp8, mxfp4 or int4 (AWQ/GPTQ W4A16).
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// KV cache dtype: bf16, fp16 or fp8.
+    #[arg(long)]
+    pub kv_dtype: Option<String>,
     /// vLLM max_num_batched_tokens (SGLang: chunked_prefill_size).
     #[arg(long)]
     pub max_num_batched_tokens: Option<u32>,
@@ -125,18 +132,31 @@ pub enum EngineArg {
     Sglang,
 }
 
+/// A dtype flag's value.
+pub fn parse_dtype(flag: &str, s: &str, allowed: &[Dtype]) -> Result<Dtype> {
+    let names = allowed.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+    Dtype::parse(s)
+        .filter(|d| allowed.contains(d))
+        .ok_or_else(|| Error::flag(flag, format!("unknown value `{s}`; one of {names}")))
+}
+
+pub const WEIGHT_DTYPES: &[Dtype] = &[Dtype::Bf16, Dtype::Fp16, Dtype::Fp8, Dtype::Mxfp4, Dtype::Int4];
+pub const KV_DTYPES: &[Dtype] = &[Dtype::Bf16, Dtype::Fp16, Dtype::Fp8];
+
 impl ProfileArgs {
-    pub fn catalog(&self) -> Result<Catalog> {
-        let mut c = Catalog::builtin();
-        if let Some(f) = &self.gpus_file {
-            c.add_gpu_file(f)?;
-        }
-        Ok(c)
+    /// The deployment changes the flags ask for.
+    pub fn retarget(&self) -> Result<Retarget> {
+        Ok(Retarget {
+            gpu: self.gpu.clone(),
+            model: self.model.clone(),
+            tensor_parallel: self.tp,
+            weight_dtype: self.precision.as_deref().map(|p| parse_dtype("--precision", p, WEIGHT_DTYPES)).transpose()?,
+            kv_dtype: self.kv_dtype.as_deref().map(|p| parse_dtype("--kv-dtype", p, KV_DTYPES)).transpose()?,
+        })
     }
-    /// The resolved profile: loaded, engine overrides applied, retargeted if asked.
-    pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
-        let base = Profile::load(self.profile.as_deref(), catalog)?;
-        let over = EngineSettings {
+    /// The engine settings the flags set (None where not given).
+    pub fn engine_settings(&self) -> EngineSettings {
+        EngineSettings {
             kind: self.engine.map(|e| match e {
                 EngineArg::Vllm => EngineKind::Vllm,
                 EngineArg::Sglang => EngineKind::Sglang,
@@ -155,8 +175,20 @@ impl ProfileArgs {
             new_token_ratio_decay_steps: self.new_token_ratio_decay_steps,
             chunked_prefill_size: self.max_num_batched_tokens,
             max_running_requests: self.max_num_seqs,
-        };
-        let p = base.retarget(catalog, self.gpu.as_deref(), self.model.as_deref(), self.tp)?;
+        }
+    }
+    pub fn catalog(&self) -> Result<Catalog> {
+        let mut c = Catalog::builtin();
+        if let Some(f) = &self.gpus_file {
+            c.add_gpu_file(f)?;
+        }
+        Ok(c)
+    }
+    /// The resolved profile: loaded, engine overrides applied, retargeted if asked.
+    pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
+        let base = Profile::load(self.profile.as_deref(), catalog)?;
+        let over = self.engine_settings();
+        let p = base.retarget(catalog, &self.retarget()?)?;
         if over == EngineSettings::default() {
             return Ok(p);
         }

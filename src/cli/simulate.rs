@@ -120,6 +120,7 @@ pub fn summary_table(s: &Summary) -> String {
             stats_row("ttft_s", &s.ttft_s),
             stats_row("queue_wait_s", &s.queue_wait_s),
             stats_row("itl_ms", &s.itl_ms),
+            stats_row("tpot_ms", &s.tpot_ms),
             stats_row("e2e_s", &s.e2e_s),
             stats_row("per_user_tok_s", &s.per_user_tok_s),
         ],

@@ -8,7 +8,10 @@
 pub mod flags;
 
 use crate::error::{read_file, toml_error, Error, Result};
+use crate::measured::Run;
+use crate::metrics::StatKind;
 use crate::units::Dtype;
+use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -123,6 +126,11 @@ pub struct Point {
     pub quote: String,
     /// Reasons, " | "-separated in the file; empty when the point is usable.
     pub flags: Vec<String>,
+    /// Which statistic of the metric (the reports print means).
+    pub stat: StatKind,
+    /// The benchmark run the point was read from (a user's result file): its replay uses the load,
+    /// request count and lengths as the tool ran them. None for a report's printed figure.
+    pub run: Option<Arc<Run>>,
 }
 
 impl Point {
@@ -214,6 +222,8 @@ impl PointRow {
             aggregation,
             quote: self.quote.clone(),
             flags: self.flag.split(" | ").map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            stat: StatKind::Mean,
+            run: None,
         })
     }
 }

@@ -18,6 +18,7 @@
 //! first token ends the prefill); a request resumed after preemption re-prefills prompt + generated.
 
 use super::step::{BatchShape, StepModel};
+use super::gaps::GapHistogram;
 use super::RequestRecord;
 use crate::profile::{EngineKind, Profile};
 use crate::units::SimTime;
@@ -75,6 +76,9 @@ pub struct SimOutput {
     pub series: Vec<Sample>,
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
+    /// Every gap between successive tokens of the requests in the workload's measured window (vLLM's
+    /// pooled ITL), finished or not.
+    pub itl_gaps: GapHistogram,
 }
 
 const NONE: u64 = u64::MAX;
@@ -97,6 +101,10 @@ struct Live {
     reserved: bool,
     first_sched_ns: u64,
     first_token_ns: u64,
+    /// When its latest token was produced (the client sees the gaps between them).
+    last_token_ns: u64,
+    /// Inside the workload's measured window: its token gaps go into the pooled ITL.
+    measured: bool,
     preemptions: u32,
     admitted_seq: u64,
 }
@@ -559,10 +567,34 @@ struct Replica<'a> {
     routed: u64,
     done: u64,
     finish_times: VecDeque<u64>,
+    window: MeasureWindow,
+}
+
+/// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
+/// [`crate::metrics::summarize`] leaves them out of the per-request metrics. Cool-down needs the
+/// planned request count; a run bounded only by its duration counts its last requests' gaps too.
+#[derive(Debug, Clone, Copy)]
+struct MeasureWindow {
+    first_id: u64,
+    end_id: u64,
+    from_ns: u64,
+}
+
+impl MeasureWindow {
+    fn of(w: &Workload) -> MeasureWindow {
+        MeasureWindow {
+            first_id: w.spec.warmup_requests,
+            end_id: w.planned_requests().map_or(u64::MAX, |n| n.saturating_sub(w.spec.cooldown_requests)),
+            from_ns: SimTime::from_secs(w.spec.warmup_s.max(0.0)).0,
+        }
+    }
+    fn contains(&self, id: u32, send_ns: u64) -> bool {
+        (id as u64) >= self.first_id && (id as u64) < self.end_id && send_ns >= self.from_ns
+    }
 }
 
 impl<'a> Replica<'a> {
-    fn new(p: &'a Profile, opts: &SimOptions, expected_requests: usize) -> Replica<'a> {
+    fn new(p: &'a Profile, opts: &SimOptions, expected_requests: usize, window: MeasureWindow) -> Replica<'a> {
         let e = &p.engine;
         let capacity_blocks = e.kv_capacity_blocks();
         Replica {
@@ -603,6 +635,7 @@ impl<'a> Replica<'a> {
                 series: Vec::new(),
                 prefill_tokens: 0,
                 decode_tokens: 0,
+                itl_gaps: GapHistogram::default(),
             },
             now: 0,
             inbox: VecDeque::new(),
@@ -616,6 +649,7 @@ impl<'a> Replica<'a> {
             routed: 0,
             done: 0,
             finish_times: VecDeque::new(),
+            window,
         }
     }
 
@@ -673,6 +707,8 @@ impl<'a> Replica<'a> {
                 reserved: false,
                 first_sched_ns: NONE,
                 first_token_ns: NONE,
+                last_token_ns: NONE,
+                measured: self.window.contains(a.id, a.send),
                 preemptions: 0,
                 admitted_seq: 0,
             };
@@ -768,7 +804,10 @@ impl<'a> Replica<'a> {
                 r.generated += 1;
                 if r.generated == 1 {
                     r.first_token_ns = now;
+                } else if r.measured {
+                    out.itl_gaps.add(now - r.last_token_ns);
                 }
+                r.last_token_ns = now;
                 if r.generated == r.output {
                     finished_any = true;
                 } else {
@@ -871,7 +910,8 @@ fn drive<F: FnMut(&StepView)>(
     observer: &mut F,
 ) -> Vec<SimOutput> {
     let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
-    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per)).collect();
+    let window = MeasureWindow::of(w);
+    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window)).collect();
     let mut arr = Pending::new(w, seed);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);

@@ -9,9 +9,11 @@
 //! streams derived from the seed it is given. A run is a pure function of (profile, workload, seed).
 
 pub mod engine;
+pub mod gaps;
 pub mod step;
 
 pub use engine::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput, StepView};
+pub use gaps::GapHistogram;
 pub use step::{BatchShape, StepModel};
 
 use crate::units::SimTime;

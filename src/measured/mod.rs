@@ -1,0 +1,318 @@
+//! A user's own measurements: the result files of the benchmark tools capacity planners run, read into
+//! [`Run`]s. Each reader does nothing but turn a file into runs: the load as the tool ran it, the
+//! request count, the lengths (per request where the file has them), failed requests, and every
+//! measured statistic under capsim's name for the quantity of the same definition (DESIGN.md section
+//! 6, FACTS.md's table of metric names). A run then becomes measured points to replay
+//! ([`Run::points`]), the same notion of a measurement as a report's printed figure, so calibration and
+//! validation have one path.
+//!
+//! Formats are recognized from content, never from the file name:
+//! - `vllm bench serve --save-result` JSON, `--save-detailed`, `--append-result` JSONL ([`bench_serving`]);
+//! - SGLang `bench_serving --output-file` JSONL, with or without `--output-details` ([`bench_serving`]);
+//! - GuideLLM benchmarks.json, metadata version 1 and 2 ([`guidellm`]);
+//! - AIPerf `profile_export_aiperf.json` (+ `profile_export.jsonl` beside it) and GenAI-Perf
+//!   `profile_export_genai_perf.json` ([`aiperf`]).
+//!
+//! A directory is read file by file in name order (as `vllm bench sweep` writes one per point).
+
+pub mod aiperf;
+pub mod bench_serving;
+pub mod guidellm;
+mod json;
+
+use crate::data::{Aggregation, LoadKind, Point};
+use crate::error::{Error, Result};
+use crate::metrics::StatKind;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use json::parse_json_lenient;
+
+/// Which tool wrote a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tool {
+    VllmBenchServe,
+    SglangBenchServing,
+    GuideLlm,
+    Aiperf,
+    GenaiPerf,
+}
+
+impl Tool {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tool::VllmBenchServe => "vllm bench serve",
+            Tool::SglangBenchServing => "sglang bench_serving",
+            Tool::GuideLlm => "guidellm",
+            Tool::Aiperf => "aiperf",
+            Tool::GenaiPerf => "genai-perf",
+        }
+    }
+}
+
+/// The formats the readers know, for the error about a file none of them recognizes.
+pub const FORMATS: &str = "vllm bench serve JSON/JSONL (--save-result, --save-detailed, --append-result), \
+SGLang bench_serving JSONL, GuideLLM benchmarks.json (v1, v2), AIPerf profile_export_aiperf.json / \
+profile_export.jsonl, GenAI-Perf profile_export_genai_perf.json";
+
+/// Inter-arrival process of an open-loop run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RateProcess {
+    /// Gamma gaps with shape = burstiness (`vllm bench serve --burstiness`; 1 = Poisson).
+    Gamma { burstiness: f64 },
+    /// Evenly spaced sends (GuideLLM `constant`).
+    Constant,
+}
+
+/// The load as the tool generated it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunLoad {
+    /// N clients, each sending its next request when the previous one completes (`--max-concurrency N`
+    /// with an unlimited rate, GuideLLM `concurrent`/`synchronous`, AIPerf `--concurrency`).
+    Concurrency { clients: u32 },
+    /// Every request sent at once: an unlimited rate with no concurrency cap (`--request-rate inf`),
+    /// GuideLLM `throughput` without a cap.
+    Burst,
+    /// An open loop at `rate_per_s`; `max_concurrency` is a cap some tools add on top.
+    Rate { rate_per_s: f64, process: RateProcess, max_concurrency: Option<u32> },
+}
+
+impl RunLoad {
+    pub fn describe(&self) -> String {
+        match self {
+            RunLoad::Concurrency { clients } => format!("concurrency {clients}"),
+            RunLoad::Burst => "burst (all at once)".into(),
+            RunLoad::Rate { rate_per_s, process, max_concurrency } => format!(
+                "rate {rate_per_s} req/s ({}){}",
+                match process {
+                    RateProcess::Gamma { burstiness } if *burstiness == 1.0 => "Poisson".to_string(),
+                    RateProcess::Gamma { burstiness } => format!("gamma, burstiness {burstiness}"),
+                    RateProcess::Constant => "constant".to_string(),
+                },
+                max_concurrency.map_or(String::new(), |c| format!(", at most {c} in flight"))
+            ),
+        }
+    }
+}
+
+/// One request as the file records it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RequestObs {
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    /// When the client sent it, seconds after the run's first send (None where the file has no times).
+    pub start_s: Option<f64>,
+}
+
+/// A measured statistic: capsim's name for the quantity (the unit in the name) and its statistic.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeasuredStat {
+    /// `ttft_s`, `tpot_ms` (per-request mean gap), `itl_ms` (pooled gaps), `e2e_ms`, `output_tok_s`
+    /// (all output tokens over the run's duration), `request_per_s`.
+    pub metric: &'static str,
+    pub stat: StatKind,
+    pub value: f64,
+    /// The key in the file it came from.
+    pub key: String,
+}
+
+/// What every run carries about where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSource {
+    pub file: String,
+    /// Position of the run in its file (JSONL line, GuideLLM benchmark), from 0.
+    pub index: usize,
+    pub tool: Tool,
+    pub tool_version: Option<String>,
+    pub model_id: Option<String>,
+}
+
+/// One benchmark run read from a file.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    pub source: RunSource,
+    pub load: RunLoad,
+    /// Requests the tool sent (completed + failed + those cut off).
+    pub requests: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub input_tokens_mean: f64,
+    pub output_tokens_mean: f64,
+    /// Completed requests in send order, where the file lists them.
+    pub per_request: Vec<RequestObs>,
+    pub stats: Vec<MeasuredStat>,
+    /// Statistics the file holds that capsim does not compare (std, other percentiles), by key.
+    pub not_compared: Vec<String>,
+}
+
+/// Metrics of a run, as capsim names them.
+pub const RUN_METRICS: &[&str] = &["ttft_s", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s", "request_per_s"];
+
+impl Run {
+    pub fn label(&self) -> String {
+        let file = Path::new(&self.source.file).file_name().map_or(self.source.file.clone(), |f| {
+            f.to_string_lossy().to_string()
+        });
+        format!("{file}#{}", self.source.index)
+    }
+
+    /// Concurrency of the load where it has one (closed loops); a burst counts its requests.
+    pub fn concurrency(&self) -> Option<u32> {
+        match self.load {
+            RunLoad::Concurrency { clients } => Some(clients),
+            RunLoad::Burst => Some(self.requests.min(u32::MAX as u64) as u32),
+            RunLoad::Rate { .. } => None,
+        }
+    }
+
+    /// The run's measured statistics as points to replay, one per statistic, all sharing one replay
+    /// of the run. `group` names the set of runs (the profile being calibrated or validated).
+    pub fn points(&self, group: &str) -> Vec<Point> {
+        let replay = Arc::new(self.clone());
+        let load = match self.load {
+            RunLoad::Concurrency { .. } => LoadKind::ClosedLoop,
+            RunLoad::Burst => LoadKind::Burst,
+            RunLoad::Rate { .. } => LoadKind::Unknown,
+        };
+        self.stats
+            .iter()
+            .map(|s| Point {
+                line: self.source.index + 1,
+                report: group.to_string(),
+                model: self.source.model_id.clone().unwrap_or_default(),
+                precision: None,
+                gpu: String::new(),
+                engine: self.source.tool.as_str().to_string(),
+                scenario: self.label(),
+                input_tokens: Some(self.input_tokens_mean.round().max(1.0) as u64),
+                output_tokens: Some(self.output_tokens_mean.round().max(1.0) as u64),
+                load,
+                concurrency: self.concurrency(),
+                metric: s.metric.to_string(),
+                value: s.value,
+                approx: false,
+                aggregation: Aggregation::Value,
+                quote: format!("{}: {} = {}", self.source.file, s.key, s.value),
+                flags: vec![],
+                stat: s.stat,
+                run: Some(replay.clone()),
+            })
+            .collect()
+    }
+}
+
+/// Read every run in `path`: a file of any known format, or a directory of them (recursively, in name
+/// order; files that are not JSON are listed in the second value, not read).
+pub fn read_path(path: &Path) -> Result<(Vec<Run>, Vec<String>)> {
+    let mut runs = Vec::new();
+    let mut skipped = Vec::new();
+    if path.is_dir() {
+        read_dir(path, &mut runs, &mut skipped)?;
+        if runs.is_empty() {
+            return Err(Error::input(
+                path.display().to_string(),
+                None,
+                None,
+                format!("no benchmark result file in this directory (formats: {FORMATS})"),
+            ));
+        }
+    } else {
+        runs.extend(read_file(path)?);
+    }
+    Ok((runs, skipped))
+}
+
+fn read_dir(dir: &Path, runs: &mut Vec<Run>, skipped: &mut Vec<String>) -> Result<()> {
+    let io = |err| Error::Io { path: dir.display().to_string(), err };
+    let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io)?.collect::<std::io::Result<Vec<_>>>().map_err(io)?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let p = e.path();
+        if p.is_dir() {
+            read_dir(&p, runs, skipped)?;
+            continue;
+        }
+        let name = e.file_name().to_string_lossy().to_string();
+        let is_json = name.ends_with(".json") || name.ends_with(".jsonl");
+        if !is_json || aiperf::is_merged_sibling(&p) {
+            skipped.push(format!(
+                "{}: {}",
+                p.display(),
+                if is_json { "AIPerf per-request export, read with profile_export_aiperf.json beside it" } else { "not a JSON file" }
+            ));
+            continue;
+        }
+        runs.extend(read_file(&p)?);
+    }
+    Ok(())
+}
+
+/// Read one file, recognizing its format from its content.
+pub fn read_file(path: &Path) -> Result<Vec<Run>> {
+    let src = path.display().to_string();
+    let text = crate::error::read_file(path)?;
+    let docs = json::parse_documents(&src, &text)?;
+    let first = docs.first().ok_or_else(|| Error::input(&src, None, None, "the file is empty"))?;
+    let (_, v) = first;
+    if guidellm::recognizes(v) {
+        return guidellm::read(&src, v);
+    }
+    if aiperf::recognizes_aggregate(v) {
+        return aiperf::read(path, &src, v);
+    }
+    if aiperf::recognizes_records(v) {
+        return Err(Error::input(
+            &src,
+            Some(1),
+            None,
+            "an AIPerf per-request export (profile_export.jsonl) holds no load settings; read the \
+             profile_export_aiperf.json beside it (it is merged automatically)",
+        ));
+    }
+    if bench_serving::recognizes(v).is_some() {
+        return docs
+            .iter()
+            .enumerate()
+            .map(|(i, (line, v))| bench_serving::read(&src, i, *line, v, docs.len() > 1))
+            .collect();
+    }
+    Err(Error::input(&src, None, None, format!("no reader recognizes this file; formats tried: {FORMATS}")))
+}
+
+/// The mean of positive values (None when there are none).
+fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let (n, s) = xs.fold((0u64, 0.0), |(n, s), x| (n + 1, s + x));
+    (n > 0).then(|| s / n as f64)
+}
+
+/// Check a run has what its replay needs; errors name the file and the field.
+fn checked(run: Run) -> Result<Run> {
+    let src = &run.source.file;
+    let line = Some(run.source.index + 1);
+    if run.completed == 0 {
+        return Err(Error::input(src, line, Some("completed"), "no request completed: nothing to compare"));
+    }
+    for (field, v) in [("input tokens", run.input_tokens_mean), ("output tokens", run.output_tokens_mean)] {
+        if !(v.is_finite() && v >= 1.0) {
+            return Err(Error::input(src, line, Some(field), format!("mean must be at least 1 token, got {v}")));
+        }
+    }
+    if let RunLoad::Rate { rate_per_s, .. } = run.load {
+        if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+            return Err(Error::input(src, line, Some("request_rate"), format!("must be positive, got {rate_per_s}")));
+        }
+    }
+    if let RunLoad::Concurrency { clients: 0 } = run.load {
+        return Err(Error::input(src, line, Some("concurrency"), "must be at least 1"));
+    }
+    for s in &run.stats {
+        if !(s.value.is_finite() && s.value >= 0.0) {
+            return Err(Error::input(src, line, Some(&s.key), format!("must be a finite non-negative number, got {}", s.value)));
+        }
+    }
+    Ok(run)
+}
