@@ -358,3 +358,91 @@ pub fn run(
     }
     Ok(rows)
 }
+
+/// One statistic of a benchmark run, predicted against measured (`capsim validate --runs`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    pub file: String,
+    /// FILE#INDEX: the run within its file.
+    pub run: String,
+    pub load: String,
+    pub metric: String,
+    pub stat: String,
+    pub measured: f64,
+    pub predicted: Option<f64>,
+    /// (predicted - measured) / measured, a fraction (0.05 = 5% over).
+    pub error: Option<f64>,
+}
+
+/// The metric classes of [`RunRow`] summaries.
+pub const RUN_METRIC_CLASSES: &[(&str, &[&str])] = &[
+    ("ttft", &["ttft_s"]),
+    ("tpot", &["tpot_ms"]),
+    ("itl", &["itl_ms"]),
+    ("e2e", &["e2e_ms"]),
+    ("throughput", &["output_tok_s", "request_per_s"]),
+];
+
+/// Errors of one metric class over runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunClassSummary {
+    pub class: String,
+    pub count: usize,
+    pub median_abs_error: f64,
+    pub p90_abs_error: f64,
+    /// Mean of the signed errors: positive when capsim predicts too high.
+    pub mean_error: f64,
+}
+
+/// Replay every run on `profile` and compare each statistic the file holds with the simulated
+/// statistic of the same definition. Runs are simulated in parallel; results keep the runs' order.
+pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<RunRow> {
+    let u = ExperimentUnknowns::default();
+    runs.par_iter()
+        .map(|run| {
+            let cache = ReplayCache::default();
+            run.points("validate")
+                .iter()
+                .map(|p| {
+                    let predicted = predict_cached(profile, p, &u, &[], &cache);
+                    RunRow {
+                        file: run.source.file.clone(),
+                        run: run.label(),
+                        load: run.load.describe(),
+                        metric: p.metric.clone(),
+                        stat: crate::metrics::stat_name(p.stat).to_string(),
+                        measured: p.value,
+                        predicted,
+                        error: predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value),
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Median, p90 and mean signed error per metric class (classes without rows are left out).
+pub fn summarize_run_rows(rows: &[RunRow]) -> Vec<RunClassSummary> {
+    RUN_METRIC_CLASSES
+        .iter()
+        .filter_map(|(class, metrics)| {
+            let errs: Vec<f64> =
+                rows.iter().filter(|r| metrics.contains(&r.metric.as_str())).filter_map(|r| r.error).collect();
+            if errs.is_empty() {
+                return None;
+            }
+            let mut abs: Vec<f64> = errs.iter().map(|e| e.abs()).collect();
+            abs.sort_by(f64::total_cmp);
+            Some(RunClassSummary {
+                class: class.to_string(),
+                count: errs.len(),
+                median_abs_error: percentile_sorted(&abs, 50.0),
+                p90_abs_error: percentile_sorted(&abs, 90.0),
+                mean_error: errs.iter().sum::<f64>() / errs.len() as f64,
+            })
+        })
+        .collect()
+}

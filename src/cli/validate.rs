@@ -15,6 +15,9 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
+    /// Benchmark result files or directories to replay on --profile, instead of the reports' points.
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    pub runs: Vec<PathBuf>,
     /// Validate this profile (its source_report's points) instead of the shipped one.
     #[arg(long)]
     pub profile: Option<String>,
@@ -106,8 +109,94 @@ pub fn target_lines(protocol: Protocol, rows: &[Row]) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// `validate --runs`: every statistic of every run, predicted against measured, and a summary per
+/// metric class.
+fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
+    let name = a.profile.clone().ok_or_else(|| Error::flag("--profile", "required with --runs: the profile to validate"))?;
+    let profile = ProfileArgs { profile: Some(name), ..Default::default() }.resolve(catalog)?;
+    let (runs, _files, skipped) = super::calibrate::read_runs(&a.runs)?;
+    let rows = validate::validate_runs(&profile, &runs);
+    let summary = validate::summarize_run_rows(&rows);
+    let failed: u64 = runs.iter().map(|r| r.failed).sum();
+    if a.json {
+        let runs_json: Vec<_> = runs
+            .iter()
+            .map(|r| {
+                json!({"run": r.label(), "file": r.source.file, "tool": r.source.tool.as_str(),
+                       "tool_version": r.source.tool_version, "load": r.load.describe(), "requests": r.requests,
+                       "completed": r.completed, "failed": r.failed, "input_tokens_mean": r.input_tokens_mean,
+                       "output_tokens_mean": r.output_tokens_mean, "not_compared": r.not_compared})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"profile": profile.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped}))
+                .expect("json")
+        );
+        return Ok(());
+    }
+    for s in &skipped {
+        eprintln!("skipped {s}");
+    }
+    println!("profile: {}", profile.name());
+    for r in &runs {
+        println!(
+            "run {}: {} ({}{}), {} requests sent, {} completed, {} failed, mean lengths {:.0} in / {:.0} out{}",
+            r.label(),
+            r.load.describe(),
+            r.source.tool.as_str(),
+            r.source.tool_version.as_ref().map_or(String::new(), |v| format!(" {v}")),
+            r.requests,
+            r.completed,
+            r.failed,
+            r.input_tokens_mean,
+            r.output_tokens_mean,
+            if r.per_request.is_empty() { String::new() } else { format!(", {} requests listed", r.per_request.len()) }
+        );
+        if !r.not_compared.is_empty() {
+            println!("  not compared: {}", r.not_compared.join("; "));
+        }
+    }
+    println!();
+    let t: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.run.clone(),
+                r.load.clone(),
+                r.metric.clone(),
+                r.stat.clone(),
+                num(r.measured, 4),
+                fmt_opt(r.predicted, 4),
+                r.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0)),
+            ]
+        })
+        .collect();
+    println!("{}", table(&["run", "load", "metric", "stat", "measured", "predicted", "error"], &t));
+    let s: Vec<Vec<String>> = summary
+        .iter()
+        .map(|c| {
+            vec![
+                c.class.clone(),
+                c.count.to_string(),
+                format!("{:.1}%", c.median_abs_error * 100.0),
+                format!("{:.1}%", c.p90_abs_error * 100.0),
+                format!("{:+.1}%", c.mean_error * 100.0),
+            ]
+        })
+        .collect();
+    println!("{}", table(&["class", "count", "median |error|", "p90 |error|", "mean error"], &s));
+    if failed > 0 {
+        println!("{failed} failed request(s) in the files are counted above, not replayed");
+    }
+    Ok(())
+}
+
 pub fn run(a: ValidateArgs) -> Result<()> {
     let catalog = Catalog::builtin();
+    if !a.runs.is_empty() {
+        return validate_runs(&a, &catalog);
+    }
     let points = data::load_points(None)?;
     let metas = data::report_metas()?;
     let override_profile = match &a.profile {
