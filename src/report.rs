@@ -207,3 +207,58 @@ pub fn svg_chart(
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
+
+/// A run's summary in the layout of `vllm bench serve --save-result` (vllm/benchmarks/serve.py: the
+/// traffic settings, then duration, completed, failed, token totals, throughputs, and
+/// mean_/median_/pNN_ + ttft, tpot, itl, e2el + `_ms`), as if run with `--metric-percentiles 90,95,99`
+/// and `--percentile-metrics ttft,tpot,itl,e2el`. For what-if runs a user wants to compare with real
+/// ones, and for round trips through the readers. `std_` keys are not written: capsim does not compute
+/// standard deviations.
+pub fn vllm_bench_result(
+    s: &crate::metrics::Summary,
+    arrivals: &crate::workload::Arrivals,
+    model_id: &str,
+) -> serde_json::Value {
+    use crate::workload::Arrivals;
+    use serde_json::json;
+    let (rate, burstiness, cap) = match arrivals {
+        Arrivals::ClosedLoop { clients, .. } => (json!("inf"), 1.0, json!(clients)),
+        Arrivals::OpenLoop { rate, burstiness, .. } => (json!(rate.segments.first().map_or(0.0, |x| x.1)), *burstiness, json!(null)),
+        _ => (json!("inf"), 1.0, json!(null)),
+    };
+    let n = s.requests_measured as f64;
+    let duration = if s.request_throughput_per_s > 0.0 { n / s.request_throughput_per_s } else { 0.0 };
+    let out_tokens = s.system_output_tok_s * duration;
+    let mut v = json!({
+        "date": "capsim",
+        "endpoint_type": "capsim",
+        "backend": "capsim",
+        "label": null,
+        "model_id": model_id,
+        "tokenizer_id": model_id,
+        "num_prompts": s.requests_sent,
+        "request_rate": rate,
+        "burstiness": burstiness,
+        "max_concurrency": cap,
+        "duration": duration,
+        "completed": s.requests_measured,
+        "failed": s.requests_sent - s.requests_measured.min(s.requests_sent),
+        "total_input_tokens": (s.system_total_tok_s * duration - out_tokens).round(),
+        "total_output_tokens": out_tokens.round(),
+        "request_throughput": s.request_throughput_per_s,
+        "request_goodput": null,
+        "output_throughput": s.system_output_tok_s,
+        "total_token_throughput": s.system_total_tok_s,
+    });
+    let obj = v.as_object_mut().expect("object");
+    for (name, st, factor) in
+        [("ttft", &s.ttft_s, 1e3), ("tpot", &s.tpot_ms, 1.0), ("itl", &s.itl_ms, 1.0), ("e2el", &s.e2e_s, 1e3)]
+    {
+        obj.insert(format!("mean_{name}_ms"), json!(st.mean * factor));
+        obj.insert(format!("median_{name}_ms"), json!(st.p50 * factor));
+        obj.insert(format!("p90_{name}_ms"), json!(st.p90 * factor));
+        obj.insert(format!("p95_{name}_ms"), json!(st.p95 * factor));
+        obj.insert(format!("p99_{name}_ms"), json!(st.p99 * factor));
+    }
+    v
+}

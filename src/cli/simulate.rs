@@ -52,6 +52,10 @@ pub struct SimulateArgs {
     /// Write every request's record (CSV) to this file.
     #[arg(long)]
     pub per_request: Option<PathBuf>,
+    /// Write the summary as a `vllm bench serve --save-result` JSON file (readable by calibrate --runs
+    /// and validate --runs).
+    #[arg(long)]
+    pub save_vllm_result: Option<PathBuf>,
 }
 
 pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
@@ -196,6 +200,11 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             &rows,
         );
         std::fs::write(path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
+    }
+    if let Some(path) = &a.save_vllm_result {
+        let v = capsim::report::vllm_bench_result(&s, &w.spec.arrivals, &p.arch.name);
+        std::fs::write(path, serde_json::to_string(&v).expect("json"))
+            .map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if a.json {
         let mut v = serde_json::to_value(&s).expect("summary serializes");

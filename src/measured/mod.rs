@@ -237,18 +237,41 @@ fn read_dir(dir: &Path, runs: &mut Vec<Run>, skipped: &mut Vec<String>) -> Resul
             continue;
         }
         let name = e.file_name().to_string_lossy().to_string();
-        let is_json = name.ends_with(".json") || name.ends_with(".jsonl");
-        if !is_json || aiperf::is_merged_sibling(&p) {
-            skipped.push(format!(
-                "{}: {}",
-                p.display(),
-                if is_json { "AIPerf per-request export, read with profile_export_aiperf.json beside it" } else { "not a JSON file" }
-            ));
-            continue;
+        let why = if !(name.ends_with(".json") || name.ends_with(".jsonl")) {
+            Some("not a JSON file".to_string())
+        } else if aiperf::is_merged_sibling(&p) {
+            Some("AIPerf per-request export, read with the profile_export_aiperf.json beside it".to_string())
+        } else {
+            sweep_bookkeeping(&p)?
+        };
+        match why {
+            Some(why) => skipped.push(format!("{}: {why}", p.display())),
+            None => runs.extend(read_file(&p)?),
         }
-        runs.extend(read_file(&p)?);
     }
     Ok(())
+}
+
+/// Files `vllm bench sweep` writes beside its runs (vllm/benchmarks/sweep/serve.py): `summary.json`, a
+/// JSON array repeating the `run=N.json` files of its folder; `warmup.json`, a run with run_number -1;
+/// `*.failure.json`, the error of a run that failed. In a directory they are listed as skipped, not
+/// read (the summary would count every run twice, the warm-up is not a measurement).
+fn sweep_bookkeeping(p: &Path) -> Result<Option<String>> {
+    let text = crate::error::read_file(p)?;
+    let Ok(v) = json::parse_json_lenient(&text) else { return Ok(None) };
+    if v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(|x| bench_serving::recognizes(x).is_some())) {
+        return Ok(Some("vllm bench sweep summary (repeats the run=N.json files beside it)".into()));
+    }
+    if v.get("error_type").is_some() && v.get("bench_overrides").is_some() {
+        return Ok(Some(format!(
+            "vllm bench sweep failure record: {}",
+            v.get("error").and_then(|e| e.as_str()).unwrap_or("no message")
+        )));
+    }
+    if bench_serving::recognizes(&v).is_some() && v.get("run_number").and_then(|n| n.as_i64()).is_some_and(|n| n < 0) {
+        return Ok(Some("vllm bench sweep warm-up run (run_number -1)".into()));
+    }
+    Ok(None)
 }
 
 /// Read one file, recognizing its format from its content.
@@ -272,6 +295,10 @@ pub fn read_file(path: &Path) -> Result<Vec<Run>> {
             "an AIPerf per-request export (profile_export.jsonl) holds no load settings; read the \
              profile_export_aiperf.json beside it (it is merged automatically)",
         ));
+    }
+    if let Some(items) = v.as_array().filter(|a| docs.len() == 1 && a.iter().any(|x| bench_serving::recognizes(x).is_some())) {
+        // A `vllm bench sweep` summary.json given on its own: the runs it lists.
+        return items.iter().enumerate().map(|(i, x)| bench_serving::read(&src, i, 1, x, true)).collect();
     }
     if bench_serving::recognizes(v).is_some() {
         return docs
