@@ -6,11 +6,11 @@
 //! burst; more rounds = a closed loop that drifts apart).
 
 use crate::data::{Aggregation, LoadKind, Point, ReportMeta};
+use crate::measured::{RateProcess, Run, RunLoad, RUN_METRICS};
+use crate::metrics::StatKind;
 use crate::metrics::{summarize, RequestSlo, Summary};
 use crate::profile::Profile;
 use crate::sim::{simulate, SimOptions};
-use crate::measured::{RateProcess, Run, RunLoad, RUN_METRICS};
-use crate::metrics::StatKind;
 use crate::workload::{Arrivals, LengthDist, Process, RateSchedule, RequestClass, TraceRecord, Workload, WorkloadSpec};
 use serde::{Deserialize, Serialize};
 
@@ -128,11 +128,17 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
         .per_request
         .iter()
         .map(|r| {
-            r.start_s.map(|t| TraceRecord { arrival_s: t.max(0.0), input_tokens: r.input_tokens, output_tokens: r.output_tokens.max(1) })
+            r.start_s.map(|t| TraceRecord {
+                arrival_s: t.max(0.0),
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens.max(1),
+            })
         })
         .collect();
     let arrivals = match run.load {
-        RunLoad::Concurrency { clients } => Arrivals::ClosedLoop { clients, think_time_s: 0.0, think_exponential: false },
+        RunLoad::Concurrency { clients } => {
+            Arrivals::ClosedLoop { clients, think_time_s: 0.0, think_exponential: false }
+        }
         RunLoad::Burst => Arrivals::Burst { n: n.min(u32::MAX as u64) as u32 },
         RunLoad::Rate { .. } if recorded.as_ref().is_some_and(|r| !r.is_empty()) => {
             let mut records = recorded.expect("checked");
@@ -145,9 +151,11 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
                 rate: RateSchedule::constant(rate_per_s),
                 burstiness,
             },
-            RateProcess::Constant => {
-                Arrivals::OpenLoop { process: Process::Constant, rate: RateSchedule::constant(rate_per_s), burstiness: 1.0 }
-            }
+            RateProcess::Constant => Arrivals::OpenLoop {
+                process: Process::Constant,
+                rate: RateSchedule::constant(rate_per_s),
+                burstiness: 1.0,
+            },
         },
     };
     WorkloadSpec {
@@ -199,13 +207,7 @@ fn system_def(p: &Point, metas: &[ReportMeta]) -> SystemThroughput {
 /// The value of `metric`'s statistic `stat` in a summary, in the metric's unit, as the report or the
 /// tool defines it (`itl_ms`: pooled gaps; `tpot_ms`: per-request mean gaps; `output_tok_s`: all
 /// output tokens over the run's wall time).
-pub fn metric_of(
-    s: &Summary,
-    metric: &str,
-    stat: StatKind,
-    concurrency: u32,
-    system: SystemThroughput,
-) -> Option<f64> {
+pub fn metric_of(s: &Summary, metric: &str, stat: StatKind, concurrency: u32, system: SystemThroughput) -> Option<f64> {
     let v = match metric {
         "system_tok_s" => match system {
             SystemThroughput::SumOfStreams => s.per_user_tok_s.mean * concurrency as f64,

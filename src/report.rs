@@ -223,7 +223,9 @@ pub fn vllm_bench_result(
     use serde_json::json;
     let (rate, burstiness, cap) = match arrivals {
         Arrivals::ClosedLoop { clients, .. } => (json!("inf"), 1.0, json!(clients)),
-        Arrivals::OpenLoop { rate, burstiness, .. } => (json!(rate.segments.first().map_or(0.0, |x| x.1)), *burstiness, json!(null)),
+        Arrivals::OpenLoop { rate, burstiness, .. } => {
+            (json!(rate.segments.first().map_or(0.0, |x| x.1)), *burstiness, json!(null))
+        }
         _ => (json!("inf"), 1.0, json!(null)),
     };
     let n = s.requests_measured as f64;

@@ -342,7 +342,10 @@ pub fn run(
                 let Some((_, own)) = profiles.iter().find(|(r, _)| *r == source) else {
                     continue;
                 };
-                let moved = from.retarget(catalog, &crate::profile::Retarget { gpu: Some(own.gpu.name.clone()), ..Default::default() })?;
+                let moved = from.retarget(
+                    catalog,
+                    &crate::profile::Retarget { gpu: Some(own.gpu.name.clone()), ..Default::default() },
+                )?;
                 // The experiment unknowns belong to the report being predicted.
                 let mut moved = moved;
                 moved.file.experiment = own.file.experiment;

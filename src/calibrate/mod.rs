@@ -17,10 +17,10 @@ use crate::catalog::{Catalog, ModelArch};
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
+use crate::metrics::StatKind;
 use crate::profile::{
     CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef, ProfileFile, Provenance,
 };
-use crate::metrics::StatKind;
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
 use rayon::prelude::*;
@@ -604,9 +604,8 @@ fn calibrate_variant(
     let multi_closed = has(&|p: &Point| {
         p.run.is_none() && p.load == crate::data::LoadKind::ClosedLoop && p.concurrency.unwrap_or(1) > 1
     });
-    let multi_unknown = has(&|p: &Point| {
-        p.run.is_none() && p.load == crate::data::LoadKind::Unknown && p.concurrency.unwrap_or(1) > 1
-    });
+    let multi_unknown =
+        has(&|p: &Point| p.run.is_none() && p.load == crate::data::LoadKind::Unknown && p.concurrency.unwrap_or(1) > 1);
     let multi = has(&|p: &Point| p.concurrency.map_or(p.run.is_some(), |c| c > 1));
     let mut active = vec![P_OVERHEAD, P_BW, P_MATMUL, P_ATTN, P_REQ];
     if multi {

@@ -61,7 +61,11 @@ pub fn read_runs(paths: &[PathBuf]) -> Result<(Vec<Run>, Vec<FileProvenance>, Ve
         files.push(FileProvenance {
             path: r.source.file.clone(),
             sha256: calibrate::sha256_hex(&bytes),
-            tool: format!("{}{}", r.source.tool.as_str(), r.source.tool_version.as_ref().map_or(String::new(), |v| format!(" {v}"))),
+            tool: format!(
+                "{}{}",
+                r.source.tool.as_str(),
+                r.source.tool_version.as_ref().map_or(String::new(), |v| format!(" {v}"))
+            ),
             runs: 1,
         });
     }
@@ -72,7 +76,10 @@ pub fn read_runs(paths: &[PathBuf]) -> Result<(Vec<Run>, Vec<FileProvenance>, Ve
 pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(Deployment, Vec<String>)> {
     let mut notes = Vec::new();
     if a.profile.is_some() {
-        return Err(Error::flag("--profile", "calibrating from --runs fits a new profile; name the deployment with --model and --gpu"));
+        return Err(Error::flag(
+            "--profile",
+            "calibrating from --runs fits a new profile; name the deployment with --model and --gpu",
+        ));
     }
     let model = match &a.model {
         Some(m) => m.clone(),
@@ -81,7 +88,10 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
                 Error::flag("--model", "required: the files name no model (give a catalog name or a config.json)")
             })?;
             let arch = catalog.model(&id).map_err(|_| {
-                Error::flag("--model", format!("required: the files name `{id}`, which the model catalog does not know"))
+                Error::flag(
+                    "--model",
+                    format!("required: the files name `{id}`, which the model catalog does not know"),
+                )
             })?;
             notes.push(format!("model from the files' model id `{id}`: {}", arch.name));
             id
@@ -143,48 +153,56 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         return Err(Error::flag("--max-evals", "must be at least 10"));
     }
     let catalog = a.deployment.catalog()?;
-    let (points, metas, targets, sha, command): (Vec<Point>, Vec<ReportMeta>, Vec<Target>, String, String) =
-        if a.runs.is_empty() {
-            if a.name.is_some() {
-                return Err(Error::flag("--name", "names the profile of --runs; the reports' profiles are named after their deployment"));
+    let (points, metas, targets, sha, command): (Vec<Point>, Vec<ReportMeta>, Vec<Target>, String, String) = if a
+        .runs
+        .is_empty()
+    {
+        if a.name.is_some() {
+            return Err(Error::flag(
+                "--name",
+                "names the profile of --runs; the reports' profiles are named after their deployment",
+            ));
+        }
+        let text = match &a.data {
+            None => data::POINTS_CSV.to_string(),
+            Some(p) => capsim::error::read_file(p)?,
+        };
+        let src = a.data.as_ref().map_or(data::POINTS_PATH.to_string(), |p| p.display().to_string());
+        let points = data::parse_points(&src, &text)?;
+        let metas = data::report_metas()?;
+        let mut targets = calibrate::targets(&metas, &catalog)?;
+        if let Some(r) = &a.report {
+            targets.retain(|t| t.report.starts_with(r.as_str()));
+            if targets.is_empty() {
+                return Err(Error::flag("--report", format!("no independent report starts with `{r}`")));
             }
-            let text = match &a.data {
-                None => data::POINTS_CSV.to_string(),
-                Some(p) => capsim::error::read_file(p)?,
-            };
-            let src = a.data.as_ref().map_or(data::POINTS_PATH.to_string(), |p| p.display().to_string());
-            let points = data::parse_points(&src, &text)?;
-            let metas = data::report_metas()?;
-            let mut targets = calibrate::targets(&metas, &catalog)?;
-            if let Some(r) = &a.report {
-                targets.retain(|t| t.report.starts_with(r.as_str()));
-                if targets.is_empty() {
-                    return Err(Error::flag("--report", format!("no independent report starts with `{r}`")));
-                }
-            }
-            let command = format!(
-                "capsim calibrate --data {} --out {}{} --max-evals {}",
-                src,
-                a.out.display(),
-                a.report.as_ref().map(|r| format!(" --report {r}")).unwrap_or_default(),
-                a.max_evals
-            );
-            (points, metas, targets, calibrate::sha256_hex(text.as_bytes()), command)
-        } else {
-            if a.data.is_some() || a.report.is_some() {
-                return Err(Error::flag("--runs", "calibrates from result files; --data and --report select the reports' points"));
-            }
-            let name = a.name.clone().ok_or_else(|| Error::flag("--name", "required with --runs: the profile's name"))?;
-            let (runs, files, skipped) = read_runs(&a.runs)?;
-            for s in &skipped {
-                eprintln!("skipped {s}");
-            }
-            let (dep, notes) = deployment_of(&a.deployment, &runs, &catalog)?;
-            let mut t = target_for_runs(&name, &dep, &runs, &files, &catalog)?;
-            t.assumptions.extend(notes);
-            let points: Vec<Point> = runs.iter().flat_map(|r| r.points(&name)).collect();
-            let all_sha: String = files.iter().map(|f| f.sha256.as_str()).collect::<Vec<_>>().join("");
-            let command = format!(
+        }
+        let command = format!(
+            "capsim calibrate --data {} --out {}{} --max-evals {}",
+            src,
+            a.out.display(),
+            a.report.as_ref().map(|r| format!(" --report {r}")).unwrap_or_default(),
+            a.max_evals
+        );
+        (points, metas, targets, calibrate::sha256_hex(text.as_bytes()), command)
+    } else {
+        if a.data.is_some() || a.report.is_some() {
+            return Err(Error::flag(
+                "--runs",
+                "calibrates from result files; --data and --report select the reports' points",
+            ));
+        }
+        let name = a.name.clone().ok_or_else(|| Error::flag("--name", "required with --runs: the profile's name"))?;
+        let (runs, files, skipped) = read_runs(&a.runs)?;
+        for s in &skipped {
+            eprintln!("skipped {s}");
+        }
+        let (dep, notes) = deployment_of(&a.deployment, &runs, &catalog)?;
+        let mut t = target_for_runs(&name, &dep, &runs, &files, &catalog)?;
+        t.assumptions.extend(notes);
+        let points: Vec<Point> = runs.iter().flat_map(|r| r.points(&name)).collect();
+        let all_sha: String = files.iter().map(|f| f.sha256.as_str()).collect::<Vec<_>>().join("");
+        let command = format!(
                 "capsim calibrate --runs {} --model {} --gpu {} --tp {} --engine {} --precision {} --kv-dtype {} --name {} --out {} --max-evals {}",
                 a.runs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "),
                 dep.model,
@@ -197,8 +215,8 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
                 a.out.display(),
                 a.max_evals
             );
-            (points, vec![], vec![t], calibrate::sha256_hex(all_sha.as_bytes()), command)
-        };
+        (points, vec![], vec![t], calibrate::sha256_hex(all_sha.as_bytes()), command)
+    };
     std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let opts = FitOptions { use_point: &|_| true, max_evaluations: a.max_evals, command, data_sha256: sha };
     let mut reports = Vec::new();

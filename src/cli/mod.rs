@@ -150,7 +150,11 @@ impl ProfileArgs {
             gpu: self.gpu.clone(),
             model: self.model.clone(),
             tensor_parallel: self.tp,
-            weight_dtype: self.precision.as_deref().map(|p| parse_dtype("--precision", p, WEIGHT_DTYPES)).transpose()?,
+            weight_dtype: self
+                .precision
+                .as_deref()
+                .map(|p| parse_dtype("--precision", p, WEIGHT_DTYPES))
+                .transpose()?,
             kv_dtype: self.kv_dtype.as_deref().map(|p| parse_dtype("--kv-dtype", p, KV_DTYPES)).transpose()?,
         })
     }

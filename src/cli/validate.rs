@@ -112,7 +112,8 @@ pub fn target_lines(protocol: Protocol, rows: &[Row]) -> Vec<(String, bool)> {
 /// `validate --runs`: every statistic of every run, predicted against measured, and a summary per
 /// metric class.
 fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
-    let name = a.profile.clone().ok_or_else(|| Error::flag("--profile", "required with --runs: the profile to validate"))?;
+    let name =
+        a.profile.clone().ok_or_else(|| Error::flag("--profile", "required with --runs: the profile to validate"))?;
     let profile = ProfileArgs { profile: Some(name), ..Default::default() }.resolve(catalog)?;
     let (runs, _files, skipped) = super::calibrate::read_runs(&a.runs)?;
     let rows = validate::validate_runs(&profile, &runs);

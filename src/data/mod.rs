@@ -11,9 +11,9 @@ use crate::error::{read_file, toml_error, Error, Result};
 use crate::measured::Run;
 use crate::metrics::StatKind;
 use crate::units::Dtype;
-use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+use std::sync::Arc;
 
 pub const POINTS_CSV: &str = include_str!("../../calibration/points.csv");
 pub const POINTS_PATH: &str = "calibration/points.csv";

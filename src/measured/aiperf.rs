@@ -64,7 +64,10 @@ fn ms_factor(unit: &str) -> Option<f64> {
 
 pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
     let d = Doc { src, line: 1, v };
-    let tool = if v.get("aiperf_version").is_some() || d.get("input_config.phases").is_some() || d.get("input_config.loadgen").is_some() {
+    let tool = if v.get("aiperf_version").is_some()
+        || d.get("input_config.phases").is_some()
+        || d.get("input_config.loadgen").is_some()
+    {
         Tool::Aiperf
     } else {
         Tool::GenaiPerf
@@ -73,13 +76,20 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
     let cfg = d.get("input_config").expect("recognized");
     let c = Doc { src, line: 1, v: cfg };
     // The profiling phase (AIPerf 0.13), else the older layouts.
-    let phase = cfg.get("phases").and_then(Value::as_array).and_then(|ps| {
-        ps.iter().find(|p| p.get("kind").and_then(Value::as_str).is_none_or(|k| k == "profiling"))
-    });
+    let phase = cfg
+        .get("phases")
+        .and_then(Value::as_array)
+        .and_then(|ps| ps.iter().find(|p| p.get("kind").and_then(Value::as_str).is_none_or(|k| k == "profiling")));
     let (conc, rate, kind, planned, prefix) = match phase {
         Some(p) => {
             let pd = Doc { src, line: 1, v: p };
-            (pd.count("concurrency")?, pd.opt_num("rate")?, pd.opt_str("type"), pd.count("requests")?, "input_config.phases[]")
+            (
+                pd.count("concurrency")?,
+                pd.opt_num("rate")?,
+                pd.opt_str("type"),
+                pd.count("requests")?,
+                "input_config.phases[]",
+            )
         }
         None => {
             let lg = if cfg.get("loadgen").is_some() { "loadgen." } else { "" };
@@ -96,7 +106,11 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
     let load = match (rate.filter(|r| r.is_finite()), cap) {
         (Some(r), cap) => RunLoad::Rate {
             rate_per_s: r,
-            process: if kind.as_deref() == Some("constant") { RateProcess::Constant } else { RateProcess::Gamma { burstiness: 1.0 } },
+            process: if kind.as_deref() == Some("constant") {
+                RateProcess::Constant
+            } else {
+                RateProcess::Gamma { burstiness: 1.0 }
+            },
             max_concurrency: cap,
         },
         (None, Some(n)) => RunLoad::Concurrency { clients: n },
@@ -113,9 +127,9 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
     let avg = |k: &str| d.opt_num(&format!("{k}.avg"));
     let completed = avg("request_count")?.map(|x| x as u64).or(planned).unwrap_or(0);
     let failed = avg("error_request_count")?.map(|x| x as u64).unwrap_or_else(|| {
-        v.get("error_summary").and_then(Value::as_array).map_or(0, |e| {
-            e.iter().map(|x| x.get("count").and_then(Value::as_u64).unwrap_or(1)).sum()
-        })
+        v.get("error_summary")
+            .and_then(Value::as_array)
+            .map_or(0, |e| e.iter().map(|x| x.get("count").and_then(Value::as_u64).unwrap_or(1)).sum())
     });
 
     let mut per_request = Vec::new();
@@ -135,8 +149,15 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
         let Some(m) = d.get(key) else { continue };
         let md = Doc { src, line: 1, v: m };
         let unit = md.opt_str("unit").unwrap_or_else(|| "ms".into());
-        let to_ms = ms_factor(&unit).ok_or_else(|| d.err(&format!("{key}.unit"), format!("unknown time unit `{unit}`")))?;
-        for (k, stat) in [("avg", StatKind::Mean), ("p50", StatKind::P50), ("p90", StatKind::P90), ("p95", StatKind::P95), ("p99", StatKind::P99)] {
+        let to_ms =
+            ms_factor(&unit).ok_or_else(|| d.err(&format!("{key}.unit"), format!("unknown time unit `{unit}`")))?;
+        for (k, stat) in [
+            ("avg", StatKind::Mean),
+            ("p50", StatKind::P50),
+            ("p90", StatKind::P90),
+            ("p95", StatKind::P95),
+            ("p99", StatKind::P99),
+        ] {
             if let Some(x) = md.opt_num(k)? {
                 stats.push(MeasuredStat { metric: name, stat, value: x * to_ms * factor, key: format!("{key}.{k}") });
             }
@@ -187,7 +208,9 @@ fn read_records(path: &Path) -> Result<Vec<RequestObs>> {
         }
         let start_ns = d.num("metadata.request_start_ns")?;
         let isl = d.num("metrics.input_sequence_length.value")?;
-        let osl = d.opt_num("metrics.output_sequence_length.value")?.map_or_else(|| d.num("metrics.usage_completion_tokens.value"), Ok)?;
+        let osl = d
+            .opt_num("metrics.output_sequence_length.value")?
+            .map_or_else(|| d.num("metrics.usage_completion_tokens.value"), Ok)?;
         if !(isl >= 1.0 && osl >= 0.0 && isl.is_finite() && osl.is_finite()) {
             return Err(d.err("metrics.input_sequence_length.value", format!("bad lengths {isl} / {osl}")));
         }
@@ -195,8 +218,11 @@ fn read_records(path: &Path) -> Result<Vec<RequestObs>> {
     }
     out.sort_by(|a, b| a.0.total_cmp(&b.0));
     let t0 = out.first().map_or(0.0, |x| x.0);
-    Ok(out.into_iter().map(|(t, mut r)| {
-        r.start_s = Some((t - t0) * 1e-9);
-        r
-    }).collect())
+    Ok(out
+        .into_iter()
+        .map(|(t, mut r)| {
+            r.start_s = Some((t - t0) * 1e-9);
+            r
+        })
+        .collect())
 }

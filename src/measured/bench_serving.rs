@@ -70,7 +70,9 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     let load = match (rate.is_infinite(), cap) {
         (true, None) => RunLoad::Burst,
         (true, Some(n)) => RunLoad::Concurrency { clients: n },
-        (false, cap) => RunLoad::Rate { rate_per_s: rate, process: RateProcess::Gamma { burstiness }, max_concurrency: cap },
+        (false, cap) => {
+            RunLoad::Rate { rate_per_s: rate, process: RateProcess::Gamma { burstiness }, max_concurrency: cap }
+        }
     };
     let completed = d.count("completed")?.ok_or_else(|| d.err("completed", "missing"))?;
 
@@ -79,9 +81,10 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     let outputs = d.num_array("output_lens")?;
     let starts = d.num_array("start_times")?;
     let ttfts = d.num_array("ttfts")?;
-    let errors: Option<Vec<bool>> = d.get("errors").and_then(Value::as_array).map(|es| {
-        es.iter().map(|e| e.as_str().is_some_and(|s| !s.is_empty())).collect()
-    });
+    let errors: Option<Vec<bool>> = d
+        .get("errors")
+        .and_then(Value::as_array)
+        .map(|es| es.iter().map(|e| e.as_str().is_some_and(|s| !s.is_empty())).collect());
     let mut per_request = Vec::new();
     let mut failed_listed = None;
     if let (Some(inp), Some(out)) = (&inputs, &outputs) {
@@ -94,7 +97,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
             let out_len = out[i].unwrap_or(0.0);
             let err = errors.as_ref().and_then(|e| e.get(i).copied()).unwrap_or(false);
             let no_token = ttfts.as_ref().and_then(|t| t.get(i).copied().flatten()).is_some_and(|t| t <= 0.0);
-            if err || out_len < 1.0 || (no_token && out_len < 1.0) {
+            if err || out_len < 1.0 || no_token {
                 failed += 1;
                 continue;
             }
@@ -120,10 +123,16 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
 
     let (input_mean, output_mean) = if per_request.is_empty() {
         let tin = d.opt_num("total_input_tokens")?.ok_or_else(|| {
-            d.err("total_input_tokens", "missing, and the file has no per-request input_lens: the replay needs the lengths")
+            d.err(
+                "total_input_tokens",
+                "missing, and the file has no per-request input_lens: the replay needs the lengths",
+            )
         })?;
         let tout = d.opt_num("total_output_tokens")?.ok_or_else(|| {
-            d.err("total_output_tokens", "missing, and the file has no per-request output_lens: the replay needs the lengths")
+            d.err(
+                "total_output_tokens",
+                "missing, and the file has no per-request output_lens: the replay needs the lengths",
+            )
         })?;
         let n = completed.max(1) as f64;
         (tin / n, tout / n)

@@ -43,7 +43,10 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
     let at = |field: &str| format!("benchmarks[{index}].{field}");
     let err = |field: &str, msg: String| Error::input(src, None, Some(&at(field)), msg);
     let strat = d.get("config.strategy").or_else(|| d.get("args.strategy")).ok_or_else(|| {
-        err("config.strategy", "missing: the benchmark's load (synchronous, concurrent, throughput, constant, poisson)".into())
+        err(
+            "config.strategy",
+            "missing: the benchmark's load (synchronous, concurrent, throughput, constant, poisson)".into(),
+        )
     })?;
     let s = Doc { src, line: 1, v: strat };
     let kind = s.opt_str("type_").or_else(|| s.opt_str("type")).unwrap_or_default();
@@ -66,7 +69,8 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
             ))
         }
     };
-    let ok: Vec<&Value> = d.get("requests.successful").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+    let ok: Vec<&Value> =
+        d.get("requests.successful").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
     let n_errored = d.get("requests.errored").and_then(Value::as_array).map_or(0, Vec::len) as u64;
     let n_incomplete = d.get("requests.incomplete").and_then(Value::as_array).map_or(0, Vec::len) as u64;
     let totals = |k: &str| d.count(&format!("metrics.request_totals.{k}"));
@@ -75,7 +79,10 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
     let incomplete = totals("incomplete")?.unwrap_or(n_incomplete);
 
     let mut per_request = Vec::new();
-    let t0 = ok.iter().filter_map(|r| r.get("request_start_time").or(r.get("start_time")).and_then(Value::as_f64)).reduce(f64::min);
+    let t0 = ok
+        .iter()
+        .filter_map(|r| r.get("request_start_time").or(r.get("start_time")).and_then(Value::as_f64))
+        .reduce(f64::min);
     for (j, r) in ok.iter().enumerate() {
         let rd = Doc { src, line: 1, v: r };
         let field = |k: &str| at(&format!("requests.successful[{j}].{k}"));
@@ -109,7 +116,12 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
         let dd = Doc { src, line: 1, v: dist };
         for (k, stat) in [("mean", StatKind::Mean), ("median", StatKind::P50)] {
             if let Some(x) = dd.opt_num(k)? {
-                stats.push(MeasuredStat { metric: name, stat, value: x * factor, key: format!("{key}.successful.{k}") });
+                stats.push(MeasuredStat {
+                    metric: name,
+                    stat,
+                    value: x * factor,
+                    key: format!("{key}.successful.{k}"),
+                });
             }
         }
         for (k, stat) in [("p90", StatKind::P90), ("p95", StatKind::P95), ("p99", StatKind::P99)] {
@@ -139,7 +151,8 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
             key: "requests_per_second.successful.mean".into(),
         });
     }
-    let model_id = d.opt_str("config.backend.model").or_else(|| d.opt_str("worker.backend_model")).filter(|m| !m.is_empty());
+    let model_id =
+        d.opt_str("config.backend.model").or_else(|| d.opt_str("worker.backend_model")).filter(|m| !m.is_empty());
     checked(Run {
         source: RunSource { file: src.to_string(), index, tool: Tool::GuideLlm, tool_version: version, model_id },
         load,

@@ -28,8 +28,9 @@ pub fn parse_json_lenient(text: &str) -> std::result::Result<Value, serde_json::
         }
         if c == '"' {
             in_str = true;
-        } else if let Some((word, repl)) =
-            [("-Infinity", "\"-inf\""), ("Infinity", "\"inf\""), ("NaN", "\"nan\"")].iter().find(|(w, _)| rest.starts_with(w))
+        } else if let Some((word, repl)) = [("-Infinity", "\"-inf\""), ("Infinity", "\"inf\""), ("NaN", "\"nan\"")]
+            .iter()
+            .find(|(w, _)| rest.starts_with(w))
         {
             out.push_str(repl);
             rest = &rest[word.len()..];
@@ -130,7 +131,9 @@ impl<'a> Doc<'a> {
                 .enumerate()
                 .map(|(i, x)| match x {
                     Value::Null => Ok(None),
-                    x => num(x).map(Some).ok_or_else(|| self.err(&format!("{path}[{i}]"), format!("not a number: {x}"))),
+                    x => {
+                        num(x).map(Some).ok_or_else(|| self.err(&format!("{path}[{i}]"), format!("not a number: {x}")))
+                    }
                 })
                 .collect::<Result<Vec<_>>>()
                 .map(Some),
@@ -145,8 +148,8 @@ mod tests {
 
     #[test]
     fn python_non_finite_numbers_outside_strings() {
-        let v = parse_json_lenient(r#"{"request_rate": Infinity, "x": -Infinity, "y": NaN, "s": "Infinity NaN"}"#)
-            .unwrap();
+        let v =
+            parse_json_lenient(r#"{"request_rate": Infinity, "x": -Infinity, "y": NaN, "s": "Infinity NaN"}"#).unwrap();
         assert_eq!(num(&v["request_rate"]), Some(f64::INFINITY));
         assert_eq!(num(&v["x"]), Some(f64::NEG_INFINITY));
         assert!(num(&v["y"]).unwrap().is_nan());

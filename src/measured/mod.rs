@@ -154,9 +154,9 @@ pub const RUN_METRICS: &[&str] = &["ttft_s", "tpot_ms", "itl_ms", "e2e_ms", "out
 
 impl Run {
     pub fn label(&self) -> String {
-        let file = Path::new(&self.source.file).file_name().map_or(self.source.file.clone(), |f| {
-            f.to_string_lossy().to_string()
-        });
+        let file = Path::new(&self.source.file)
+            .file_name()
+            .map_or(self.source.file.clone(), |f| f.to_string_lossy().to_string());
         format!("{file}#{}", self.source.index)
     }
 
@@ -296,7 +296,9 @@ pub fn read_file(path: &Path) -> Result<Vec<Run>> {
              profile_export_aiperf.json beside it (it is merged automatically)",
         ));
     }
-    if let Some(items) = v.as_array().filter(|a| docs.len() == 1 && a.iter().any(|x| bench_serving::recognizes(x).is_some())) {
+    if let Some(items) =
+        v.as_array().filter(|a| docs.len() == 1 && a.iter().any(|x| bench_serving::recognizes(x).is_some()))
+    {
         // A `vllm bench sweep` summary.json given on its own: the runs it lists.
         return items.iter().enumerate().map(|(i, x)| bench_serving::read(&src, i, 1, x, true)).collect();
     }
@@ -338,7 +340,12 @@ fn checked(run: Run) -> Result<Run> {
     }
     for s in &run.stats {
         if !(s.value.is_finite() && s.value >= 0.0) {
-            return Err(Error::input(src, line, Some(&s.key), format!("must be a finite non-negative number, got {}", s.value)));
+            return Err(Error::input(
+                src,
+                line,
+                Some(&s.key),
+                format!("must be a finite non-negative number, got {}", s.value),
+            ));
         }
     }
     Ok(run)

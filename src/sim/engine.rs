@@ -17,8 +17,8 @@
 //! to num_tokens - computed tokens; the step that brings computed to num_tokens samples a token (the
 //! first token ends the prefill); a request resumed after preemption re-prefills prompt + generated.
 
-use super::step::{BatchShape, StepModel};
 use super::gaps::GapHistogram;
+use super::step::{BatchShape, StepModel};
 use super::RequestRecord;
 use crate::profile::{EngineKind, Profile};
 use crate::units::SimTime;

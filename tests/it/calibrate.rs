@@ -61,6 +61,8 @@ fn synthetic(line: usize, metric: &str, input: u64, conc: u32, value: f64) -> Po
         aggregation: Aggregation::Value,
         quote: "synthetic".into(),
         flags: vec![],
+        stat: capsim::metrics::StatKind::Mean,
+        run: None,
     }
 }
 

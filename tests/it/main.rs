@@ -5,6 +5,7 @@ mod capacity;
 mod catalog;
 mod cli;
 mod data;
+mod measured;
 mod sim;
 mod validate;
 mod workload;

@@ -1,0 +1,290 @@
+//! A user's own measurements: the readers on files written by the real tools (or built from their
+//! source, tests/fixtures/README.md), bad input, the round trip through vLLM result files, and the
+//! commands that calibrate and validate from them.
+
+use capsim::calibrate::runs::{target_for_runs, Deployment};
+use capsim::calibrate::{self, FitOptions};
+use capsim::catalog::Catalog;
+use capsim::measured::{read_file, read_path, RateProcess, Run, RunLoad, Tool};
+use capsim::metrics::StatKind;
+use capsim::profile::{EngineKind, EngineSettings, Profile};
+use capsim::units::Dtype;
+use capsim::validate::{summarize_run_rows, validate_runs};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+}
+
+fn stat(run: &Run, metric: &str, s: StatKind) -> f64 {
+    run.stats.iter().find(|x| x.metric == metric && x.stat == s).unwrap_or_else(|| panic!("{metric} {s:?}")).value
+}
+
+#[test]
+fn guidellm_v2_concurrent_and_poisson() {
+    let runs = read_file(&fixture("guidellm/benchmarks.json")).unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0].source.tool, Tool::GuideLlm);
+    assert_eq!(runs[0].source.tool_version.as_deref(), Some("0.8.1"));
+    assert_eq!(runs[0].load, RunLoad::Concurrency { clients: 1 });
+    assert_eq!(runs[1].load, RunLoad::Concurrency { clients: 4 });
+    assert_eq!((runs[1].requests, runs[1].completed, runs[1].failed), (12, 12, 0));
+    assert_eq!(runs[1].per_request.len(), 12);
+    // time_to_first_token_ms.successful.mean of the second benchmark, in seconds.
+    let text = std::fs::read_to_string(fixture("guidellm/benchmarks.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ttft_ms = v["benchmarks"][1]["metrics"]["time_to_first_token_ms"]["successful"]["mean"].as_f64().unwrap();
+    assert!((stat(&runs[1], "ttft_s", StatKind::Mean) - ttft_ms / 1e3).abs() < 1e-12);
+    // GuideLLM's inter_token_latency is vLLM's TPOT; there is no pooled ITL in the file.
+    let itl =
+        v["benchmarks"][1]["metrics"]["inter_token_latency_ms"]["successful"]["percentiles"]["p99"].as_f64().unwrap();
+    assert_eq!(stat(&runs[1], "tpot_ms", StatKind::P99), itl);
+    assert!(runs[1].stats.iter().all(|s| s.metric != "itl_ms"));
+    let p = read_file(&fixture("guidellm/benchmarks_poisson.json")).unwrap();
+    match p[0].load {
+        RunLoad::Rate { rate_per_s, process: RateProcess::Gamma { burstiness }, .. } => {
+            assert_eq!((rate_per_s, burstiness), (8.0, 1.0))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn aiperf_directory_merges_the_request_export() {
+    let (runs, skipped) = read_path(&fixture("aiperf")).unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(skipped.len(), 2, "the two profile_export.jsonl are read with their aggregate: {skipped:?}");
+    assert!(runs.iter().all(|r| r.source.tool == Tool::Aiperf && r.per_request.len() == 16));
+    assert_eq!(runs[0].load, RunLoad::Concurrency { clients: 4 });
+    assert!(matches!(runs[1].load, RunLoad::Rate { rate_per_s, .. } if rate_per_s == 8.0));
+    // Send times are relative to the first and ascending.
+    let starts: Vec<f64> = runs[1].per_request.iter().map(|r| r.start_s.unwrap()).collect();
+    assert_eq!(starts[0], 0.0);
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]));
+    assert!(stat(&runs[0], "tpot_ms", StatKind::P50) > 0.0 && stat(&runs[0], "itl_ms", StatKind::Mean) > 0.0);
+    assert_eq!(runs[0].output_tokens_mean, 32.0);
+}
+
+#[test]
+fn vllm_detailed_counts_failed_requests_and_keeps_definitions_apart() {
+    let runs = read_file(&fixture("vllm/detailed_c2.json")).unwrap();
+    let r = &runs[0];
+    assert_eq!(r.source.tool, Tool::VllmBenchServe);
+    assert_eq!(r.load, RunLoad::Concurrency { clients: 2 });
+    assert_eq!((r.requests, r.completed, r.failed), (4, 3, 1));
+    assert_eq!(r.per_request.len(), 3, "the failed request is counted, not replayed");
+    assert!((r.per_request[2].start_s.unwrap() - 0.26).abs() < 1e-9, "send times relative to the first");
+    assert!((stat(r, "ttft_s", StatKind::Mean) - 0.1203333).abs() < 1e-6);
+    assert!(stat(r, "itl_ms", StatKind::P99) > 0.0 && stat(r, "tpot_ms", StatKind::P99) > 0.0);
+    assert!(r.not_compared.iter().any(|k| k.starts_with("queue_times")), "{:?}", r.not_compared);
+    assert_eq!(r.source.model_id.as_deref(), Some("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"));
+}
+
+#[test]
+fn vllm_append_result_jsonl_and_sglang_infinity() {
+    let runs = read_file(&fixture("vllm/append.jsonl")).unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[1].source.index, 1);
+    assert_eq!(
+        runs[1].load,
+        RunLoad::Rate { rate_per_s: 4.0, process: RateProcess::Gamma { burstiness: 0.5 }, max_concurrency: None }
+    );
+    assert_eq!(runs[1].input_tokens_mean, 1024.0);
+    let s = read_file(&fixture("sglang/bench_serving.jsonl")).unwrap();
+    assert_eq!(s[0].source.tool, Tool::SglangBenchServing);
+    assert_eq!(s[0].load, RunLoad::Burst, "request_rate Infinity with no cap is a burst");
+    assert_eq!(s[0].requests, 8);
+    assert_eq!(stat(&s[0], "e2e_ms", StatKind::P90), 3100.0);
+    assert!(matches!(s[1].load, RunLoad::Rate { max_concurrency: Some(4), .. }));
+    assert_eq!(s[1].per_request.len(), 8);
+}
+
+#[test]
+fn vllm_sweep_directory_skips_its_bookkeeping() {
+    let (runs, skipped) = read_path(&fixture("vllm/bench_sweep")).unwrap();
+    assert_eq!(runs.len(), 2);
+    assert!(skipped.iter().any(|s| s.contains("summary.json")) && skipped.iter().any(|s| s.contains("warmup.json")));
+}
+
+fn tmp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("capsim-measured-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn bad_files_name_the_file_and_the_field() {
+    let p = tmp_file("unknown.json", r#"{"hello": 1}"#);
+    let e = read_file(&p).unwrap_err().to_string();
+    assert!(e.contains("unknown.json") && e.contains("formats tried") && e.contains("GuideLLM"), "{e}");
+    let p = tmp_file(
+        "no_totals.json",
+        r#"{"num_prompts": 4, "backend": "vllm", "request_rate": "inf", "max_concurrency": 2, "completed": 4, "mean_ttft_ms": 10.0}"#,
+    );
+    let e = read_file(&p).unwrap_err().to_string();
+    assert!(e.contains("no_totals.json") && e.contains("total_input_tokens"), "{e}");
+    let p = tmp_file("broken.jsonl", "{\"a\": 1}\n{\"a\": \n");
+    let e = read_file(&p).unwrap_err().to_string();
+    assert!(e.contains("broken.jsonl") && e.contains("line 2"), "{e}");
+    let p = tmp_file(
+        "nan.json",
+        r#"{"num_prompts": 4, "backend": "vllm", "request_rate": "inf", "max_concurrency": 2, "completed": 4, "total_input_tokens": 40, "total_output_tokens": 40, "mean_ttft_ms": NaN}"#,
+    );
+    let e = read_file(&p).unwrap_err().to_string();
+    assert!(e.contains("mean_ttft_ms"), "{e}");
+    let p = tmp_file(
+        "neg.json",
+        r#"{"num_prompts": 4, "backend": "vllm", "request_rate": -2, "completed": 4, "total_input_tokens": 40, "total_output_tokens": 40}"#,
+    );
+    let e = read_file(&p).unwrap_err().to_string();
+    assert!(e.contains("request_rate") && e.contains("positive"), "{e}");
+}
+
+/// The known profile's runs, written as vLLM result files (tests/fixtures/vllm/sweep, made by
+/// `capsim simulate --save-vllm-result`), calibrated back from concurrency 1-16 and validated on
+/// 32-128: the means are predicted within 5% (median), none off by more than 10%.
+#[test]
+fn round_trip_through_vllm_result_files() {
+    let catalog = Catalog::builtin();
+    let (low, _) = read_path(&fixture("vllm/sweep/low")).unwrap();
+    let (high, _) = read_path(&fixture("vllm/sweep/high")).unwrap();
+    let dep = Deployment {
+        model: "Qwen3-Coder-30B-A3B-Instruct".into(),
+        gpu: "H200 SXM".into(),
+        tensor_parallel: 1,
+        engine: EngineKind::Vllm,
+        weight_dtype: Dtype::Fp8,
+        kv_dtype: Dtype::Bf16,
+        settings: EngineSettings { kind: Some(EngineKind::Vllm), ..Default::default() },
+    };
+    let t = target_for_runs("roundtrip", &dep, &low, &[], &catalog).unwrap();
+    let points: Vec<_> = low.iter().flat_map(|r| r.points("roundtrip")).collect();
+    let opts =
+        FitOptions { use_point: &|_| true, max_evaluations: 400, command: "test".into(), data_sha256: String::new() };
+    let (pf, rep) = calibrate::calibrate(&points, &[], &t, &catalog, &opts).unwrap();
+    assert!(rep.median_abs_error_pct < 2.0, "in-sample {}", rep.median_abs_error_pct);
+    let profile: Profile = pf.resolve("roundtrip", &catalog).unwrap();
+    let rows = validate_runs(&profile, &high);
+    let means: Vec<f64> = rows.iter().filter(|r| r.stat == "mean").map(|r| r.error.expect("predicted").abs()).collect();
+    let mut sorted = means.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    assert!(median <= 0.05, "median |error| of held-out means {median}");
+    assert!(sorted.last().unwrap() <= &0.10, "worst held-out mean {:?}", sorted.last());
+    let classes = summarize_run_rows(&rows);
+    assert_eq!(
+        classes.iter().map(|c| c.class.as_str()).collect::<Vec<_>>(),
+        ["ttft", "tpot", "itl", "e2e", "throughput"]
+    );
+}
+
+#[test]
+fn pooled_itl_and_tpot_agree_in_the_mean_for_fixed_lengths() {
+    use capsim::sim::{simulate, SimOptions};
+    use capsim::workload::{Arrivals, Workload};
+    let p = Profile::load(Some("qwen3-coder-next-fp8_h200-sxm_sglang"), &Catalog::builtin()).unwrap();
+    let w = Workload::fixed(
+        Arrivals::ClosedLoop { clients: 6, think_time_s: 0.0, think_exponential: false },
+        4096,
+        64,
+        Some(30),
+    )
+    .unwrap();
+    let out = simulate(&p, &w, 3, SimOptions::default());
+    let s = capsim::metrics::summarize(&out, 0, 0, 0.0, &Default::default());
+    assert_eq!(out.itl_gaps.count(), 30 * 63);
+    assert!((s.itl_ms.mean - s.tpot_ms.mean).abs() < 1e-9 * s.tpot_ms.mean);
+    // SGLang stalls decodes during prefill batches: single long gaps show in the pooled p99, which
+    // the per-request TPOT averages away.
+    assert!(s.itl_ms.p99 > s.tpot_ms.p99, "itl p99 {} tpot p99 {}", s.itl_ms.p99, s.tpot_ms.p99);
+}
+
+fn capsim(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
+}
+
+#[test]
+fn calibrate_and_validate_from_runs_on_the_command_line() {
+    let out = std::env::temp_dir().join(format!("capsim-runs-cli-{}", std::process::id()));
+    let low = fixture("vllm/sweep/low");
+    let o = capsim(&[
+        "calibrate",
+        "--runs",
+        low.to_str().unwrap(),
+        "--gpu",
+        "H200 SXM",
+        "--engine",
+        "vllm",
+        "--name",
+        "mine",
+        "--out",
+        out.to_str().unwrap(),
+        "--max-evals",
+        "60",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fit = std::fs::read_to_string(out.join("mine.fit.txt")).unwrap();
+    assert!(fit.contains("sha256") && fit.contains("model from the files' model id"), "{fit}");
+    let toml = std::fs::read_to_string(out.join("mine.toml")).unwrap();
+    assert!(toml.contains("weight_dtype = \"bf16\""), "no FP8 in the model id: bf16 assumed, and said");
+    let high = fixture("vllm/sweep/high");
+    let profile = out.join("mine.toml");
+    let o = capsim(&["validate", "--runs", high.to_str().unwrap(), "--profile", profile.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &v["rows"][0];
+    for k in ["file", "metric", "stat", "measured", "predicted", "error"] {
+        assert!(row.get(k).is_some(), "row lacks {k}: {row}");
+    }
+    assert_eq!(v["runs"].as_array().unwrap().len(), 6);
+    assert!(v["summary"].as_array().unwrap().iter().any(|c| c["class"] == "ttft"));
+    // A file nobody reads: the error names it and the formats.
+    let bad = tmp_file("notes.json", "[1, 2, 3]");
+    let o = capsim(&["validate", "--runs", bad.to_str().unwrap(), "--profile", profile.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("notes.json") && e.contains("formats tried"), "{e}");
+    // Deployment flags are checked.
+    let o = capsim(&[
+        "calibrate",
+        "--runs",
+        low.to_str().unwrap(),
+        "--gpu",
+        "H200 SXM",
+        "--name",
+        "x",
+        "--precision",
+        "fp3",
+    ]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--precision"));
+}
+
+#[test]
+fn three_runs_are_enough_and_the_fit_says_what_they_cannot_identify() {
+    let catalog = Catalog::builtin();
+    let runs: Vec<Run> = ["c1_in1024.json", "c4_in1024.json", "c16_in1024.json"]
+        .iter()
+        .flat_map(|f| read_file(&fixture(&format!("vllm/sweep/low/{f}"))).unwrap())
+        .collect();
+    let dep = Deployment {
+        model: "Qwen3-Coder-30B-A3B-Instruct".into(),
+        gpu: "H200 SXM".into(),
+        tensor_parallel: 1,
+        engine: EngineKind::Vllm,
+        weight_dtype: Dtype::Fp8,
+        kv_dtype: Dtype::Bf16,
+        settings: EngineSettings::default(),
+    };
+    let t = target_for_runs("three", &dep, &runs, &[], &catalog).unwrap();
+    let points: Vec<_> = runs.iter().flat_map(|r| r.points("three")).collect();
+    let opts =
+        FitOptions { use_point: &|_| true, max_evaluations: 150, command: "test".into(), data_sha256: String::new() };
+    let (_, rep) = calibrate::calibrate(&points, &[], &t, &catalog, &opts).unwrap();
+    let u = rep.unidentifiable.join("\n");
+    assert!(u.contains("bandwidth_eff_bytes_s") && u.contains("prior"), "{u}");
+    assert!(u.contains("matmul_flops_eff_s") && u.contains("attention_flops_eff_s"), "{u}");
+    assert!(rep.median_abs_error_pct < 10.0, "{}", rep.median_abs_error_pct);
+}
