@@ -143,6 +143,19 @@ fn bad_files_name_the_file_and_the_field() {
     assert!(e.contains("request_rate") && e.contains("positive"), "{e}");
 }
 
+/// The deployment of the synthetic sweep: the default profile's.
+fn h200_deployment() -> Deployment {
+    Deployment {
+        model: "Qwen3-Coder-30B-A3B-Instruct".into(),
+        gpu: "H200 SXM".into(),
+        tensor_parallel: 1,
+        engine: EngineKind::Vllm,
+        weight_dtype: Dtype::Fp8,
+        kv_dtype: Dtype::Bf16,
+        settings: EngineSettings { kind: Some(EngineKind::Vllm), ..Default::default() },
+    }
+}
+
 /// The known profile's runs, written as vLLM result files (tests/fixtures/vllm/sweep, made by
 /// `capsim simulate --save-vllm-result`), calibrated back from concurrency 1-16 and validated on
 /// 32-128: the means are predicted within 5% (median), none off by more than 10%.
@@ -151,15 +164,7 @@ fn round_trip_through_vllm_result_files() {
     let catalog = Catalog::builtin();
     let (low, _) = read_path(&fixture("vllm/sweep/low")).unwrap();
     let (high, _) = read_path(&fixture("vllm/sweep/high")).unwrap();
-    let dep = Deployment {
-        model: "Qwen3-Coder-30B-A3B-Instruct".into(),
-        gpu: "H200 SXM".into(),
-        tensor_parallel: 1,
-        engine: EngineKind::Vllm,
-        weight_dtype: Dtype::Fp8,
-        kv_dtype: Dtype::Bf16,
-        settings: EngineSettings { kind: Some(EngineKind::Vllm), ..Default::default() },
-    };
+    let dep = h200_deployment();
     let t = target_for_runs("roundtrip", &dep, &low, &[], &catalog).unwrap();
     let points: Vec<_> = low.iter().flat_map(|r| r.points("roundtrip")).collect();
     let opts =
@@ -269,15 +274,7 @@ fn three_runs_are_enough_and_the_fit_says_what_they_cannot_identify() {
         .iter()
         .flat_map(|f| read_file(&fixture(&format!("vllm/sweep/low/{f}"))).unwrap())
         .collect();
-    let dep = Deployment {
-        model: "Qwen3-Coder-30B-A3B-Instruct".into(),
-        gpu: "H200 SXM".into(),
-        tensor_parallel: 1,
-        engine: EngineKind::Vllm,
-        weight_dtype: Dtype::Fp8,
-        kv_dtype: Dtype::Bf16,
-        settings: EngineSettings::default(),
-    };
+    let dep = h200_deployment();
     let t = target_for_runs("three", &dep, &runs, &[], &catalog).unwrap();
     let points: Vec<_> = runs.iter().flat_map(|r| r.points("three")).collect();
     let opts =
