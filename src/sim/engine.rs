@@ -780,8 +780,12 @@ impl<'a> Replica<'a> {
             });
             self.next_sample_ns = now + self.series_interval_ns;
         }
+        let step_start = now;
         let now = now + dt;
         self.now = now;
+        // Gaps of requests that also got a token from the previous step are this step's duration:
+        // counted once per step, not per token.
+        let mut gaps_of_one_step = 0u64;
         out.busy_ns += dt;
         out.steps += 1;
         let mut finished_any = false;
@@ -805,7 +809,11 @@ impl<'a> Replica<'a> {
                 if r.generated == 1 {
                     r.first_token_ns = now;
                 } else if r.measured {
-                    out.itl_gaps.add(now - r.last_token_ns);
+                    if r.last_token_ns == step_start {
+                        gaps_of_one_step += 1;
+                    } else {
+                        out.itl_gaps.add(now - r.last_token_ns);
+                    }
                 }
                 r.last_token_ns = now;
                 if r.generated == r.output {
@@ -815,6 +823,7 @@ impl<'a> Replica<'a> {
                 }
             }
         }
+        out.itl_gaps.add_n(dt, gaps_of_one_step);
         if chunk_done {
             let c = eng.chunked.take().expect("chunk_done implies a chunked request");
             eng.running.push(c);
