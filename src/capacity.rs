@@ -72,7 +72,7 @@ impl Slo {
         Ok(Slo { metric, stat, limit })
     }
     pub fn name(&self) -> String {
-        let stat = serde_json::to_value(self.stat).expect("stat").as_str().unwrap_or("").to_string();
+        let stat = crate::metrics::stat_name(self.stat);
         match self.metric {
             SloMetric::TtftS => format!("ttft_{stat}_s"),
             SloMetric::ItlMs => format!("itl_{stat}_ms"),

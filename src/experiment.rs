@@ -123,28 +123,29 @@ fn run_lengths(run: &Run) -> (LengthDist, LengthDist) {
 /// them. Failed requests are not replayed (the run reports how many there were).
 pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
     let n = run.completed;
-    let (input, output) = run_lengths(run);
-    let recorded: Option<Vec<TraceRecord>> = run
-        .per_request
-        .iter()
-        .map(|r| {
-            r.start_s.map(|t| TraceRecord {
-                arrival_s: t.max(0.0),
-                input_tokens: r.input_tokens,
-                output_tokens: r.output_tokens.max(1),
+    if let RunLoad::Rate { .. } = run.load {
+        let recorded: Option<Vec<TraceRecord>> = run
+            .per_request
+            .iter()
+            .map(|r| {
+                r.start_s.map(|t| TraceRecord {
+                    arrival_s: t.max(0.0),
+                    input_tokens: r.input_tokens,
+                    output_tokens: r.output_tokens.max(1),
+                })
             })
-        })
-        .collect();
+            .collect();
+        if let Some(mut records) = recorded.filter(|r| !r.is_empty()) {
+            records.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+            return Workload::trace(records, 0, 0);
+        }
+    }
+    let (input, output) = run_lengths(run);
     let arrivals = match run.load {
         RunLoad::Concurrency { clients } => {
             Arrivals::ClosedLoop { clients, think_time_s: 0.0, think_exponential: false }
         }
         RunLoad::Burst => Arrivals::Burst { n: n.min(u32::MAX as u64) as u32 },
-        RunLoad::Rate { .. } if recorded.as_ref().is_some_and(|r| !r.is_empty()) => {
-            let mut records = recorded.expect("checked");
-            records.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
-            return Workload::trace(records, 0, 0);
-        }
         RunLoad::Rate { rate_per_s, process, .. } => match process {
             RateProcess::Gamma { burstiness } => Arrivals::OpenLoop {
                 process: if burstiness == 1.0 { Process::Poisson } else { Process::Gamma },

@@ -237,16 +237,25 @@ fn read_dir(dir: &Path, runs: &mut Vec<Run>, skipped: &mut Vec<String>) -> Resul
             continue;
         }
         let name = e.file_name().to_string_lossy().to_string();
-        let why = if !(name.ends_with(".json") || name.ends_with(".jsonl")) {
-            Some("not a JSON file".to_string())
-        } else if aiperf::is_merged_sibling(&p) {
-            Some("AIPerf per-request export, read with the profile_export_aiperf.json beside it".to_string())
-        } else {
-            sweep_bookkeeping(&p)?
+        if !(name.ends_with(".json") || name.ends_with(".jsonl")) {
+            skipped.push(format!("{}: not a JSON file", p.display()));
+            continue;
+        }
+        if aiperf::is_merged_sibling(&p) {
+            skipped.push(format!(
+                "{}: AIPerf per-request export, read with the profile_export_aiperf.json beside it",
+                p.display()
+            ));
+            continue;
+        }
+        let (src, docs) = documents(&p)?;
+        let bookkeeping = match docs.as_slice() {
+            [(_, v)] => sweep_bookkeeping(v),
+            _ => None,
         };
-        match why {
+        match bookkeeping {
             Some(why) => skipped.push(format!("{}: {why}", p.display())),
-            None => runs.extend(read_file(&p)?),
+            None => runs.extend(runs_of(&p, &src, &docs)?),
         }
     }
     Ok(())
@@ -256,40 +265,48 @@ fn read_dir(dir: &Path, runs: &mut Vec<Run>, skipped: &mut Vec<String>) -> Resul
 /// JSON array repeating the `run=N.json` files of its folder; `warmup.json`, a run with run_number -1;
 /// `*.failure.json`, the error of a run that failed. In a directory they are listed as skipped, not
 /// read (the summary would count every run twice, the warm-up is not a measurement).
-fn sweep_bookkeeping(p: &Path) -> Result<Option<String>> {
-    let text = crate::error::read_file(p)?;
-    let Ok(v) = json::parse_json_lenient(&text) else { return Ok(None) };
+fn sweep_bookkeeping(v: &serde_json::Value) -> Option<String> {
     if v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(|x| bench_serving::recognizes(x).is_some())) {
-        return Ok(Some("vllm bench sweep summary (repeats the run=N.json files beside it)".into()));
+        return Some("vllm bench sweep summary (repeats the run=N.json files beside it)".into());
     }
     if v.get("error_type").is_some() && v.get("bench_overrides").is_some() {
-        return Ok(Some(format!(
+        return Some(format!(
             "vllm bench sweep failure record: {}",
             v.get("error").and_then(|e| e.as_str()).unwrap_or("no message")
-        )));
+        ));
     }
-    if bench_serving::recognizes(&v).is_some() && v.get("run_number").and_then(|n| n.as_i64()).is_some_and(|n| n < 0) {
-        return Ok(Some("vllm bench sweep warm-up run (run_number -1)".into()));
+    if bench_serving::recognizes(v).is_some() && v.get("run_number").and_then(|n| n.as_i64()).is_some_and(|n| n < 0) {
+        return Some("vllm bench sweep warm-up run (run_number -1)".into());
     }
-    Ok(None)
+    None
+}
+
+/// A file's JSON documents, with the file's name for errors.
+fn documents(path: &Path) -> Result<(String, Vec<(usize, serde_json::Value)>)> {
+    let src = path.display().to_string();
+    let text = crate::error::read_file(path)?;
+    let docs = json::parse_documents(&src, &text)?;
+    Ok((src, docs))
 }
 
 /// Read one file, recognizing its format from its content.
 pub fn read_file(path: &Path) -> Result<Vec<Run>> {
-    let src = path.display().to_string();
-    let text = crate::error::read_file(path)?;
-    let docs = json::parse_documents(&src, &text)?;
-    let first = docs.first().ok_or_else(|| Error::input(&src, None, None, "the file is empty"))?;
+    let (src, docs) = documents(path)?;
+    runs_of(path, &src, &docs)
+}
+
+fn runs_of(path: &Path, src: &str, docs: &[(usize, serde_json::Value)]) -> Result<Vec<Run>> {
+    let first = docs.first().ok_or_else(|| Error::input(src, None, None, "the file is empty"))?;
     let (_, v) = first;
     if guidellm::recognizes(v) {
-        return guidellm::read(&src, v);
+        return guidellm::read(src, v);
     }
     if aiperf::recognizes_aggregate(v) {
-        return aiperf::read(path, &src, v);
+        return aiperf::read(path, src, v);
     }
     if aiperf::recognizes_records(v) {
         return Err(Error::input(
-            &src,
+            src,
             Some(1),
             None,
             "an AIPerf per-request export (profile_export.jsonl) holds no load settings; read the \
@@ -300,16 +317,16 @@ pub fn read_file(path: &Path) -> Result<Vec<Run>> {
         v.as_array().filter(|a| docs.len() == 1 && a.iter().any(|x| bench_serving::recognizes(x).is_some()))
     {
         // A `vllm bench sweep` summary.json given on its own: the runs it lists.
-        return items.iter().enumerate().map(|(i, x)| bench_serving::read(&src, i, 1, x, true)).collect();
+        return items.iter().enumerate().map(|(i, x)| bench_serving::read(src, i, 1, x, true)).collect();
     }
     if bench_serving::recognizes(v).is_some() {
         return docs
             .iter()
             .enumerate()
-            .map(|(i, (line, v))| bench_serving::read(&src, i, *line, v, docs.len() > 1))
+            .map(|(i, (line, v))| bench_serving::read(src, i, *line, v, docs.len() > 1))
             .collect();
     }
-    Err(Error::input(&src, None, None, format!("no reader recognizes this file; formats tried: {FORMATS}")))
+    Err(Error::input(src, None, None, format!("no reader recognizes this file; formats tried: {FORMATS}")))
 }
 
 /// The mean of positive values (None when there are none).

@@ -156,6 +156,15 @@ fn h200_deployment() -> Deployment {
     }
 }
 
+/// Calibrate a profile named `name` from `runs` on the sweep's deployment.
+fn fit_runs(name: &str, runs: &[Run], max_evaluations: usize) -> (capsim::profile::ProfileFile, calibrate::FitReport) {
+    let catalog = Catalog::builtin();
+    let t = target_for_runs(name, &h200_deployment(), runs, &[], &catalog).unwrap();
+    let points: Vec<_> = runs.iter().flat_map(|r| r.points(name)).collect();
+    let opts = FitOptions { use_point: &|_| true, max_evaluations, command: "test".into(), data_sha256: String::new() };
+    calibrate::calibrate(&points, &[], &t, &catalog, &opts).unwrap()
+}
+
 /// The known profile's runs, written as vLLM result files (tests/fixtures/vllm/sweep, made by
 /// `capsim simulate --save-vllm-result`), calibrated back from concurrency 1-16 and validated on
 /// 32-128: the means are predicted within 5% (median), none off by more than 10%.
@@ -164,12 +173,7 @@ fn round_trip_through_vllm_result_files() {
     let catalog = Catalog::builtin();
     let (low, _) = read_path(&fixture("vllm/sweep/low")).unwrap();
     let (high, _) = read_path(&fixture("vllm/sweep/high")).unwrap();
-    let dep = h200_deployment();
-    let t = target_for_runs("roundtrip", &dep, &low, &[], &catalog).unwrap();
-    let points: Vec<_> = low.iter().flat_map(|r| r.points("roundtrip")).collect();
-    let opts =
-        FitOptions { use_point: &|_| true, max_evaluations: 400, command: "test".into(), data_sha256: String::new() };
-    let (pf, rep) = calibrate::calibrate(&points, &[], &t, &catalog, &opts).unwrap();
+    let (pf, rep) = fit_runs("roundtrip", &low, 400);
     assert!(rep.median_abs_error_pct < 2.0, "in-sample {}", rep.median_abs_error_pct);
     let profile: Profile = pf.resolve("roundtrip", &catalog).unwrap();
     let rows = validate_runs(&profile, &high);
@@ -269,17 +273,11 @@ fn calibrate_and_validate_from_runs_on_the_command_line() {
 
 #[test]
 fn three_runs_are_enough_and_the_fit_says_what_they_cannot_identify() {
-    let catalog = Catalog::builtin();
     let runs: Vec<Run> = ["c1_in1024.json", "c4_in1024.json", "c16_in1024.json"]
         .iter()
         .flat_map(|f| read_file(&fixture(&format!("vllm/sweep/low/{f}"))).unwrap())
         .collect();
-    let dep = h200_deployment();
-    let t = target_for_runs("three", &dep, &runs, &[], &catalog).unwrap();
-    let points: Vec<_> = runs.iter().flat_map(|r| r.points("three")).collect();
-    let opts =
-        FitOptions { use_point: &|_| true, max_evaluations: 150, command: "test".into(), data_sha256: String::new() };
-    let (_, rep) = calibrate::calibrate(&points, &[], &t, &catalog, &opts).unwrap();
+    let (_, rep) = fit_runs("three", &runs, 150);
     let u = rep.unidentifiable.join("\n");
     assert!(u.contains("bandwidth_eff_bytes_s") && u.contains("prior"), "{u}");
     assert!(u.contains("matmul_flops_eff_s") && u.contains("attention_flops_eff_s"), "{u}");
