@@ -18,6 +18,9 @@ pub enum Dtype {
     /// W4A16): 4 + 16/128 = 4.125 bits (FACTS-hardware-engines.md section 6). Matmuls run at the
     /// activations' BF16 rate.
     Int4,
+    /// NVIDIA NVFP4: 4-bit E2M1 elements plus one FP8 scale per 16 = 4.5 bits (FACTS-hardware-engines.md
+    /// section 6). Matmuls run at the FP4 rate on GPUs that have one, else weight-only at BF16.
+    Nvfp4,
 }
 
 impl Dtype {
@@ -28,6 +31,7 @@ impl Dtype {
             Dtype::Fp8 => 1.0,
             Dtype::Mxfp4 => 4.25 / 8.0,
             Dtype::Int4 => 4.125 / 8.0,
+            Dtype::Nvfp4 => 4.5 / 8.0,
         }
     }
     pub fn parse(s: &str) -> Option<Dtype> {
@@ -38,6 +42,7 @@ impl Dtype {
             "fp8" | "fp8_e4m3" | "float8" => Some(Dtype::Fp8),
             "mxfp4" | "fp4" => Some(Dtype::Mxfp4),
             "int4" | "w4a16" | "awq" | "gptq" => Some(Dtype::Int4),
+            "nvfp4" => Some(Dtype::Nvfp4),
             _ => None,
         }
     }
@@ -52,6 +57,7 @@ impl fmt::Display for Dtype {
             Dtype::Fp8 => "fp8",
             Dtype::Mxfp4 => "mxfp4",
             Dtype::Int4 => "int4",
+            Dtype::Nvfp4 => "nvfp4",
         };
         f.write_str(s)
     }

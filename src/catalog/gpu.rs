@@ -17,8 +17,76 @@ pub struct GpuSpec {
     pub hbm_bandwidth_tb_s: f64,
     pub bf16_tflops: f64,
     pub fp8_tflops: Option<f64>,
+    /// Dense FP4 tensor throughput (Blackwell), if the GPU has FP4 tensor cores.
+    #[serde(default)]
+    pub fp4_tflops: Option<f64>,
     pub tdp_w: f64,
     pub source: String,
+    /// GPU-to-GPU link: "nvlink", "xgmi" or "pcie".
+    pub link: LinkKind,
+    /// Link bandwidth per GPU, one direction (GB/s), within the link domain.
+    pub link_bw_gb_s: f64,
+    /// GPUs reachable over that link (8 behind an NVSwitch, 2 or 4 on NVLink bridges, 1 for PCIe
+    /// cards); larger tensor-parallel groups go over PCIe.
+    pub link_domain_gpus: u32,
+    /// PCIe bandwidth per GPU, one direction (GB/s).
+    pub pcie_bw_gb_s: f64,
+    pub link_source: String,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    Nvlink,
+    Xgmi,
+    Pcie,
+}
+
+/// Cost of the collectives of an n-GPU group (FACTS-hardware-engines.md section 1):
+/// t = latency + factor x bytes / bandwidth, with the nccl-tests bus factors (all-reduce 2(n-1)/n,
+/// all-gather and all-to-all (n-1)/n) and NCCL's own ring latency model (src/graph/tuning.cc: base
+/// 6.6 us for the LL protocol plus 0.6 us per step on NVLink, 1.0 us on PCIe, 2(n-1) steps for an
+/// all-reduce). Bandwidth is the link's one-direction figure times 0.8, the share p2p tests reach
+/// (NVIDIA/nccl issue #1264: 380 of 450 GB/s on H100).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Collectives {
+    pub gpus: u32,
+    /// Bytes per second each GPU moves in one direction.
+    pub bw_bytes_s: f64,
+    /// Per-step latency of the ring (s).
+    pub hop_s: f64,
+}
+
+/// NCCL ring LL base latency (tuning.cc baseLatencies Ring LL).
+const NCCL_BASE_LATENCY_S: f64 = 6.6e-6;
+/// Share of the link bandwidth collectives reach.
+pub const LINK_EFFICIENCY: f64 = 0.8;
+
+impl Collectives {
+    /// All-reduce of `bytes` (the full tensor each GPU holds) over the group.
+    pub fn all_reduce_s(&self, bytes: f64) -> f64 {
+        if self.gpus <= 1 {
+            return 0.0;
+        }
+        let n = self.gpus as f64;
+        NCCL_BASE_LATENCY_S + 2.0 * (n - 1.0) * self.hop_s + 2.0 * (n - 1.0) / n * bytes / self.bw_bytes_s
+    }
+    /// All-gather into a tensor of `bytes` in total.
+    pub fn all_gather_s(&self, bytes: f64) -> f64 {
+        if self.gpus <= 1 {
+            return 0.0;
+        }
+        let n = self.gpus as f64;
+        NCCL_BASE_LATENCY_S + (n - 1.0) * self.hop_s + (n - 1.0) / n * bytes / self.bw_bytes_s
+    }
+    /// All-to-all where each GPU holds `bytes_per_gpu` to spread over the group.
+    pub fn all_to_all_s(&self, bytes_per_gpu: f64) -> f64 {
+        if self.gpus <= 1 {
+            return 0.0;
+        }
+        let n = self.gpus as f64;
+        NCCL_BASE_LATENCY_S + (n - 1.0) * self.hop_s + (n - 1.0) / n * bytes_per_gpu / self.bw_bytes_s
+    }
 }
 
 impl GpuSpec {
@@ -33,9 +101,33 @@ impl GpuSpec {
     pub fn dense_flops_s(&self, dtype: Dtype) -> f64 {
         let tflops = match dtype {
             Dtype::Fp8 => self.fp8_tflops.unwrap_or(self.bf16_tflops),
+            Dtype::Nvfp4 | Dtype::Mxfp4 => self.fp4_tflops.unwrap_or(self.bf16_tflops),
             _ => self.bf16_tflops,
         };
         tflops * 1e12
+    }
+    /// The collectives of a group of `gpus` GPUs of this kind in one server: over the GPU link within
+    /// its domain, over PCIe beyond it.
+    pub fn collectives(&self, gpus: u32) -> Collectives {
+        let (bw_gb_s, kind) = if gpus <= self.link_domain_gpus {
+            (self.link_bw_gb_s, self.link)
+        } else {
+            (self.pcie_bw_gb_s, LinkKind::Pcie)
+        };
+        let hop_s = match kind {
+            LinkKind::Nvlink | LinkKind::Xgmi => 0.6e-6,
+            LinkKind::Pcie => 1.0e-6,
+        };
+        Collectives { gpus, bw_bytes_s: bw_gb_s * 1e9 * LINK_EFFICIENCY, hop_s }
+    }
+    /// Whether matmuls in `dtype` run on tensor cores of that width here, or fall back to BF16
+    /// (weight-only quantization: A100 has no FP8, Hopper no FP4).
+    pub fn runs_natively(&self, dtype: Dtype) -> bool {
+        match dtype {
+            Dtype::Fp8 => self.fp8_tflops.is_some(),
+            Dtype::Nvfp4 | Dtype::Mxfp4 => self.fp4_tflops.is_some(),
+            _ => true,
+        }
     }
     /// The highest dense peak of this GPU, used as the upper bound of physics checks.
     pub fn max_dense_flops_s(&self) -> f64 {
@@ -92,15 +184,22 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
             ("hbm_bandwidth_tb_s", g.hbm_bandwidth_tb_s),
             ("bf16_tflops", g.bf16_tflops),
             ("tdp_w", g.tdp_w),
+            ("link_bw_gb_s", g.link_bw_gb_s),
+            ("pcie_bw_gb_s", g.pcie_bw_gb_s),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return Err(Error::input(&ctx, None, Some(field), format!("must be a positive number, got {v}")));
             }
         }
-        if let Some(v) = g.fp8_tflops {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(Error::input(&ctx, None, Some("fp8_tflops"), format!("must be positive, got {v}")));
+        for (field, v) in [("fp8_tflops", g.fp8_tflops), ("fp4_tflops", g.fp4_tflops)] {
+            if let Some(v) = v {
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(Error::input(&ctx, None, Some(field), format!("must be positive, got {v}")));
+                }
             }
+        }
+        if g.link_domain_gpus == 0 {
+            return Err(Error::input(&ctx, None, Some("link_domain_gpus"), "must be at least 1"));
         }
     }
     Ok(file.gpu)

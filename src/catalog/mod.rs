@@ -2,10 +2,11 @@
 //! installed binary works from any directory; files named on the command line add to or override them.
 
 pub mod gpu;
+pub mod config_json;
 pub mod model;
 
 pub use gpu::GpuSpec;
-pub use model::{LinearAttnSpec, ModelArch, MoeSpec};
+pub use model::{LinearAttnSpec, MlaSpec, ModelArch, MoeSpec};
 
 use crate::error::{read_file, toml_error, Error, Result};
 use serde::Deserialize;

@@ -7,17 +7,34 @@
 //! `mixtral`, `gpt_oss`) and hybrid linear attention (`qwen3_next`, `qwen3_5_moe`). Norms, biases and
 //! rotary tables are left out of parameter counts: they are well under 0.1% of any of these models.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::units::Dtype;
-use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct MoeSpec {
     pub n_experts: u32,
     pub n_experts_per_token: u32,
     pub expert_intermediate: u64,
-    /// Intermediate size of the always-on shared expert (0 when there is none).
+    /// Intermediate size of the always-on shared expert(s) together (0 when there is none).
     pub shared_intermediate: u64,
+    /// Qwen-style sigmoid gate on the shared expert (hidden x 1 per layer).
+    pub shared_gate: bool,
+    /// Layers with an MoE MLP; the others (DeepSeek's and GLM's first layers, Llama 4 Maverick's
+    /// interleaved ones) have a dense MLP of `ModelArch::intermediate`.
+    pub n_moe_layers: u32,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; FACTS-hardware-engines.md section 5b): the
+/// cache holds one compressed latent of kv_lora_rank plus the decoupled RoPE key per token and layer,
+/// shared by every head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MlaSpec {
+    /// 0 when queries are not low-rank compressed.
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
 }
 
 /// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a fixed-size recurrent state per sequence.
@@ -65,212 +82,28 @@ pub struct ModelArch {
     pub head_dim: u64,
     pub vocab: u64,
     pub tie_embeddings: bool,
-    /// Dense MLP intermediate size (dense models only).
+    /// Intermediate size of the dense MLP layers (every layer of a dense model; the non-MoE layers of
+    /// an MoE model; 0 when there are none).
     pub intermediate: u64,
     pub moe: Option<MoeSpec>,
     pub linear: Option<LinearAttnSpec>,
+    pub mla: Option<MlaSpec>,
     /// Qwen3-Next style attention whose q_proj also emits an output gate (q_proj twice as wide).
     pub attn_output_gate: bool,
-    /// The checkpoint's own storage of expert weights when it is quantized in config.json (gpt-oss MXFP4).
+    /// The checkpoint's own weight format from `quantization_config` (FP8, INT4 AWQ/GPTQ, NVFP4), used
+    /// when the deployment names no precision.
+    pub weight_dtype_native: Option<Dtype>,
+    /// The checkpoint's own storage of expert weights when only they are quantized (gpt-oss MXFP4).
     pub expert_dtype_native: Option<Dtype>,
+    /// The KV-cache format the checkpoint's quantization config asks for (FP8), if any.
+    pub kv_dtype_native: Option<Dtype>,
     pub max_context: u64,
 }
 
-fn get<'a>(v: &'a Value, text_cfg: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    text_cfg.and_then(|t| t.get(key)).or_else(|| v.get(key)).filter(|x| !x.is_null())
-}
-
-struct Cfg<'a> {
-    source: &'a str,
-    root: &'a Value,
-    text: Option<&'a Value>,
-}
-
-impl<'a> Cfg<'a> {
-    fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
-        match get(self.root, self.text, key) {
-            None => Ok(None),
-            Some(v) => match v.as_u64() {
-                Some(n) => Ok(Some(n)),
-                None => {
-                    Err(Error::input(self.source, None, Some(key), format!("must be a non-negative integer, got {v}")))
-                }
-            },
-        }
-    }
-    fn u64(&self, key: &str) -> Result<u64> {
-        let v = self
-            .opt_u64(key)?
-            .ok_or_else(|| Error::input(self.source, None, Some(key), "required field is missing"))?;
-        if v == 0 {
-            return Err(Error::input(self.source, None, Some(key), "must be positive, got 0"));
-        }
-        Ok(v)
-    }
-    fn str(&self, key: &str) -> Option<&'a str> {
-        get(self.root, self.text, key).and_then(Value::as_str)
-    }
-    fn bool(&self, key: &str) -> Option<bool> {
-        get(self.root, self.text, key).and_then(Value::as_bool)
-    }
-}
-
 impl ModelArch {
-    /// Parse a Hugging Face config.json. `source` names the file in errors.
+    /// Parse a Hugging Face config.json (see [`super::config_json`]). `source` names the file in errors.
     pub fn from_config_json(name: &str, source: &str, text: &str) -> Result<ModelArch> {
-        let root: Value = serde_json::from_str(text)
-            .map_err(|e| Error::input(source, Some(e.line()), None, format!("invalid JSON: {e}")))?;
-        if !root.is_object() {
-            return Err(Error::input(source, None, None, "config.json must be a JSON object"));
-        }
-        let text_cfg = root.get("text_config").filter(|t| t.is_object());
-        let c = Cfg { source, root: &root, text: text_cfg };
-        let model_type = c
-            .str("model_type")
-            .ok_or_else(|| Error::input(source, None, Some("model_type"), "required field is missing"))?
-            .to_string();
-        let top_type = root.get("model_type").and_then(Value::as_str).unwrap_or(&model_type).to_string();
-        let family = top_type.trim_end_matches("_text").to_string();
-        let known = [
-            "llama",
-            "mistral",
-            "qwen2",
-            "qwen3",
-            "qwen3_moe",
-            "mixtral",
-            "gpt_oss",
-            "qwen3_next",
-            "qwen3_5_moe",
-            "qwen2_moe",
-        ];
-        if !known.contains(&family.as_str()) {
-            return Err(Error::input(
-                source,
-                None,
-                Some("model_type"),
-                format!("unsupported model_type `{family}`; supported: {}", known.join(", ")),
-            ));
-        }
-        let hidden = c.u64("hidden_size")?;
-        let n_layers = c.u64("num_hidden_layers")? as u32;
-        let n_heads = c.u64("num_attention_heads")?;
-        let n_kv_heads = c.opt_u64("num_key_value_heads")?.unwrap_or(n_heads);
-        if n_kv_heads == 0 {
-            return Err(Error::input(source, None, Some("num_key_value_heads"), "must be positive, got 0"));
-        }
-        let head_dim = c.opt_u64("head_dim")?.unwrap_or(hidden / n_heads);
-        let vocab = c.u64("vocab_size")?;
-        let max_context = c.u64("max_position_embeddings")?;
-        let tie_embeddings = root
-            .get("tie_word_embeddings")
-            .and_then(Value::as_bool)
-            .or_else(|| c.bool("tie_word_embeddings"))
-            .unwrap_or(false);
-
-        // Layer kinds: explicit layer_types, else full_attention_interval for hybrids, else all full.
-        let layer_types: Option<Vec<String>> = get(c.root, c.text, "layer_types").map(|v| {
-            v.as_array().map(|a| a.iter().map(|x| x.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default()
-        });
-        let is_hybrid = family == "qwen3_next" || family == "qwen3_5_moe";
-        let (mut n_full, mut n_sliding, mut n_linear) = (0u32, 0u32, 0u32);
-        if let Some(types) = &layer_types {
-            if types.len() != n_layers as usize {
-                return Err(Error::input(
-                    source,
-                    None,
-                    Some("layer_types"),
-                    format!("has {} entries but num_hidden_layers is {n_layers}", types.len()),
-                ));
-            }
-            for t in types {
-                match t.as_str() {
-                    "full_attention" | "attention" => n_full += 1,
-                    "sliding_attention" => n_sliding += 1,
-                    "linear_attention" => n_linear += 1,
-                    other => {
-                        return Err(Error::input(
-                            source,
-                            None,
-                            Some("layer_types"),
-                            format!("unknown layer type `{other}`"),
-                        ))
-                    }
-                }
-            }
-        } else if is_hybrid {
-            let interval = c.u64("full_attention_interval")? as u32;
-            n_full = (1..=n_layers).filter(|i| i % interval == 0).count() as u32;
-            n_linear = n_layers - n_full;
-        } else {
-            n_full = n_layers;
-        }
-        let sliding_window = if n_sliding > 0 { c.u64("sliding_window")? } else { 0 };
-
-        let n_experts = c.opt_u64("num_experts")?.or(c.opt_u64("num_local_experts")?);
-        let moe = match n_experts {
-            Some(e) if e > 1 => {
-                let k = c.opt_u64("num_experts_per_tok")?.or(c.opt_u64("experts_per_token")?).ok_or_else(|| {
-                    Error::input(source, None, Some("num_experts_per_tok"), "required for MoE models")
-                })?;
-                if k == 0 || k > e {
-                    return Err(Error::input(
-                        source,
-                        None,
-                        Some("num_experts_per_tok"),
-                        format!("must be in 1..={e}, got {k}"),
-                    ));
-                }
-                let expert_intermediate = match c.opt_u64("moe_intermediate_size")? {
-                    Some(v) if v > 0 => v,
-                    _ => c.u64("intermediate_size")?,
-                };
-                Some(MoeSpec {
-                    n_experts: e as u32,
-                    n_experts_per_token: k as u32,
-                    expert_intermediate,
-                    shared_intermediate: c.opt_u64("shared_expert_intermediate_size")?.unwrap_or(0),
-                })
-            }
-            _ => None,
-        };
-        let intermediate = if moe.is_none() { c.u64("intermediate_size")? } else { 0 };
-        let linear = if n_linear > 0 {
-            Some(LinearAttnSpec {
-                n_key_heads: c.u64("linear_num_key_heads")?,
-                n_value_heads: c.u64("linear_num_value_heads")?,
-                key_head_dim: c.u64("linear_key_head_dim")?,
-                value_head_dim: c.u64("linear_value_head_dim")?,
-                conv_kernel: c.u64("linear_conv_kernel_dim")?,
-            })
-        } else {
-            None
-        };
-        let expert_dtype_native = root
-            .get("quantization_config")
-            .and_then(|q| q.get("quant_method"))
-            .and_then(Value::as_str)
-            .and_then(Dtype::parse);
-        Ok(ModelArch {
-            name: name.to_string(),
-            model_type: family.clone(),
-            hidden,
-            n_layers,
-            n_full_attn_layers: n_full,
-            n_sliding_layers: n_sliding,
-            sliding_window,
-            n_linear_layers: n_linear,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            vocab,
-            tie_embeddings,
-            intermediate,
-            moe,
-            linear,
-            attn_output_gate: is_hybrid,
-            expert_dtype_native,
-            max_context,
-        })
+        super::config_json::parse(name, source, text)
     }
 
     pub fn kind(&self) -> &'static str {
@@ -282,6 +115,19 @@ impl ModelArch {
     }
 
     fn softmax_attn_params_per_layer(&self) -> u64 {
+        if let Some(m) = &self.mla {
+            let h = self.hidden;
+            let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+            let q = if m.q_lora_rank > 0 {
+                h * m.q_lora_rank + m.q_lora_rank * self.n_heads * qk
+            } else {
+                h * self.n_heads * qk
+            };
+            let kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim);
+            let kv_b = m.kv_lora_rank * self.n_heads * (m.qk_nope_head_dim + m.v_head_dim);
+            let o = self.n_heads * m.v_head_dim * h;
+            return q + kv_a + kv_b + o;
+        }
         let q = self.hidden * self.n_heads * self.head_dim * if self.attn_output_gate { 2 } else { 1 };
         let kv = 2 * self.hidden * self.n_kv_heads * self.head_dim;
         let o = self.n_heads * self.head_dim * self.hidden;
@@ -311,15 +157,45 @@ impl ModelArch {
     /// Parameters read by every token regardless of routing, excluding the input embedding table (a
     /// lookup reads one row, not the table): attention, dense MLPs, shared experts, routers, LM head.
     pub fn always_read_params(&self) -> u64 {
-        let l = self.n_layers as u64;
-        let mlp = match &self.moe {
-            None => l * 3 * self.hidden * self.intermediate,
-            Some(m) => {
-                let shared_gate = if m.shared_intermediate > 0 { self.hidden } else { 0 };
-                l * (3 * self.hidden * m.shared_intermediate + self.hidden * m.n_experts as u64 + shared_gate)
-            }
-        };
-        self.attn_params() + mlp + self.vocab * self.hidden
+        let moe_layers = self.n_moe_layers() as u64;
+        let dense_layers = self.n_layers as u64 - moe_layers;
+        let moe_always = self.moe.as_ref().map_or(0, |m| {
+            let gate = if m.shared_gate { self.hidden } else { 0 };
+            moe_layers * (3 * self.hidden * m.shared_intermediate + self.hidden * m.n_experts as u64 + gate)
+        });
+        self.attn_params() + dense_layers * 3 * self.hidden * self.intermediate + moe_always + self.lm_head_params()
+    }
+    /// Layers with an MoE MLP (0 for dense models).
+    pub fn n_moe_layers(&self) -> u32 {
+        self.moe.as_ref().map_or(0, |m| m.n_moe_layers)
+    }
+    /// Parameters of the LM head (vocab x hidden): computed once per sampled token, i.e. once per
+    /// sequence in a step, not once per prefill token.
+    pub fn lm_head_params(&self) -> u64 {
+        self.vocab * self.hidden
+    }
+    /// How many times the KV cache is stored across `tp` tensor-parallel GPUs relative to one copy:
+    /// GQA splits KV heads over the GPUs and replicates them when there are fewer heads than GPUs
+    /// (each GPU keeps at least one), total max(tp, kv_heads) / kv_heads; MLA's latent is shared by
+    /// all heads and every GPU keeps the whole of it, total tp (vLLM and SGLang MLA backends).
+    pub fn kv_replication(&self, tp: u32) -> f64 {
+        if self.mla.is_some() {
+            tp as f64
+        } else {
+            (tp as u64).max(self.n_kv_heads) as f64 / self.n_kv_heads as f64
+        }
+    }
+    /// Why `tp` cannot split this model's attention, if it cannot: vLLM asserts that the attention
+    /// heads divide evenly, and that KV heads divide by tp or tp by KV heads.
+    pub fn tensor_parallel_problem(&self, tp: u32) -> Option<String> {
+        let t = tp as u64;
+        if self.n_heads % t != 0 {
+            return Some(format!("{} attention heads do not divide over {tp} GPUs", self.n_heads));
+        }
+        if self.mla.is_none() && self.n_kv_heads % t != 0 && t % self.n_kv_heads != 0 {
+            return Some(format!("{} KV heads and tensor_parallel {tp}: neither divides the other", self.n_kv_heads));
+        }
+        None
     }
     fn embedding_params(&self) -> u64 {
         if self.tie_embeddings {
@@ -329,7 +205,8 @@ impl ModelArch {
         }
     }
     pub fn params_total(&self) -> u64 {
-        let experts = self.moe.as_ref().map_or(0, |m| self.n_layers as u64 * m.n_experts as u64 * self.expert_params());
+        let experts =
+            self.moe.as_ref().map_or(0, |m| self.n_moe_layers() as u64 * m.n_experts as u64 * self.expert_params());
         self.always_read_params() + experts + self.embedding_params()
     }
     /// Parameters used per token, the input embedding included (the convention of model cards).
@@ -339,7 +216,7 @@ impl ModelArch {
     /// Parameters that take part in matmuls per token: 2 FLOPs each.
     pub fn matmul_params_active(&self) -> u64 {
         let experts =
-            self.moe.as_ref().map_or(0, |m| self.n_layers as u64 * m.n_experts_per_token as u64 * self.expert_params());
+            self.moe.as_ref().map_or(0, |m| self.n_moe_layers() as u64 * m.n_experts_per_token as u64 * self.expert_params());
         self.always_read_params() + experts
     }
     /// Expected distinct experts per layer touched by a batch of `n_tokens` tokens under uniform
@@ -377,7 +254,7 @@ impl ModelArch {
     /// experts the batch touches.
     pub fn weight_bytes_read(&self, weight_dtype: Dtype, n_tokens: f64) -> f64 {
         let dense = self.always_read_params() as f64 * weight_dtype.bytes();
-        let experts = self.n_layers as f64
+        let experts = self.n_moe_layers() as f64
             * self.experts_touched(n_tokens)
             * self.expert_params() as f64
             * self.expert_dtype(weight_dtype).bytes();
@@ -386,10 +263,18 @@ impl ModelArch {
     /// KV bytes per token of context held by full-attention layers (2 x layers x KV heads x head dim x
     /// dtype bytes). Sliding layers add `sliding_kv_bytes_per_token` for at most the window.
     pub fn kv_bytes_per_token(&self, kv_dtype: Dtype) -> f64 {
-        2.0 * self.n_full_attn_layers as f64 * (self.n_kv_heads * self.head_dim) as f64 * kv_dtype.bytes()
+        self.n_full_attn_layers as f64 * self.kv_elems_per_token_layer() * kv_dtype.bytes()
     }
     pub fn sliding_kv_bytes_per_token(&self, kv_dtype: Dtype) -> f64 {
-        2.0 * self.n_sliding_layers as f64 * (self.n_kv_heads * self.head_dim) as f64 * kv_dtype.bytes()
+        self.n_sliding_layers as f64 * self.kv_elems_per_token_layer() * kv_dtype.bytes()
+    }
+    /// KV elements one token keeps in one attention layer: K and V of every KV head, or MLA's latent
+    /// plus its RoPE key (FACTS-hardware-engines.md section 5).
+    fn kv_elems_per_token_layer(&self) -> f64 {
+        match &self.mla {
+            Some(m) => (m.kv_lora_rank + m.qk_rope_head_dim) as f64,
+            None => 2.0 * (self.n_kv_heads * self.head_dim) as f64,
+        }
     }
     /// KV bytes held by one sequence of `context` tokens.
     pub fn kv_bytes_for_context(&self, kv_dtype: Dtype, context: f64) -> f64 {
@@ -414,13 +299,27 @@ impl ModelArch {
         });
         2.0 * self.matmul_params_active() as f64 + gdn
     }
+    /// Matmul FLOPs per token without the LM head, which runs once per sequence of a step.
+    pub fn flops_per_token_body(&self) -> f64 {
+        self.flops_per_token_linear() - 2.0 * self.lm_head_params() as f64
+    }
     /// Attention FLOPs per (query token, context token) pair over the full-attention layers: QK^T and
     /// AV, 2 FLOPs per multiply-add each.
     pub fn attn_flops_per_token_pair(&self) -> f64 {
-        4.0 * self.n_full_attn_layers as f64 * (self.n_heads * self.head_dim) as f64
+        self.n_full_attn_layers as f64 * self.attn_flops_per_pair_layer()
     }
-    fn sliding_attn_flops_per_token_pair(&self) -> f64 {
-        4.0 * self.n_sliding_layers as f64 * (self.n_heads * self.head_dim) as f64
+    pub fn sliding_attn_flops_per_token_pair(&self) -> f64 {
+        self.n_sliding_layers as f64 * self.attn_flops_per_pair_layer()
+    }
+    /// QK^T and AV FLOPs of one (query, key) pair in one layer: 2 x heads x (qk dim + v dim). MLA
+    /// counts its prefill form (queries and keys of nope + rope dims, values of v_head_dim), the form
+    /// vLLM and SGLang run for prefill, where attention FLOPs matter.
+    fn attn_flops_per_pair_layer(&self) -> f64 {
+        let (qk, v) = match &self.mla {
+            Some(m) => (m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim),
+            None => (self.head_dim, self.head_dim),
+        };
+        2.0 * self.n_heads as f64 * (qk + v) as f64
     }
     /// Attention FLOPs of a prefill chunk of `n` tokens starting at context position `start` (causal:
     /// token i attends to start+i+1 tokens): pairs = n*start + n(n+1)/2.

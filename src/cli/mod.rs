@@ -140,7 +140,7 @@ pub fn parse_dtype(flag: &str, s: &str, allowed: &[Dtype]) -> Result<Dtype> {
         .ok_or_else(|| Error::flag(flag, format!("unknown value `{s}`; one of {names}")))
 }
 
-pub const WEIGHT_DTYPES: &[Dtype] = &[Dtype::Bf16, Dtype::Fp16, Dtype::Fp8, Dtype::Mxfp4, Dtype::Int4];
+pub const WEIGHT_DTYPES: &[Dtype] = &[Dtype::Bf16, Dtype::Fp16, Dtype::Fp8, Dtype::Mxfp4, Dtype::Int4, Dtype::Nvfp4];
 pub const KV_DTYPES: &[Dtype] = &[Dtype::Bf16, Dtype::Fp16, Dtype::Fp8];
 
 impl ProfileArgs {
