@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod data;
 pub mod error;
 pub mod experiment;
+pub mod hardware;
 pub mod measured;
 pub mod metrics;
 pub mod profile;

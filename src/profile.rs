@@ -64,6 +64,10 @@ pub struct GpuRef {
     pub name: String,
     #[serde(default)]
     pub tensor_parallel: Option<u32>,
+    /// MoE experts placed whole on the tensor-parallel GPUs and reached by all-to-all dispatch and
+    /// combine (vLLM --enable-expert-parallel, SGLang --ep-size) instead of split by tensor parallelism.
+    #[serde(default)]
+    pub expert_parallel: Option<bool>,
 }
 
 /// Engine settings as written; None means "the engine's default on this GPU" (FACTS.md).
@@ -145,6 +149,11 @@ pub struct Coefficients {
     /// tokenization): a FIFO stage, so a burst queues here as well as in the engine (s).
     #[serde(default)]
     pub frontend_serial_s: f64,
+    /// Throughput of the MoE experts' grouped GEMMs relative to `matmul_flops_eff_s`, the dense GEMM
+    /// rate (1 = as fast as dense GEMMs). Profiles fitted on one MoE model leave it at 1 and fit the
+    /// blend; the shared hardware model (crate::hardware) separates the two for other models.
+    #[serde(default = "one")]
+    pub grouped_gemm_rel: f64,
 }
 
 fn one() -> f64 {
@@ -167,6 +176,8 @@ pub struct CoefficientSigmas {
     pub expert_spread: f64,
     #[serde(default)]
     pub frontend_serial_s: f64,
+    #[serde(default)]
+    pub grouped_gemm_rel: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -260,6 +271,7 @@ pub struct Retarget {
     pub gpu: Option<String>,
     pub model: Option<String>,
     pub tensor_parallel: Option<u32>,
+    pub expert_parallel: Option<bool>,
     pub weight_dtype: Option<Dtype>,
     pub kv_dtype: Option<Dtype>,
 }
@@ -271,10 +283,14 @@ pub struct Profile {
     pub arch: ModelArch,
     pub gpu: GpuSpec,
     pub tensor_parallel: u32,
+    /// Experts distributed whole over the GPUs (all-to-all), not split by tensor parallelism.
+    pub expert_parallel: bool,
     pub engine: EngineConfig,
     pub coefficients: Coefficients,
     /// Set when the profile was moved to another GPU or model than it was fitted on.
     pub retargeted_from: Option<String>,
+    /// How the coefficients were carried over (set with `retargeted_from`).
+    pub retarget_method: Option<String>,
 }
 
 /// Activation memory vLLM's profiling run reserves, per batched token: about 34 bytes per hidden unit
@@ -317,6 +333,7 @@ impl ProfileFile {
             ("coefficients.mem_compute_overlap", c.mem_compute_overlap, 0.0),
             ("coefficients.expert_spread", c.expert_spread, 0.0),
             ("coefficients.frontend_serial_s", c.frontend_serial_s, 0.0),
+            ("coefficients.grouped_gemm_rel", c.grouped_gemm_rel, 1e-3),
         ] {
             if !v.is_finite() || v < lo {
                 return Err(Error::input(
@@ -327,15 +344,32 @@ impl ProfileFile {
                 ));
             }
         }
+        if c.mem_compute_overlap > 1.0 {
+            return Err(Error::input(
+                source,
+                None,
+                Some("coefficients.mem_compute_overlap"),
+                format!("must be in [0, 1], got {}", c.mem_compute_overlap),
+            ));
+        }
+        if let Some(why) = arch.tensor_parallel_problem(tp) {
+            return Err(Error::input(source, None, Some("gpu.tensor_parallel"), format!("{} cannot run at tensor_parallel {tp}: {why}", arch.name)));
+        }
+        let expert_parallel = self.gpu.expert_parallel.unwrap_or(false);
+        if expert_parallel && arch.moe.is_none() {
+            return Err(Error::input(source, None, Some("gpu.expert_parallel"), format!("{} has no experts", arch.name)));
+        }
         let engine = resolve_engine(source, &self.engine, &self.model, &arch, &gpu, tp)?;
         Ok(Profile {
             file: self.clone(),
             arch,
             gpu,
             tensor_parallel: tp,
+            expert_parallel,
             engine,
             coefficients: *c,
             retargeted_from: None,
+            retarget_method: None,
         })
     }
 }
@@ -380,10 +414,12 @@ fn resolve_engine(
     if !(util.is_finite() && util > 0.0 && util <= 1.0) {
         return Err(err("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
     }
-    let kv_per_token = arch.kv_bytes_per_token(m.kv_dtype);
+    // Bytes of KV per token over all the GPUs: copies kept on several GPUs count once per copy.
+    let replication = arch.kv_replication(tp);
+    let kv_per_token = arch.kv_bytes_per_token(m.kv_dtype) * replication;
     let state_dtype = m.state_dtype.unwrap_or(Dtype::Fp32);
-    let reserved_bytes =
-        arch.linear_state_bytes(state_dtype) + arch.sliding_kv_bytes_per_token(m.kv_dtype) * arch.sliding_window as f64;
+    let reserved_bytes = arch.linear_state_bytes(state_dtype)
+        + arch.sliding_kv_bytes_per_token(m.kv_dtype) * replication * arch.sliding_window as f64;
     let block_bytes = kv_per_token * block as f64;
     let per_seq_reserved_blocks = if reserved_bytes > 0.0 { (reserved_bytes / block_bytes).ceil() as u32 } else { 0 };
     let kv_capacity_tokens = match s.kv_capacity_tokens {
@@ -465,64 +501,144 @@ impl Profile {
         ProfileFile::parse(&source, &text)?.resolve(&source, catalog)
     }
 
-    /// Move the profile to another GPU, model, tensor-parallel degree or precision, keeping its fitted
-    /// efficiencies (the fraction of the peak each coefficient reaches) and swapping peaks, byte and
-    /// FLOP counts (DESIGN.md section 1). Every change is applied before the one fit-in-memory check, so
-    /// a precision change that only fits the new model is accepted.
+    /// Move the profile to another GPU, model, tensor-parallel degree, expert layout or precision.
+    ///
+    /// - Another model: the profile's fitted numbers belong to its own kernel mix, so the coefficients
+    ///   come from the shared hardware model (`catalog.hardware`, crate::hardware) for the new model,
+    ///   GPU and dtype, with its uncertainties. The weights' precision is `to.weight_dtype`, else the
+    ///   checkpoint's own quantization_config, else a precision named in the model's name (`-FP8`,
+    ///   `-AWQ`), else BF16; the KV cache likewise (`to.kv_dtype`, the config's, BF16).
+    /// - Same model elsewhere: the profile keeps its fitted efficiencies (each coefficient's share of
+    ///   the peak it is bounded by) and swaps peaks, byte and FLOP counts (DESIGN.md section 1); its
+    ///   uncertainties are widened by the shared model's spread across deployments.
+    ///
+    /// Every change is applied before the one fit-in-memory check, so a precision change that only
+    /// fits the new model is accepted.
     pub fn retarget(&self, catalog: &Catalog, to: &Retarget) -> Result<Profile> {
-        let (gpu, model, tp) = (to.gpu.as_deref(), to.model.as_deref(), to.tensor_parallel);
-        let same_gpu = match gpu {
-            None => true,
-            Some(g) => catalog.gpu(g)?.name == self.gpu.name,
+        let new_gpu = match to.gpu.as_deref() {
+            Some(g) => catalog.gpu(g)?.clone(),
+            None => self.gpu.clone(),
         };
-        let same_tp = tp.is_none_or(|t| t == self.tensor_parallel);
+        let new_arch = match to.model.as_deref() {
+            Some(m) => Some(catalog.model(m)?),
+            None => None,
+        };
+        let model_changed = new_arch.as_ref().is_some_and(|a| a.name != self.arch.name || *a != self.arch);
+        let same_gpu = new_gpu.name == self.gpu.name;
+        let same_tp = to.tensor_parallel.is_none_or(|t| t == self.tensor_parallel);
+        let same_ep = to.expert_parallel.is_none_or(|e| e == self.expert_parallel);
         let same_dtypes = to.weight_dtype.is_none_or(|d| d == self.file.model.weight_dtype)
             && to.kv_dtype.is_none_or(|d| d == self.file.model.kv_dtype);
-        if same_gpu && model.is_none() && same_tp && same_dtypes {
+        if same_gpu && !model_changed && same_tp && same_ep && same_dtypes {
             return Ok(self.clone());
         }
-        let gpu = if same_gpu { None } else { gpu };
         let mut f = self.file.clone();
         let old_gpu = self.gpu.clone();
-        let new_gpu = match gpu {
-            Some(g) => catalog.gpu(g)?.clone(),
-            None => old_gpu.clone(),
-        };
         let w_old = f.model.weight_dtype;
-        let w = to.weight_dtype.unwrap_or(w_old);
-        f.model.weight_dtype = w;
-        if let Some(kv) = to.kv_dtype {
-            f.model.kv_dtype = kv;
+        let method;
+        if let (true, Some(arch)) = (model_changed, &new_arch) {
+            let named = to.model.as_deref().unwrap_or("");
+            let w = to.weight_dtype.or(arch.weight_dtype_native).or_else(|| dtype_in_name(named)).unwrap_or(Dtype::Bf16);
+            f.model.weight_dtype = w;
+            f.model.kv_dtype = to.kv_dtype.or(arch.kv_dtype_native).unwrap_or(Dtype::Bf16);
+            f.model.name = named.to_string();
+            f.model.state_dtype = None;
+            let (c, sig) = catalog.hardware.coefficients_for(arch, &new_gpu, w);
+            f.coefficients = c;
+            f.sigmas = Some(sig);
+            method = "another model: coefficients from the shared hardware model (models/hardware.toml)";
+        } else {
+            let w = to.weight_dtype.unwrap_or(w_old);
+            f.model.weight_dtype = w;
+            if let Some(kv) = to.kv_dtype {
+                f.model.kv_dtype = kv;
+            }
+            let c = &mut f.coefficients;
+            c.bandwidth_eff_bytes_s *= new_gpu.hbm_bandwidth_bytes_s() / old_gpu.hbm_bandwidth_bytes_s();
+            c.matmul_flops_eff_s *= new_gpu.dense_flops_s(w) / old_gpu.dense_flops_s(w_old);
+            c.attention_flops_eff_s *= new_gpu.dense_flops_s(Dtype::Bf16) / old_gpu.dense_flops_s(Dtype::Bf16);
+            f.sigmas = f.sigmas.map(|s| catalog.hardware.widen(&s));
+            method = "same model: fitted efficiencies kept, peaks and counts swapped";
         }
-        let c = &mut f.coefficients;
-        c.bandwidth_eff_bytes_s *= new_gpu.hbm_bandwidth_bytes_s() / old_gpu.hbm_bandwidth_bytes_s();
-        c.matmul_flops_eff_s *= new_gpu.dense_flops_s(w) / old_gpu.dense_flops_s(w_old);
-        c.attention_flops_eff_s *= new_gpu.dense_flops_s(Dtype::Bf16) / old_gpu.dense_flops_s(Dtype::Bf16);
         f.gpu.name = new_gpu.name.clone();
-        if let Some(tp) = tp {
+        if let Some(tp) = to.tensor_parallel {
             f.gpu.tensor_parallel = Some(tp);
         }
-        // Engine defaults that depend on the GPU are re-derived unless the profile pinned them; a
-        // KV capacity fitted on the old GPU no longer applies.
+        if let Some(ep) = to.expert_parallel {
+            f.gpu.expert_parallel = Some(ep);
+        }
+        // Engine defaults that depend on the GPU or the model are re-derived unless the profile pinned
+        // them; a KV capacity and memory fraction fitted on the old deployment no longer apply.
         f.engine.kv_capacity_tokens = None;
-        if gpu.is_some() {
+        if !same_gpu || model_changed {
             f.engine.max_num_batched_tokens = None;
             f.engine.max_num_seqs = None;
             f.engine.chunked_prefill_size = None;
             f.engine.gpu_memory_utilization = None;
         }
-        if let Some(m) = model {
-            f.model.name = m.to_string();
-        }
+        let tp_note = match (same_tp, to.tensor_parallel) {
+            (false, Some(t)) => format!(" x{t}"),
+            _ => String::new(),
+        };
         f.name = format!(
-            "{} -> {}{}{}",
+            "{} -> {}{}{}{}",
             self.file.name,
             new_gpu.name,
-            model.map(|m| format!(" / {m}")).unwrap_or_default(),
-            if same_dtypes { String::new() } else { format!(" / {} weights, {} KV", w, f.model.kv_dtype) }
+            tp_note,
+            if model_changed { format!(" / {}", f.model.name) } else { String::new() },
+            if same_dtypes && !model_changed {
+                String::new()
+            } else {
+                format!(" / {} weights, {} KV", f.model.weight_dtype, f.model.kv_dtype)
+            }
         );
         let mut p = f.resolve("retargeted profile", catalog)?;
         p.retargeted_from = Some(self.file.name.clone());
+        p.retarget_method = Some(method.to_string());
         Ok(p)
+    }
+
+    /// Caveats a user should read with this deployment's numbers.
+    pub fn caveats(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let w = self.file.model.weight_dtype;
+        if !self.gpu.runs_natively(w) {
+            out.push(format!(
+                "{} has no {w} tensor cores: {w} weights run weight-only at the BF16 rate ({:.0} TFLOP/s peak)",
+                self.gpu.name,
+                self.gpu.bf16_tflops
+            ));
+        }
+        let r = self.arch.kv_replication(self.tensor_parallel);
+        if r > 1.0 {
+            out.push(format!(
+                "KV cache stored {r:.0} times over the {} GPUs ({}), so capacity does not grow with tensor parallelism",
+                self.tensor_parallel,
+                if self.arch.mla.is_some() { "MLA's latent is kept whole on every GPU" } else { "fewer KV heads than GPUs" }
+            ));
+        }
+        if self.tensor_parallel > self.gpu.link_domain_gpus {
+            out.push(format!(
+                "tensor parallel {} exceeds the {}-GPU {:?} domain of {}: collectives over PCIe",
+                self.tensor_parallel, self.gpu.link_domain_gpus, self.gpu.link, self.gpu.name
+            ));
+        }
+        out
+    }
+}
+
+/// A weight precision named in a model's name (`Qwen/Qwen3-30B-A3B-FP8`, `...-AWQ`).
+pub fn dtype_in_name(name: &str) -> Option<Dtype> {
+    let n = name.to_ascii_lowercase();
+    if n.contains("nvfp4") {
+        Some(Dtype::Nvfp4)
+    } else if n.contains("mxfp4") {
+        Some(Dtype::Mxfp4)
+    } else if n.contains("fp8") {
+        Some(Dtype::Fp8)
+    } else if ["awq", "gptq", "int4", "w4a16"].iter().any(|k| n.contains(k)) {
+        Some(Dtype::Int4)
+    } else {
+        None
     }
 }

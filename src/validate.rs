@@ -5,6 +5,8 @@ use crate::calibrate::{self, FitOptions, Target};
 use crate::catalog::Catalog;
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
+use crate::hardware::{unmeasured_profile, SharedModel, UnmeasuredDeployment};
+use crate::profile::EngineSettings;
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::metrics::percentile_sorted;
 use crate::profile::{Profile, ProfileFile, BUILTIN_PROFILES};
@@ -58,6 +60,20 @@ pub const TARGETS: &[AccuracyTarget] = &[
             "points at concurrency <= 4 cannot identify how much expert-weight traffic grows with batch (expert_spread) nor the per-sequence cost; report 000 has 3 such points, and its 32-user speeds need near-identical routing across users",
         ),
     },
+    AccuracyTarget {
+        protocol: Protocol::CrossGpu,
+        group: MetricGroup::All,
+        median_abs_error_pct_max: 20.0,
+        p90_abs_error_pct_max: None,
+        resists: None,
+    },
+    AccuracyTarget {
+        protocol: Protocol::LeaveOneReportOut,
+        group: MetricGroup::All,
+        median_abs_error_pct_max: 25.0,
+        p90_abs_error_pct_max: None,
+        resists: None,
+    },
 ];
 
 impl AccuracyTarget {
@@ -80,17 +96,25 @@ pub enum Protocol {
     ExtrapolateConcurrency,
     LeaveOneContextOut,
     CrossGpu,
+    /// Each report predicted by the shared hardware model fitted on the other reports' profiles.
+    LeaveOneReportOut,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 4] =
-        [Protocol::InSample, Protocol::ExtrapolateConcurrency, Protocol::LeaveOneContextOut, Protocol::CrossGpu];
+    pub const ALL: [Protocol; 5] = [
+        Protocol::InSample,
+        Protocol::ExtrapolateConcurrency,
+        Protocol::LeaveOneContextOut,
+        Protocol::CrossGpu,
+        Protocol::LeaveOneReportOut,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::InSample => "in-sample",
             Protocol::ExtrapolateConcurrency => "extrapolate-concurrency",
             Protocol::LeaveOneContextOut => "leave-one-context-out",
             Protocol::CrossGpu => "cross-gpu",
+            Protocol::LeaveOneReportOut => "leave-one-report-out",
         }
     }
     pub fn parse(s: &str) -> Option<Protocol> {
@@ -328,6 +352,30 @@ pub fn run(
                         &format!("fitted without {l}-token contexts"),
                     ));
                 }
+            }
+            Protocol::LeaveOneReportOut => {
+                let Some(t) = target else { continue };
+                // The shared hardware model fitted on every other report's profile, the deployment
+                // built from it with nothing of this report but what it states (model, GPU,
+                // precision, engine).
+                let others: Vec<&Profile> = profiles
+                    .iter()
+                    .filter(|(r, _)| *r != source && !metas.iter().any(|m| m.report == *r && m.duplicate_of.as_deref() == Some(source.as_str())))
+                    .map(|(_, p)| p)
+                    .collect();
+                let shared = SharedModel::fit(&others, "leave-one-report-out");
+                let d = UnmeasuredDeployment {
+                    name: format!("{} (shared model without report {})", t.profile_name, &source[..3.min(source.len())]),
+                    model: t.model.clone(),
+                    gpu: t.gpu.clone(),
+                    tensor_parallel: t.tensor_parallel,
+                    weight_dtype: t.weight_dtype,
+                    kv_dtype: t.kv_dtype,
+                    engine: EngineSettings { kind: Some(t.engine), ..Default::default() },
+                };
+                let p = unmeasured_profile(catalog, &shared, &d)?;
+                let note = format!("shared model of {} other deployments", others.len());
+                rows.extend(predict_rows(&pts, &p, metas, protocol, &note));
             }
             Protocol::CrossGpu => {
                 // Qwen3-Coder-30B-A3B: report 000 (H100 PCIe) and 001 (H200 SXM) predict each other.

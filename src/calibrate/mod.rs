@@ -257,6 +257,7 @@ fn build(v: &[f64; N_PARAMS]) -> Built {
             mem_compute_overlap: v[P_OVERLAP],
             expert_spread: v[P_SPREAD].exp(),
             frontend_serial_s: v[P_FRONTEND].exp(),
+            grouped_gemm_rel: 1.0,
         },
         unknowns: ExperimentUnknowns { rounds_closed: v[P_ROUNDS_CLOSED], rounds_unknown: v[P_ROUNDS_UNKNOWN] },
         mem_fraction: v[P_MEM],
@@ -276,7 +277,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
             kv_dtype: t.kv_dtype,
             state_dtype: None,
         },
-        gpu: GpuRef { name: t.gpu.clone(), tensor_parallel: Some(t.tensor_parallel) },
+        gpu: GpuRef { name: t.gpu.clone(), tensor_parallel: Some(t.tensor_parallel), expert_parallel: None },
         engine,
         coefficients: b.coefficients,
         sigmas: None,
@@ -549,6 +550,7 @@ fn calibrate_variant(
         mem_compute_overlap: sig(P_OVERLAP),
         expert_spread: sig(P_SPREAD),
         frontend_serial_s: sig(P_FRONTEND),
+        grouped_gemm_rel: 0.0,
     };
 
     // Physics: coefficients at a physical bound mean the data pushed past it.

@@ -9,11 +9,13 @@ pub use gpu::GpuSpec;
 pub use model::{LinearAttnSpec, MlaSpec, ModelArch, MoeSpec};
 
 use crate::error::{read_file, toml_error, Error, Result};
+use crate::hardware::SharedModel;
 use serde::Deserialize;
 use std::path::Path;
 
 const GPUS_TOML: &str = include_str!("../../models/gpus.toml");
 const MODELS_TOML: &str = include_str!("../../models/models.toml");
+const HARDWARE_TOML: &str = include_str!("../../models/hardware.toml");
 
 /// The embedded config.json files, by file name.
 const CONFIGS: &[(&str, &str)] = &[
@@ -29,6 +31,19 @@ const CONFIGS: &[(&str, &str)] = &[
     ("qwen3-235b-a22b.json", include_str!("../../models/configs/qwen3-235b-a22b.json")),
     ("gpt-oss-120b.json", include_str!("../../models/configs/gpt-oss-120b.json")),
     ("gpt-oss-20b.json", include_str!("../../models/configs/gpt-oss-20b.json")),
+    ("glm-4.5.json", include_str!("../../models/configs/glm-4.5.json")),
+    ("glm-4.5-air.json", include_str!("../../models/configs/glm-4.5-air.json")),
+    ("glm-4.6.json", include_str!("../../models/configs/glm-4.6.json")),
+    ("deepseek-v3.json", include_str!("../../models/configs/deepseek-v3.json")),
+    ("kimi-k2.json", include_str!("../../models/configs/kimi-k2.json")),
+    ("gemma-2-27b-it.json", include_str!("../../models/configs/gemma-2-27b-it.json")),
+    ("gemma-2-9b-it.json", include_str!("../../models/configs/gemma-2-9b-it.json")),
+    ("gemma-3-12b-it.json", include_str!("../../models/configs/gemma-3-12b-it.json")),
+    ("gemma-3-27b-it.json", include_str!("../../models/configs/gemma-3-27b-it.json")),
+    ("llama-4-scout-17b-16e-instruct.json", include_str!("../../models/configs/llama-4-scout-17b-16e-instruct.json")),
+    ("llama-4-maverick-17b-128e-instruct.json", include_str!("../../models/configs/llama-4-maverick-17b-128e-instruct.json")),
+    ("phi-3-mini-4k-instruct.json", include_str!("../../models/configs/phi-3-mini-4k-instruct.json")),
+    ("phi-4.json", include_str!("../../models/configs/phi-4.json")),
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -58,6 +73,8 @@ pub struct CatalogModel {
 pub struct Catalog {
     pub gpus: Vec<GpuSpec>,
     pub models: Vec<CatalogModel>,
+    /// The shared hardware model deployments without measurements are built from.
+    pub hardware: SharedModel,
 }
 
 fn norm(s: &str) -> String {
@@ -85,7 +102,12 @@ impl Catalog {
             let arch = ModelArch::from_config_json(&entry.name, &src, &text)?;
             out.push(CatalogModel { entry, arch });
         }
-        Ok(Catalog { gpus, models: out })
+        let hardware = if HARDWARE_TOML.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
+            SharedModel::prior()
+        } else {
+            SharedModel::parse("models/hardware.toml", HARDWARE_TOML)?
+        };
+        Ok(Catalog { gpus, models: out, hardware })
     }
 
     /// Add or override GPUs from a TOML file in the format of models/gpus.toml.

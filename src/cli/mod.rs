@@ -76,13 +76,21 @@ pub struct ProfileArgs {
     /// Tensor-parallel degree (GPUs per replica).
     #[arg(long)]
     pub tp: Option<u32>,
+    /// MoE experts placed whole on the GPUs and reached by all-to-all (vLLM --enable-expert-parallel).
+    #[arg(long)]
+    pub expert_parallel: bool,
     /// Extra GPU catalog file (TOML, models/gpus.toml format) that adds to or overrides the built-in one.
     #[arg(long)]
     pub gpus_file: Option<PathBuf>,
+    /// Shared hardware model file (written by `capsim calibrate` as hardware.toml or NAME.hardware.toml)
+    /// that replaces the built-in one for deployments without measurements.
+    #[arg(long)]
+    pub hardware: Option<PathBuf>,
     /// Engine policy.
     #[arg(long, value_enum)]
     pub engine: Option<EngineArg>,
-    /// Weight precision: bf16, fp16, fp8, mxfp4 or int4 (AWQ/GPTQ W4A16).
+    /// Weight precision: bf16, fp16, fp8, mxfp4, nvfp4 or int4 (AWQ/GPTQ W4A16); default: the profile's,
+    /// or for another model its config.json quantization_config, else BF16.
     #[arg(long)]
     pub precision: Option<String>,
     /// KV cache dtype: bf16, fp16 or fp8.
@@ -150,6 +158,7 @@ impl ProfileArgs {
             gpu: self.gpu.clone(),
             model: self.model.clone(),
             tensor_parallel: self.tp,
+            expert_parallel: self.expert_parallel.then_some(true),
             weight_dtype: self
                 .precision
                 .as_deref()
@@ -186,6 +195,9 @@ impl ProfileArgs {
         if let Some(f) = &self.gpus_file {
             c.add_gpu_file(f)?;
         }
+        if let Some(f) = &self.hardware {
+            c.hardware = capsim::hardware::SharedModel::parse(&f.display().to_string(), &capsim::error::read_file(f)?)?;
+        }
         Ok(c)
     }
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked.
@@ -200,6 +212,7 @@ impl ProfileArgs {
         f.engine.merge(&over);
         let mut r = f.resolve("command line", catalog)?;
         r.retargeted_from = p.retargeted_from.clone();
+        r.retarget_method = p.retarget_method.clone();
         Ok(r)
     }
 }

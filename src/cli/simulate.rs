@@ -100,7 +100,10 @@ pub fn scenario_json(p: &Profile, w: &Workload, seed: u64) -> serde_json::Value 
     json!({
         "profile": p.name(),
         "retargeted_from": p.retargeted_from,
+        "retarget_method": p.retarget_method,
         "extrapolation": p.retargeted_from.is_some(),
+        "caveats": p.caveats(),
+        "expert_parallel": p.expert_parallel,
         "model": p.arch.name,
         "gpu": p.gpu.name,
         "tensor_parallel": p.tensor_parallel,
@@ -233,9 +236,12 @@ pub fn run(a: SimulateArgs) -> Result<()> {
 
 pub fn extrapolation_note(p: &Profile) -> String {
     match &p.retargeted_from {
-        Some(from) => {
-            format!("  [EXTRAPOLATION: retargeted from profile {from}; efficiencies kept, peaks and counts swapped]")
-        }
+        Some(from) => format!(
+            "  [EXTRAPOLATION: retargeted from profile {from}; {}]",
+            p.retarget_method.as_deref().unwrap_or("efficiencies kept, peaks and counts swapped")
+        ),
         None => String::new(),
     }
+    .to_string()
+        + &p.caveats().iter().map(|c| format!("\n  note: {c}")).collect::<String>()
 }

@@ -280,6 +280,7 @@ fn markdown(
             Protocol::ExtrapolateConcurrency => "Profiles fitted only on points at concurrency 4 or less, predicting every higher-concurrency point.\n\n",
             Protocol::LeaveOneContextOut => "Each input length predicted by a profile fitted without any point at that length.\n\n",
             Protocol::CrossGpu => "Qwen3-Coder-30B-A3B: report 000's profile moved to the H200 SXM predicts report 001, and 001's moved to the H100 PCIe predicts 000.\n\n",
+            Protocol::LeaveOneReportOut => "Each report predicted by the shared hardware model (src/hardware.rs) fitted on the other reports' profiles only: the deployment as the report states it (model, GPU, precision, engine), every coefficient from the shared model, the experiment's unknowns at their priors. This is what capsim answers for a deployment nobody measured.\n\n",
         };
         for (line, _) in target_lines(p, &rows) {
             let _ = writeln!(md, "- target: {line}");

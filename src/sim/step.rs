@@ -1,18 +1,29 @@
 //! The duration of one engine step from the batch's shape (DESIGN.md section 1).
 //!
-//! step = overhead + per_seq x sequences + max(memory, compute) + (1 - overlap) x min(memory, compute),
-//! where
-//! - memory time = (weights read + KV read + linear-attention state) / effective bandwidth; the weights
-//!   read grow with the tokens in the step for MoE models (experts touched, E(1-(1-k/E)^B));
-//! - compute time = matmul FLOPs / effective matmul FLOP/s + attention FLOPs / effective attention FLOP/s.
+//! step = overhead + per_seq x sequences + max(memory, compute) + (1 - overlap) x min(memory, compute)
+//!        + communication, where
+//! - memory time = (weights read + KV read + linear-attention state) / effective bandwidth, over the
+//!   tensor-parallel GPUs; the weights read grow with the tokens in the step for MoE models (experts
+//!   touched, E(1-(1-k/E)^B)); KV stored more than once under tensor parallelism (GQA with fewer KV
+//!   heads than GPUs, MLA's latent on every GPU) is read by every GPU that holds it;
+//! - compute time = dense matmul FLOPs / effective FLOP/s + MoE expert FLOPs / (effective FLOP/s x
+//!   grouped-GEMM efficiency relative to dense) + LM-head FLOPs (once per sequence, not per prefill
+//!   token) + attention FLOPs / effective attention FLOP/s;
+//! - communication = two all-reduces per layer of (tokens x hidden x 2 bytes) under tensor parallelism
+//!   (Megatron: after the attention output and the MLP down projection), the MLP one replaced by an
+//!   all-to-all dispatch and combine per MoE layer under expert parallelism, and one all-gather of the
+//!   logits; costs from the GPU catalog's link (catalog::gpu::Collectives).
 //!
 //! Every coefficient is in physical units, so a profile moves to another GPU by swapping peaks and to
 //! another model by swapping byte and FLOP counts. Constants are folded once in [`StepModel::new`]; the
-//! per-step evaluation is a handful of multiplications and one table lookup.
+//! per-step evaluation is a handful of multiplications and one table lookup. [`StepModel::parts`] is
+//! the one place the formula is written: the simulator sums it, `capsim explain` prints it.
 
+use crate::catalog::gpu::Collectives;
 use crate::catalog::ModelArch;
 use crate::profile::Profile;
 use crate::units::Dtype;
+use serde::Serialize;
 
 /// What a step contains, accumulated by the scheduler as it builds the batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -39,29 +50,114 @@ impl BatchShape {
     }
 }
 
+/// One step's duration broken into its parts (seconds). `memory_s` and `compute_s` overlap: the step
+/// pays the larger in full and `exposed` of the smaller.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct StepParts {
+    pub weights_s: f64,
+    pub kv_s: f64,
+    pub state_s: f64,
+    pub dense_matmul_s: f64,
+    pub expert_matmul_s: f64,
+    pub lm_head_s: f64,
+    pub attention_s: f64,
+    pub communication_s: f64,
+    pub overhead_s: f64,
+    pub per_seq_s: f64,
+    /// weights + KV + state.
+    pub memory_s: f64,
+    /// dense + expert + LM head + attention.
+    pub compute_s: f64,
+    /// Share of min(memory, compute) not hidden under the larger one.
+    pub exposed: f64,
+    pub total_s: f64,
+}
+
 /// Step-time model with its constants folded.
 #[derive(Debug, Clone)]
 pub struct StepModel {
     overhead_s: f64,
     per_seq_s: f64,
-    /// Seconds per byte.
+    /// Seconds per byte (over all tensor-parallel GPUs).
     inv_bw: f64,
     /// Always-read weight bytes.
     dense_weight_bytes: f64,
-    /// Bytes of one expert in every layer (n_layers x expert params x dtype).
+    /// Bytes of one expert in every MoE layer (MoE layers x expert params x dtype).
     expert_bytes_all_layers: f64,
     /// experts_touched(B) for B < table length.
     experts_touched: Vec<f64>,
     arch_for_large_b: ModelArch,
     expert_spread: f64,
+    /// KV bytes per token of context read, replication under tensor parallelism included.
     kv_bytes_per_token: f64,
     state_bytes_per_seq: f64,
-    /// Seconds per token of matmul work.
-    matmul_s_per_token: f64,
+    /// Seconds per token of dense (non-expert, non-LM-head) matmul work.
+    dense_s_per_token: f64,
+    /// Seconds per token of routed-expert matmul work.
+    expert_s_per_token: f64,
+    /// Seconds of LM head per sequence.
+    lm_head_s_per_seq: f64,
     /// Seconds per attention (query, key) pair.
     attn_s_per_pair: f64,
     /// 1 - mem_compute_overlap.
     exposed: f64,
+    comm: Comm,
+}
+
+/// Communication of one step, folded: per-step latency and per-token bytes of each collective kind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Comm {
+    coll: Option<Collectives>,
+    /// All-reduces per step and the bytes each carries per token.
+    all_reduces: f64,
+    all_reduce_bytes_per_token: f64,
+    /// All-to-alls per step (dispatch + combine per MoE layer) and bytes per GPU per token.
+    all_to_alls: f64,
+    all_to_all_bytes_per_token: f64,
+    /// Logits all-gather bytes per sequence.
+    logits_bytes_per_seq: f64,
+}
+
+impl Comm {
+    fn new(p: &Profile) -> Comm {
+        let tp = p.tensor_parallel;
+        if tp <= 1 {
+            return Comm::default();
+        }
+        let a = &p.arch;
+        let coll = p.gpu.collectives(tp);
+        let act_bytes = Dtype::Bf16.bytes();
+        let token_bytes = a.hidden as f64 * act_bytes;
+        let moe_layers = a.n_moe_layers() as f64;
+        let layers = a.n_layers as f64;
+        let (all_reduces, all_to_alls, a2a_per_token) = match (&a.moe, p.expert_parallel) {
+            (Some(m), true) => {
+                // Attention output all-reduce in every layer, dense MLP all-reduce in the dense layers,
+                // dispatch + combine in the MoE layers, each GPU sending its 1/tp share of the tokens'
+                // top-k copies (FACTS-hardware-engines.md 1d).
+                let k = m.n_experts_per_token as f64;
+                (layers + (layers - moe_layers), 2.0 * moe_layers, k * token_bytes / tp as f64)
+            }
+            _ => (2.0 * layers, 0.0, 0.0),
+        };
+        Comm {
+            coll: Some(coll),
+            all_reduces,
+            all_reduce_bytes_per_token: token_bytes,
+            all_to_alls,
+            all_to_all_bytes_per_token: a2a_per_token,
+            logits_bytes_per_seq: a.vocab as f64 * act_bytes,
+        }
+    }
+
+    #[inline]
+    fn step_s(&self, n_tokens: u32, n_seqs: u32) -> f64 {
+        let Some(c) = &self.coll else { return 0.0 };
+        let t = n_tokens as f64;
+        self.all_reduces * c.all_reduce_s(t * self.all_reduce_bytes_per_token)
+            + self.all_to_alls * c.all_to_all_s(t * self.all_to_all_bytes_per_token)
+            + c.all_gather_s(n_seqs as f64 * self.logits_bytes_per_seq)
+    }
 }
 
 impl StepModel {
@@ -74,22 +170,29 @@ impl StepModel {
         let table_len = (p.engine.max_num_batched_tokens as usize + p.engine.max_num_seqs as usize + 1).min(1 << 16);
         let experts_touched = (0..table_len).map(|b| a.experts_touched_spread(b as f64, c.expert_spread)).collect();
         let state_dtype = p.file.model.state_dtype.unwrap_or(Dtype::Fp32);
+        let replication = a.kv_replication(p.tensor_parallel);
+        let matmul_rate = c.matmul_flops_eff_s * tp;
+        let expert_flops_per_token =
+            a.moe.as_ref().map_or(0.0, |m| 2.0 * (a.n_moe_layers() as u64 * m.n_experts_per_token as u64 * a.expert_params()) as f64);
+        let body_flops = a.flops_per_token_body();
         StepModel {
             overhead_s: c.step_overhead_s,
             per_seq_s: c.per_seq_overhead_s,
-            // Tensor parallelism splits bytes and FLOPs over the GPUs; communication is not modelled.
             inv_bw: 1.0 / (c.bandwidth_eff_bytes_s * tp),
             dense_weight_bytes: a.always_read_params() as f64 * w.bytes(),
-            expert_bytes_all_layers: a.n_layers as f64 * a.expert_params() as f64 * a.expert_dtype(w).bytes(),
+            expert_bytes_all_layers: a.n_moe_layers() as f64 * a.expert_params() as f64 * a.expert_dtype(w).bytes(),
             experts_touched,
             arch_for_large_b: a.clone(),
             expert_spread: c.expert_spread,
-            kv_bytes_per_token: a.kv_bytes_per_token(kv),
+            kv_bytes_per_token: a.kv_bytes_per_token(kv) * replication,
             state_bytes_per_seq: a.linear_state_bytes(state_dtype)
-                + a.sliding_kv_bytes_per_token(kv) * a.sliding_window as f64,
-            matmul_s_per_token: a.flops_per_token_linear() / (c.matmul_flops_eff_s * tp),
+                + a.sliding_kv_bytes_per_token(kv) * replication * a.sliding_window as f64,
+            dense_s_per_token: (body_flops - expert_flops_per_token) / matmul_rate,
+            expert_s_per_token: expert_flops_per_token / (matmul_rate * c.grouped_gemm_rel),
+            lm_head_s_per_seq: 2.0 * a.lm_head_params() as f64 / matmul_rate,
             attn_s_per_pair: a.attn_flops_per_token_pair() / (c.attention_flops_eff_s * tp),
             exposed: 1.0 - c.mem_compute_overlap,
+            comm: Comm::new(p),
         }
     }
 
@@ -107,18 +210,51 @@ impl StepModel {
         self.dense_weight_bytes + self.experts(n_tokens) * self.expert_bytes_all_layers
     }
 
+    /// The step's duration and its parts.
+    #[inline]
+    pub fn parts(&self, b: &BatchShape) -> StepParts {
+        if b.n_tokens == 0 {
+            return StepParts::default();
+        }
+        let weights_s = self.weight_bytes(b.n_tokens) * self.inv_bw;
+        let kv_s = b.kv_read_tokens as f64 * self.kv_bytes_per_token * self.inv_bw;
+        let state_s = b.n_seqs as f64 * self.state_bytes_per_seq * self.inv_bw;
+        let t = b.n_tokens as f64;
+        let dense_matmul_s = t * self.dense_s_per_token;
+        let expert_matmul_s = t * self.expert_s_per_token;
+        let lm_head_s = b.n_seqs as f64 * self.lm_head_s_per_seq;
+        let attention_s = b.attn_pairs * self.attn_s_per_pair;
+        let communication_s = self.comm.step_s(b.n_tokens, b.n_seqs);
+        let per_seq_s = self.per_seq_s * b.n_seqs as f64;
+        let memory_s = weights_s + kv_s + state_s;
+        let compute_s = dense_matmul_s + expert_matmul_s + lm_head_s + attention_s;
+        let total_s = self.overhead_s
+            + per_seq_s
+            + memory_s.max(compute_s)
+            + self.exposed * memory_s.min(compute_s)
+            + communication_s;
+        StepParts {
+            weights_s,
+            kv_s,
+            state_s,
+            dense_matmul_s,
+            expert_matmul_s,
+            lm_head_s,
+            attention_s,
+            communication_s,
+            overhead_s: self.overhead_s,
+            per_seq_s,
+            memory_s,
+            compute_s,
+            exposed: self.exposed,
+            total_s,
+        }
+    }
+
     /// Step duration in seconds.
     #[inline]
     pub fn step_s(&self, b: &BatchShape) -> f64 {
-        if b.n_tokens == 0 {
-            return 0.0;
-        }
-        let bytes = self.weight_bytes(b.n_tokens)
-            + b.kv_read_tokens as f64 * self.kv_bytes_per_token
-            + b.n_seqs as f64 * self.state_bytes_per_seq;
-        let mem = bytes * self.inv_bw;
-        let compute = b.n_tokens as f64 * self.matmul_s_per_token + b.attn_pairs * self.attn_s_per_pair;
-        self.overhead_s + self.per_seq_s * b.n_seqs as f64 + mem.max(compute) + self.exposed * mem.min(compute)
+        self.parts(b).total_s
     }
 
     /// Step duration in integer nanoseconds (at least 1 ns so time always advances).

@@ -72,7 +72,7 @@ fn retargeting_is_marked_as_extrapolation() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["scenario"]["extrapolation"], true);
     assert!(v["scenario"]["retargeted_from"].as_str().unwrap().contains("h200"));
-    let o = capsim(&["simulate", "--model", "Llama-3.3-70B-Instruct", "--burst", "2"]);
+    let o = capsim(&["simulate", "--model", "Llama-3.3-70B-Instruct", "--tp", "2", "--burst", "2"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("EXTRAPOLATION"));
 }

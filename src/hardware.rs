@@ -1,0 +1,329 @@
+//! The shared hardware model: efficiencies that belong to a GPU and a kind of operation rather than to
+//! one profile, estimated jointly over every calibrated deployment, so that a deployment nobody
+//! measured (another model, GPU or GPU count) gets the shared estimate and its uncertainty instead of
+//! one report's fitted numbers.
+//!
+//! Each quantity is normalized so that it can transfer: achieved fractions of the GPU's peaks
+//! (HBM bandwidth, dense tensor FLOP/s in the weights' dtype, BF16 FLOP/s for attention), the step's
+//! fixed cost per layer (kernel launches and synchronization grow with depth), and the engine's
+//! per-sequence and per-request costs as they are. The estimator is two-stage (empirical Bayes): each
+//! report's profile is fitted on its own (crate::calibrate), then each quantity's shared value is the
+//! precision-weighted geometric mean of the profiles that identify it, and its spread across them is
+//! the uncertainty a new deployment inherits. Coefficients a profile could not identify (sitting at a
+//! physical bound, or with a flat loss) do not vote.
+//!
+//! Dense against grouped (MoE) GEMMs: every calibration source is an MoE model whose fitted matmul
+//! rate blends dense GEMMs (attention projections, shared experts) with the experts' grouped GEMMs.
+//! The dense rate is not identified by that data; it takes a stated prior (`DENSE_GEMM_PRIOR`), and
+//! each profile's grouped-GEMM efficiency is what its blend implies given the prior, from the FLOP
+//! shares of its model: 1/blend = (1 - s)/dense + s/grouped, s the experts' share of matmul FLOPs.
+
+use crate::catalog::{GpuSpec, ModelArch};
+use crate::profile::{CoefficientSigmas, Coefficients, Profile};
+use crate::units::Dtype;
+use serde::{Deserialize, Serialize};
+
+/// Dense GEMM efficiency prior: share of the dense tensor peak large GEMMs reach in the engines'
+/// kernels. A judgement (cuBLAS/CUTLASS large-GEMM throughput is commonly reported at 70-80% of the
+/// dense peak on Hopper and Ampere), not a fit: no dense model is in the calibration set. Its spread
+/// (log sigma) says how far from it a deployment may be.
+pub const DENSE_GEMM_PRIOR: (f64, f64) = (0.7, 0.3);
+
+/// Spread assumed for a quantity that only one deployment identifies (log sigma: x/÷ 1.65).
+const SINGLE_MEMBER_SIGMA_LOG: f64 = 0.5;
+
+/// One deployment's value of a shared quantity.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub profile: String,
+    pub value: f64,
+}
+
+/// A shared quantity: its estimate for a deployment with no measurements and the spread around it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SharedValue {
+    pub value: f64,
+    /// 1-sigma uncertainty of log(value) for a new deployment: the spread across deployments plus
+    /// the standard error of the mean.
+    pub sigma_log: f64,
+    /// The deployments it was estimated from (empty: a stated prior).
+    #[serde(default)]
+    pub members: Vec<Member>,
+    #[serde(default)]
+    pub note: String,
+}
+
+impl SharedValue {
+    fn prior(value: f64, sigma_log: f64, note: &str) -> SharedValue {
+        SharedValue { value, sigma_log, members: Vec::new(), note: note.into() }
+    }
+
+    /// Weighted geometric mean of `members` (value, relative sigma of the member's own fit).
+    fn pool(members: Vec<(String, f64, f64)>, fallback: SharedValue) -> SharedValue {
+        let members: Vec<_> = members.into_iter().filter(|(_, v, _)| v.is_finite() && *v > 0.0).collect();
+        if members.is_empty() {
+            return fallback;
+        }
+        let w: Vec<f64> = members.iter().map(|(_, _, s)| 1.0 / s.clamp(0.05, 1.0).powi(2)).collect();
+        let sw: f64 = w.iter().sum();
+        let mean = members.iter().zip(&w).map(|((_, v, _), w)| w * v.ln()).sum::<f64>() / sw;
+        let n = members.len() as f64;
+        let sigma_log = if members.len() == 1 {
+            SINGLE_MEMBER_SIGMA_LOG
+        } else {
+            let var = members.iter().zip(&w).map(|((_, v, _), w)| w * (v.ln() - mean).powi(2)).sum::<f64>() / sw;
+            // Spread across deployments (small-sample corrected) plus the standard error of the mean.
+            let spread2 = var * n / (n - 1.0);
+            (spread2 * (1.0 + 1.0 / n)).sqrt().max(0.05)
+        };
+        SharedValue {
+            value: mean.exp(),
+            sigma_log,
+            members: members.into_iter().map(|(profile, value, _)| Member { profile, value }).collect(),
+            note: String::new(),
+        }
+    }
+}
+
+/// The shared hardware model (models/hardware.toml, written by `capsim calibrate`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SharedModel {
+    #[serde(default)]
+    pub provenance: String,
+    /// Achieved share of the HBM peak.
+    pub bandwidth_frac: SharedValue,
+    /// Share of the dense tensor peak (in the weights' dtype) large dense GEMMs reach.
+    pub dense_gemm_frac: SharedValue,
+    /// Share of the dense tensor peak the experts' grouped GEMMs reach.
+    pub grouped_gemm_frac: SharedValue,
+    /// Share of the BF16 dense peak attention kernels reach.
+    pub attention_frac: SharedValue,
+    /// Fixed step cost per layer (s).
+    pub step_overhead_per_layer_s: SharedValue,
+    pub per_seq_overhead_s: SharedValue,
+    pub request_overhead_s: SharedValue,
+    pub frontend_serial_s: SharedValue,
+    pub mem_compute_overlap: SharedValue,
+    /// MoE: share of the experts a workload's tokens route among.
+    pub expert_spread: SharedValue,
+}
+
+/// Whether a fitted coefficient carries information: not pinned at a physical bound, not flat.
+fn identified(value: f64, bound: Option<f64>, sigma: f64) -> bool {
+    bound.is_none_or(|b| value < 0.995 * b) && sigma < 0.99
+}
+
+/// The experts' share of a model's matmul FLOPs per prefill token (LM head excluded).
+pub fn expert_flop_share(a: &ModelArch) -> f64 {
+    let body = a.flops_per_token_body();
+    let experts =
+        a.moe.as_ref().map_or(0.0, |m| 2.0 * (a.n_moe_layers() as u64 * m.n_experts_per_token as u64 * a.expert_params()) as f64);
+    if body > 0.0 {
+        (experts / body).clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
+}
+
+impl SharedModel {
+    /// The priors alone: what capsim assumes before any calibration (stated in each note).
+    pub fn prior() -> SharedModel {
+        SharedModel {
+            provenance: "priors only (no calibrated deployment)".into(),
+            bandwidth_frac: SharedValue::prior(0.8, 0.2, "aiconfigurator mem_bw_empirical_scaling_factor 0.8"),
+            dense_gemm_frac: SharedValue::prior(DENSE_GEMM_PRIOR.0, DENSE_GEMM_PRIOR.1, "judgement: large-GEMM share of the dense peak"),
+            grouped_gemm_frac: SharedValue::prior(0.3, 0.7, "judgement: fused MoE kernels well below dense GEMMs"),
+            attention_frac: SharedValue::prior(0.4, 0.5, "judgement: FlashAttention share of the BF16 peak"),
+            step_overhead_per_layer_s: SharedValue::prior(1e-4, 0.7, "judgement: ~5 ms per step for a 48-layer model"),
+            per_seq_overhead_s: SharedValue::prior(5e-5, 1.5, "same prior as calibration"),
+            request_overhead_s: SharedValue::prior(0.05, 1.0, "same prior as calibration"),
+            frontend_serial_s: SharedValue::prior(1e-3, 2.0, "same prior as calibration"),
+            mem_compute_overlap: SharedValue::prior(0.5, 0.7, "same prior as calibration"),
+            expert_spread: SharedValue::prior(0.25, 1.0, "sqrt(k/E) for 8 of 128 experts"),
+        }
+    }
+
+    /// Estimate the shared model from calibrated profiles (each fitted on its own measurements).
+    pub fn fit(profiles: &[&Profile], provenance: &str) -> SharedModel {
+        let prior = SharedModel::prior();
+        let one = CoefficientSigmas {
+            step_overhead_s: 1.0,
+            per_seq_overhead_s: 1.0,
+            bandwidth_eff_bytes_s: 1.0,
+            matmul_flops_eff_s: 1.0,
+            attention_flops_eff_s: 1.0,
+            request_overhead_s: 1.0,
+            mem_compute_overlap: 1.0,
+            expert_spread: 1.0,
+            frontend_serial_s: 1.0,
+            grouped_gemm_rel: 1.0,
+        };
+        let mut m: [Vec<(String, f64, f64)>; 10] = Default::default();
+        // (profile, fitted matmul share of peak, experts' FLOP share, sigma)
+        let mut blends: Vec<(String, f64, f64, f64)> = Vec::new();
+        for p in profiles {
+            let c = &p.coefficients;
+            let s = p.file.sigmas.unwrap_or(one);
+            let name = p.name().to_string();
+            let w = p.file.model.weight_dtype;
+            let (bw_peak, mm_peak, attn_peak) =
+                (p.gpu.hbm_bandwidth_bytes_s(), p.gpu.dense_flops_s(w), p.gpu.dense_flops_s(Dtype::Bf16));
+            if identified(c.bandwidth_eff_bytes_s, Some(bw_peak), s.bandwidth_eff_bytes_s) {
+                m[0].push((name.clone(), c.bandwidth_eff_bytes_s / bw_peak, s.bandwidth_eff_bytes_s));
+            }
+            if identified(c.matmul_flops_eff_s, Some(mm_peak), s.matmul_flops_eff_s) {
+                let blend = c.matmul_flops_eff_s / mm_peak;
+                blends.push((name.clone(), blend, expert_flop_share(&p.arch), s.matmul_flops_eff_s));
+            }
+            if identified(c.attention_flops_eff_s, Some(attn_peak), s.attention_flops_eff_s) {
+                m[2].push((name.clone(), c.attention_flops_eff_s / attn_peak, s.attention_flops_eff_s));
+            }
+            if identified(c.step_overhead_s, None, s.step_overhead_s) {
+                m[3].push((name.clone(), c.step_overhead_s / p.arch.n_layers as f64, s.step_overhead_s));
+            }
+            for (i, v, sg) in [
+                (4, c.per_seq_overhead_s, s.per_seq_overhead_s),
+                (5, c.request_overhead_s, s.request_overhead_s),
+                (6, c.frontend_serial_s, s.frontend_serial_s),
+                (7, c.mem_compute_overlap, s.mem_compute_overlap),
+            ] {
+                if identified(v, None, sg) {
+                    m[i].push((name.clone(), v, sg));
+                }
+            }
+            if p.arch.moe.is_some() && identified(c.expert_spread, None, s.expert_spread) {
+                m[8].push((name.clone(), c.expert_spread, s.expert_spread));
+            }
+        }
+        // Dense models identify the dense GEMM share directly; MoE models the grouped one, given it.
+        let dense_members = blends.iter().filter(|b| b.2 == 0.0).map(|b| (b.0.clone(), b.1, b.3)).collect();
+        let dense_gemm_frac = SharedValue::pool(dense_members, prior.dense_gemm_frac.clone());
+        let dense = dense_gemm_frac.value;
+        let grouped = blends
+            .iter()
+            .filter(|b| b.2 > 0.0)
+            .map(|(name, blend, share, sigma)| {
+                let inv = 1.0 / blend - (1.0 - share) / dense;
+                // A blend faster than the dense share allows for its dense part says the experts run
+                // at least as fast as dense GEMMs here.
+                let g = if inv > share / dense { share / inv } else { dense };
+                (name.clone(), g, *sigma)
+            })
+            .collect();
+        let [bw, _, attn, ovh, per_seq, req, front, overlap, spread, _] = m;
+        let mut overlap = SharedValue::pool(overlap, prior.mem_compute_overlap);
+        overlap.value = overlap.value.min(1.0);
+        SharedModel {
+            provenance: provenance.into(),
+            bandwidth_frac: SharedValue::pool(bw, prior.bandwidth_frac),
+            dense_gemm_frac,
+            grouped_gemm_frac: SharedValue::pool(grouped, prior.grouped_gemm_frac),
+            attention_frac: SharedValue::pool(attn, prior.attention_frac),
+            step_overhead_per_layer_s: SharedValue::pool(ovh, prior.step_overhead_per_layer_s),
+            per_seq_overhead_s: SharedValue::pool(per_seq, prior.per_seq_overhead_s),
+            request_overhead_s: SharedValue::pool(req, prior.request_overhead_s),
+            frontend_serial_s: SharedValue::pool(front, prior.frontend_serial_s),
+            mem_compute_overlap: overlap,
+            expert_spread: SharedValue::pool(spread, prior.expert_spread),
+        }
+    }
+
+    /// Coefficients and their relative 1-sigma uncertainties for a deployment with no measurements.
+    pub fn coefficients_for(&self, arch: &ModelArch, gpu: &GpuSpec, weight_dtype: Dtype) -> (Coefficients, CoefficientSigmas) {
+        let dense = self.dense_gemm_frac.value;
+        let c = Coefficients {
+            step_overhead_s: self.step_overhead_per_layer_s.value * arch.n_layers as f64,
+            per_seq_overhead_s: self.per_seq_overhead_s.value,
+            bandwidth_eff_bytes_s: (self.bandwidth_frac.value.min(1.0)) * gpu.hbm_bandwidth_bytes_s(),
+            matmul_flops_eff_s: dense.min(1.0) * gpu.dense_flops_s(weight_dtype),
+            attention_flops_eff_s: self.attention_frac.value.min(1.0) * gpu.dense_flops_s(Dtype::Bf16),
+            request_overhead_s: self.request_overhead_s.value,
+            mem_compute_overlap: self.mem_compute_overlap.value.clamp(0.0, 1.0),
+            expert_spread: self.expert_spread.value.min(1.0),
+            frontend_serial_s: self.frontend_serial_s.value,
+            grouped_gemm_rel: (self.grouped_gemm_frac.value / dense).clamp(1e-3, 1.0),
+        };
+        let s = CoefficientSigmas {
+            step_overhead_s: self.step_overhead_per_layer_s.sigma_log,
+            per_seq_overhead_s: self.per_seq_overhead_s.sigma_log,
+            bandwidth_eff_bytes_s: self.bandwidth_frac.sigma_log,
+            matmul_flops_eff_s: self.dense_gemm_frac.sigma_log,
+            attention_flops_eff_s: self.attention_frac.sigma_log,
+            request_overhead_s: self.request_overhead_s.sigma_log,
+            mem_compute_overlap: self.mem_compute_overlap.sigma_log,
+            expert_spread: self.expert_spread.sigma_log,
+            frontend_serial_s: self.frontend_serial_s.sigma_log,
+            grouped_gemm_rel: self.grouped_gemm_frac.sigma_log,
+        };
+        (c, s)
+    }
+
+    /// Widen a profile's own uncertainties by the spread across deployments, for a profile moved to
+    /// another GPU, GPU count or precision (its residuals are kept, their transfer is uncertain).
+    pub fn widen(&self, own: &CoefficientSigmas) -> CoefficientSigmas {
+        let q = |a: f64, b: &SharedValue| (a * a + b.sigma_log * b.sigma_log).sqrt();
+        CoefficientSigmas {
+            step_overhead_s: q(own.step_overhead_s, &self.step_overhead_per_layer_s),
+            per_seq_overhead_s: q(own.per_seq_overhead_s, &self.per_seq_overhead_s),
+            bandwidth_eff_bytes_s: q(own.bandwidth_eff_bytes_s, &self.bandwidth_frac),
+            matmul_flops_eff_s: q(own.matmul_flops_eff_s, &self.grouped_gemm_frac),
+            attention_flops_eff_s: q(own.attention_flops_eff_s, &self.attention_frac),
+            request_overhead_s: own.request_overhead_s,
+            mem_compute_overlap: own.mem_compute_overlap,
+            expert_spread: own.expert_spread,
+            frontend_serial_s: own.frontend_serial_s,
+            grouped_gemm_rel: own.grouped_gemm_rel,
+        }
+    }
+
+    pub fn parse(source: &str, text: &str) -> crate::error::Result<SharedModel> {
+        toml::from_str(text).map_err(|e| crate::error::toml_error(source, text, e))
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("shared model serializes")
+    }
+}
+
+/// A deployment nobody measured, as the shared model builds it.
+#[derive(Debug, Clone)]
+pub struct UnmeasuredDeployment {
+    pub name: String,
+    pub model: String,
+    pub gpu: String,
+    pub tensor_parallel: u32,
+    pub weight_dtype: Dtype,
+    pub kv_dtype: Dtype,
+    pub engine: crate::profile::EngineSettings,
+}
+
+/// The profile of `d` with coefficients from `shared` (engine defaults unless `d.engine` sets them).
+pub fn unmeasured_profile(
+    catalog: &crate::catalog::Catalog,
+    shared: &SharedModel,
+    d: &UnmeasuredDeployment,
+) -> crate::error::Result<Profile> {
+    use crate::profile::{GpuRef, ModelRef, ProfileFile, Provenance};
+    let arch = catalog.model(&d.model)?;
+    let gpu = catalog.gpu(&d.gpu)?;
+    let (c, s) = shared.coefficients_for(&arch, gpu, d.weight_dtype);
+    let pf = ProfileFile {
+        name: d.name.clone(),
+        description: format!("{} on {}x {} from the shared hardware model", arch.name, d.tensor_parallel, gpu.name),
+        model: ModelRef { name: d.model.clone(), weight_dtype: d.weight_dtype, kv_dtype: d.kv_dtype, state_dtype: None },
+        gpu: GpuRef { name: d.gpu.clone(), tensor_parallel: Some(d.tensor_parallel), expert_parallel: None },
+        engine: d.engine.clone(),
+        coefficients: c,
+        sigmas: Some(s),
+        experiment: None,
+        provenance: Provenance { method: "shared hardware model".into(), notes: vec![shared.provenance.clone()], ..Default::default() },
+        fit: None,
+    };
+    let mut p = pf.resolve(&d.name, catalog)?;
+    p.retargeted_from = Some("shared hardware model".into());
+    p.retarget_method = Some("no measurements: coefficients from the shared hardware model".into());
+    Ok(p)
+}
