@@ -56,6 +56,11 @@ pub struct SharedValue {
 }
 
 impl SharedValue {
+    /// (value, log sigma).
+    pub fn pair(&self) -> (f64, f64) {
+        (self.value, self.sigma_log)
+    }
+
     fn prior(value: f64, sigma_log: f64, note: &str) -> SharedValue {
         SharedValue { value, sigma_log, members: Vec::new(), note: note.into() }
     }
@@ -87,6 +92,58 @@ impl SharedValue {
     }
 }
 
+/// Grouped-GEMM efficiency against tokens per expert in a full prefill chunk:
+/// e(M) = e_max x M / (M + M_half), M = chunk tokens x k / E. The experts' GEMMs of a full chunk get M
+/// rows each on average; the fewer rows per expert, the further from the tensor-core tiles' throughput
+/// (padding, one weight pass per few rows, load imbalance between experts). Fitted across deployments
+/// with different expert counts; the values are per deployment, the curve is what transfers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GroupedCurve {
+    pub e_max: f64,
+    pub m_half: f64,
+    /// RMS of the members' log residuals about the curve (the uncertainty of a new deployment).
+    pub sigma_log: f64,
+    /// (profile, tokens per expert, efficiency) of the members.
+    pub members: Vec<(String, f64, f64)>,
+}
+
+impl GroupedCurve {
+    pub fn at(&self, m: f64) -> f64 {
+        self.e_max * m / (m + self.m_half)
+    }
+
+    /// Least squares in log space over a log grid of M_half (e_max in closed form for each, capped at
+    /// `cap`); None with fewer than two members at distinct M.
+    fn fit(members: Vec<(String, f64, f64)>, cap: f64) -> Option<GroupedCurve> {
+        let mut ms: Vec<f64> = members.iter().map(|m| m.1).collect();
+        ms.sort_by(f64::total_cmp);
+        ms.dedup();
+        if ms.len() < 2 {
+            return None;
+        }
+        let mut best: Option<(f64, f64, f64)> = None;
+        for i in 0..=120 {
+            let m_half = 10f64.powf(i as f64 / 24.0); // 1 .. 1e5
+            let shape = |m: f64| (m / (m + m_half)).ln();
+            let log_e = members.iter().map(|(_, m, e)| e.ln() - shape(*m)).sum::<f64>() / members.len() as f64;
+            let log_e = log_e.min(cap.ln());
+            let sse: f64 = members.iter().map(|(_, m, e)| (e.ln() - log_e - shape(*m)).powi(2)).sum();
+            if best.is_none_or(|b| sse < b.2 - 1e-15) {
+                best = Some((log_e.exp(), m_half, sse));
+            }
+        }
+        let (e_max, m_half, sse) = best?;
+        let dof = (members.len() as f64 - 2.0).max(1.0);
+        Some(GroupedCurve { e_max, m_half, sigma_log: (sse / dof).sqrt().max(0.1), members })
+    }
+}
+
+/// Tokens per expert in a full prefill chunk of `chunk_tokens`.
+pub fn tokens_per_expert(a: &ModelArch, chunk_tokens: u32) -> f64 {
+    a.moe.as_ref().map_or(0.0, |m| chunk_tokens as f64 * m.n_experts_per_token as f64 / m.n_experts as f64)
+}
+
 /// The shared hardware model (models/hardware.toml, written by `capsim calibrate`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -97,8 +154,12 @@ pub struct SharedModel {
     pub bandwidth_frac: SharedValue,
     /// Share of the dense tensor peak (in the weights' dtype) large dense GEMMs reach.
     pub dense_gemm_frac: SharedValue,
-    /// Share of the dense tensor peak the experts' grouped GEMMs reach.
+    /// Share of the dense tensor peak the experts' grouped GEMMs reach (pooled over deployments).
     pub grouped_gemm_frac: SharedValue,
+    /// The same against tokens per expert, where the members span enough expert counts; used in
+    /// place of the pooled value when present.
+    #[serde(default)]
+    pub grouped_gemm_curve: Option<GroupedCurve>,
     /// Share of the BF16 dense peak attention kernels reach.
     pub attention_frac: SharedValue,
     /// Fixed step cost per layer (s).
@@ -119,8 +180,10 @@ fn identified(value: f64, bound: Option<f64>, sigma: f64) -> bool {
 /// The experts' share of a model's matmul FLOPs per prefill token (LM head excluded).
 pub fn expert_flop_share(a: &ModelArch) -> f64 {
     let body = a.flops_per_token_body();
-    let experts =
-        a.moe.as_ref().map_or(0.0, |m| 2.0 * (a.n_moe_layers() as u64 * m.n_experts_per_token as u64 * a.expert_params()) as f64);
+    let experts = a
+        .moe
+        .as_ref()
+        .map_or(0.0, |m| 2.0 * (a.n_moe_layers() as u64 * m.n_experts_per_token as u64 * a.expert_params()) as f64);
     if body > 0.0 {
         (experts / body).clamp(0.0, 1.0)
     } else {
@@ -134,8 +197,13 @@ impl SharedModel {
         SharedModel {
             provenance: "priors only (no calibrated deployment)".into(),
             bandwidth_frac: SharedValue::prior(0.8, 0.2, "aiconfigurator mem_bw_empirical_scaling_factor 0.8"),
-            dense_gemm_frac: SharedValue::prior(DENSE_GEMM_PRIOR.0, DENSE_GEMM_PRIOR.1, "judgement: large-GEMM share of the dense peak"),
+            dense_gemm_frac: SharedValue::prior(
+                DENSE_GEMM_PRIOR.0,
+                DENSE_GEMM_PRIOR.1,
+                "judgement: large-GEMM share of the dense peak",
+            ),
             grouped_gemm_frac: SharedValue::prior(0.3, 0.7, "judgement: fused MoE kernels well below dense GEMMs"),
+            grouped_gemm_curve: None,
             attention_frac: SharedValue::prior(0.4, 0.5, "judgement: FlashAttention share of the BF16 peak"),
             step_overhead_per_layer_s: SharedValue::prior(1e-4, 0.7, "judgement: ~5 ms per step for a 48-layer model"),
             per_seq_overhead_s: SharedValue::prior(5e-5, 1.5, "same prior as calibration"),
@@ -149,21 +217,10 @@ impl SharedModel {
     /// Estimate the shared model from calibrated profiles (each fitted on its own measurements).
     pub fn fit(profiles: &[&Profile], provenance: &str) -> SharedModel {
         let prior = SharedModel::prior();
-        let one = CoefficientSigmas {
-            step_overhead_s: 1.0,
-            per_seq_overhead_s: 1.0,
-            bandwidth_eff_bytes_s: 1.0,
-            matmul_flops_eff_s: 1.0,
-            attention_flops_eff_s: 1.0,
-            request_overhead_s: 1.0,
-            mem_compute_overlap: 1.0,
-            expert_spread: 1.0,
-            frontend_serial_s: 1.0,
-            grouped_gemm_rel: 1.0,
-        };
+        let one = CoefficientSigmas::unidentified();
         let mut m: [Vec<(String, f64, f64)>; 10] = Default::default();
-        // (profile, fitted matmul share of peak, experts' FLOP share, sigma)
-        let mut blends: Vec<(String, f64, f64, f64)> = Vec::new();
+        // (profile, fitted matmul share of peak, experts' FLOP share, sigma, tokens per expert)
+        let mut blends: Vec<(String, f64, f64, f64, f64)> = Vec::new();
         for p in profiles {
             let c = &p.coefficients;
             let s = p.file.sigmas.unwrap_or(one);
@@ -176,7 +233,8 @@ impl SharedModel {
             }
             if identified(c.matmul_flops_eff_s, Some(mm_peak), s.matmul_flops_eff_s) {
                 let blend = c.matmul_flops_eff_s / mm_peak;
-                blends.push((name.clone(), blend, expert_flop_share(&p.arch), s.matmul_flops_eff_s));
+                let tpe = tokens_per_expert(&p.arch, p.engine.max_num_batched_tokens);
+                blends.push((name.clone(), blend, expert_flop_share(&p.arch), s.matmul_flops_eff_s, tpe));
             }
             if identified(c.attention_flops_eff_s, Some(attn_peak), s.attention_flops_eff_s) {
                 m[2].push((name.clone(), c.attention_flops_eff_s / attn_peak, s.attention_flops_eff_s));
@@ -202,17 +260,20 @@ impl SharedModel {
         let dense_members = blends.iter().filter(|b| b.2 == 0.0).map(|b| (b.0.clone(), b.1, b.3)).collect();
         let dense_gemm_frac = SharedValue::pool(dense_members, prior.dense_gemm_frac.clone());
         let dense = dense_gemm_frac.value;
-        let grouped = blends
+        let grouped_members: Vec<(String, f64, f64, f64)> = blends
             .iter()
             .filter(|b| b.2 > 0.0)
-            .map(|(name, blend, share, sigma)| {
+            .map(|(name, blend, share, sigma, tpe)| {
                 let inv = 1.0 / blend - (1.0 - share) / dense;
                 // A blend faster than the dense share allows for its dense part says the experts run
                 // at least as fast as dense GEMMs here.
                 let g = if inv > share / dense { share / inv } else { dense };
-                (name.clone(), g, *sigma)
+                (name.clone(), g, *sigma, *tpe)
             })
             .collect();
+        let grouped_gemm_curve =
+            GroupedCurve::fit(grouped_members.iter().map(|(n, g, _, m)| (n.clone(), *m, *g)).collect(), dense);
+        let grouped = grouped_members.into_iter().map(|(n, g, s, _)| (n, g, s)).collect();
         let [bw, _, attn, ovh, per_seq, req, front, overlap, spread, _] = m;
         let mut overlap = SharedValue::pool(overlap, prior.mem_compute_overlap);
         overlap.value = overlap.value.min(1.0);
@@ -221,6 +282,7 @@ impl SharedModel {
             bandwidth_frac: SharedValue::pool(bw, prior.bandwidth_frac),
             dense_gemm_frac,
             grouped_gemm_frac: SharedValue::pool(grouped, prior.grouped_gemm_frac),
+            grouped_gemm_curve,
             attention_frac: SharedValue::pool(attn, prior.attention_frac),
             step_overhead_per_layer_s: SharedValue::pool(ovh, prior.step_overhead_per_layer_s),
             per_seq_overhead_s: SharedValue::pool(per_seq, prior.per_seq_overhead_s),
@@ -231,9 +293,34 @@ impl SharedModel {
         }
     }
 
-    /// Coefficients and their relative 1-sigma uncertainties for a deployment with no measurements.
-    pub fn coefficients_for(&self, arch: &ModelArch, gpu: &GpuSpec, weight_dtype: Dtype) -> (Coefficients, CoefficientSigmas) {
+    /// The grouped-GEMM share of the dense peak for `arch` with prefill chunks of `chunk_tokens`,
+    /// and its log sigma: from the curve where there is one, else the pooled value.
+    pub fn grouped_for(&self, arch: &ModelArch, chunk_tokens: u32) -> (f64, f64) {
+        match &self.grouped_gemm_curve {
+            Some(c) => (c.at(tokens_per_expert(arch, chunk_tokens)), c.sigma_log),
+            None => (self.grouped_gemm_frac.value, self.grouped_gemm_frac.sigma_log),
+        }
+    }
+
+    /// The matmul share of the dense peak a model's blend of dense and grouped GEMMs reaches.
+    pub fn blend_for(&self, arch: &ModelArch, chunk_tokens: u32) -> f64 {
+        let share = expert_flop_share(arch);
         let dense = self.dense_gemm_frac.value;
+        let (grouped, _) = self.grouped_for(arch, chunk_tokens);
+        1.0 / ((1.0 - share) / dense + share / grouped)
+    }
+
+    /// Coefficients and their relative 1-sigma uncertainties for a deployment with no measurements
+    /// whose prefill chunks hold `chunk_tokens` tokens.
+    pub fn coefficients_for(
+        &self,
+        arch: &ModelArch,
+        gpu: &GpuSpec,
+        weight_dtype: Dtype,
+        chunk_tokens: u32,
+    ) -> (Coefficients, CoefficientSigmas) {
+        let dense = self.dense_gemm_frac.value;
+        let (grouped, grouped_sigma) = self.grouped_for(arch, chunk_tokens);
         let c = Coefficients {
             step_overhead_s: self.step_overhead_per_layer_s.value * arch.n_layers as f64,
             per_seq_overhead_s: self.per_seq_overhead_s.value,
@@ -244,7 +331,7 @@ impl SharedModel {
             mem_compute_overlap: self.mem_compute_overlap.value.clamp(0.0, 1.0),
             expert_spread: self.expert_spread.value.min(1.0),
             frontend_serial_s: self.frontend_serial_s.value,
-            grouped_gemm_rel: (self.grouped_gemm_frac.value / dense).clamp(1e-3, 1.0),
+            grouped_gemm_rel: (grouped / dense).clamp(1e-3, 1.0),
         };
         let s = CoefficientSigmas {
             step_overhead_s: self.step_overhead_per_layer_s.sigma_log,
@@ -256,7 +343,7 @@ impl SharedModel {
             mem_compute_overlap: self.mem_compute_overlap.sigma_log,
             expert_spread: self.expert_spread.sigma_log,
             frontend_serial_s: self.frontend_serial_s.sigma_log,
-            grouped_gemm_rel: self.grouped_gemm_frac.sigma_log,
+            grouped_gemm_rel: grouped_sigma,
         };
         (c, s)
     }
@@ -309,17 +396,28 @@ pub fn unmeasured_profile(
     use crate::profile::{GpuRef, ModelRef, ProfileFile, Provenance};
     let arch = catalog.model(&d.model)?;
     let gpu = catalog.gpu(&d.gpu)?;
-    let (c, s) = shared.coefficients_for(&arch, gpu, d.weight_dtype);
+    let kind = d.engine.kind.unwrap_or(crate::profile::EngineKind::Vllm);
+    let chunk = crate::profile::default_prefill_budget(kind, &d.engine, gpu);
+    let (c, s) = shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk);
     let pf = ProfileFile {
         name: d.name.clone(),
         description: format!("{} on {}x {} from the shared hardware model", arch.name, d.tensor_parallel, gpu.name),
-        model: ModelRef { name: d.model.clone(), weight_dtype: d.weight_dtype, kv_dtype: d.kv_dtype, state_dtype: None },
+        model: ModelRef {
+            name: d.model.clone(),
+            weight_dtype: d.weight_dtype,
+            kv_dtype: d.kv_dtype,
+            state_dtype: None,
+        },
         gpu: GpuRef { name: d.gpu.clone(), tensor_parallel: Some(d.tensor_parallel), expert_parallel: None },
         engine: d.engine.clone(),
         coefficients: c,
         sigmas: Some(s),
         experiment: None,
-        provenance: Provenance { method: "shared hardware model".into(), notes: vec![shared.provenance.clone()], ..Default::default() },
+        provenance: Provenance {
+            method: "shared hardware model".into(),
+            notes: vec![shared.provenance.clone()],
+            ..Default::default()
+        },
         fit: None,
     };
     let mut p = pf.resolve(&d.name, catalog)?;

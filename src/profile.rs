@@ -180,6 +180,24 @@ pub struct CoefficientSigmas {
     pub grouped_gemm_rel: f64,
 }
 
+impl CoefficientSigmas {
+    /// Every coefficient unidentified (100%).
+    pub fn unidentified() -> CoefficientSigmas {
+        CoefficientSigmas {
+            step_overhead_s: 1.0,
+            per_seq_overhead_s: 1.0,
+            bandwidth_eff_bytes_s: 1.0,
+            matmul_flops_eff_s: 1.0,
+            attention_flops_eff_s: 1.0,
+            request_overhead_s: 1.0,
+            mem_compute_overlap: 1.0,
+            expert_spread: 1.0,
+            frontend_serial_s: 1.0,
+            grouped_gemm_rel: 1.0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Provenance {
@@ -353,11 +371,21 @@ impl ProfileFile {
             ));
         }
         if let Some(why) = arch.tensor_parallel_problem(tp) {
-            return Err(Error::input(source, None, Some("gpu.tensor_parallel"), format!("{} cannot run at tensor_parallel {tp}: {why}", arch.name)));
+            return Err(Error::input(
+                source,
+                None,
+                Some("gpu.tensor_parallel"),
+                format!("{} cannot run at tensor_parallel {tp}: {why}", arch.name),
+            ));
         }
         let expert_parallel = self.gpu.expert_parallel.unwrap_or(false);
         if expert_parallel && arch.moe.is_none() {
-            return Err(Error::input(source, None, Some("gpu.expert_parallel"), format!("{} has no experts", arch.name)));
+            return Err(Error::input(
+                source,
+                None,
+                Some("gpu.expert_parallel"),
+                format!("{} has no experts", arch.name),
+            ));
         }
         let engine = resolve_engine(source, &self.engine, &self.model, &arch, &gpu, tp)?;
         Ok(Profile {
@@ -374,6 +402,17 @@ impl ProfileFile {
     }
 }
 
+/// The prefill token budget of a step: the engine's setting, else its default on this GPU.
+pub fn default_prefill_budget(kind: EngineKind, s: &EngineSettings, gpu: &GpuSpec) -> u32 {
+    match kind {
+        EngineKind::Vllm => s.max_num_batched_tokens.unwrap_or_else(|| gpu.vllm_default_max_num_batched_tokens()),
+        EngineKind::Sglang => s
+            .chunked_prefill_size
+            .or(s.max_num_batched_tokens)
+            .unwrap_or_else(|| gpu.sglang_default_chunked_prefill_size()),
+    }
+}
+
 fn resolve_engine(
     source: &str,
     s: &EngineSettings,
@@ -386,15 +425,13 @@ fn resolve_engine(
     let err = |f: &str, msg: String| Error::input(source, None, Some(f), msg);
     let (budget, seqs, block, util) = match kind {
         EngineKind::Vllm => (
-            s.max_num_batched_tokens.unwrap_or_else(|| gpu.vllm_default_max_num_batched_tokens()),
+            default_prefill_budget(kind, s, gpu),
             s.max_num_seqs.unwrap_or_else(|| gpu.vllm_default_max_num_seqs()),
             s.block_size_tokens.unwrap_or(16),
             s.gpu_memory_utilization.unwrap_or(0.92),
         ),
         EngineKind::Sglang => (
-            s.chunked_prefill_size
-                .or(s.max_num_batched_tokens)
-                .unwrap_or_else(|| gpu.sglang_default_chunked_prefill_size()),
+            default_prefill_budget(kind, s, gpu),
             // FACTS.md does not list SGLang's max_running_requests default (derived from memory); 1024 is
             // capsim's stated choice, overridable.
             s.max_running_requests.or(s.max_num_seqs).unwrap_or(1024),
@@ -535,31 +572,6 @@ impl Profile {
         let mut f = self.file.clone();
         let old_gpu = self.gpu.clone();
         let w_old = f.model.weight_dtype;
-        let method;
-        if let (true, Some(arch)) = (model_changed, &new_arch) {
-            let named = to.model.as_deref().unwrap_or("");
-            let w = to.weight_dtype.or(arch.weight_dtype_native).or_else(|| dtype_in_name(named)).unwrap_or(Dtype::Bf16);
-            f.model.weight_dtype = w;
-            f.model.kv_dtype = to.kv_dtype.or(arch.kv_dtype_native).unwrap_or(Dtype::Bf16);
-            f.model.name = named.to_string();
-            f.model.state_dtype = None;
-            let (c, sig) = catalog.hardware.coefficients_for(arch, &new_gpu, w);
-            f.coefficients = c;
-            f.sigmas = Some(sig);
-            method = "another model: coefficients from the shared hardware model (models/hardware.toml)";
-        } else {
-            let w = to.weight_dtype.unwrap_or(w_old);
-            f.model.weight_dtype = w;
-            if let Some(kv) = to.kv_dtype {
-                f.model.kv_dtype = kv;
-            }
-            let c = &mut f.coefficients;
-            c.bandwidth_eff_bytes_s *= new_gpu.hbm_bandwidth_bytes_s() / old_gpu.hbm_bandwidth_bytes_s();
-            c.matmul_flops_eff_s *= new_gpu.dense_flops_s(w) / old_gpu.dense_flops_s(w_old);
-            c.attention_flops_eff_s *= new_gpu.dense_flops_s(Dtype::Bf16) / old_gpu.dense_flops_s(Dtype::Bf16);
-            f.sigmas = f.sigmas.map(|s| catalog.hardware.widen(&s));
-            method = "same model: fitted efficiencies kept, peaks and counts swapped";
-        }
         f.gpu.name = new_gpu.name.clone();
         if let Some(tp) = to.tensor_parallel {
             f.gpu.tensor_parallel = Some(tp);
@@ -575,6 +587,78 @@ impl Profile {
             f.engine.max_num_seqs = None;
             f.engine.chunked_prefill_size = None;
             f.engine.gpu_memory_utilization = None;
+        }
+        let kind = f.engine.kind.unwrap_or(EngineKind::Vllm);
+        let chunk = default_prefill_budget(kind, &f.engine, &new_gpu);
+        let shared = &catalog.hardware;
+        let method;
+        if let (true, Some(arch)) = (model_changed, &new_arch) {
+            let named = to.model.as_deref().unwrap_or("");
+            let w =
+                to.weight_dtype.or(arch.weight_dtype_native).or_else(|| dtype_in_name(named)).unwrap_or(Dtype::Bf16);
+            f.model.weight_dtype = w;
+            f.model.kv_dtype = to.kv_dtype.or(arch.kv_dtype_native).unwrap_or(Dtype::Bf16);
+            f.model.name = named.to_string();
+            f.model.state_dtype = None;
+            let (c, sig) = shared.coefficients_for(arch, &new_gpu, w, chunk);
+            f.coefficients = c;
+            f.sigmas = Some(sig);
+            method = "another model: coefficients from the shared hardware model (models/hardware.toml)";
+        } else {
+            let w = to.weight_dtype.unwrap_or(w_old);
+            f.model.weight_dtype = w;
+            if let Some(kv) = to.kv_dtype {
+                f.model.kv_dtype = kv;
+            }
+            // Each coefficient's share of its peak (or its value): the profile's own estimate pulled
+            // toward the shared model's by precision (the posterior of a normal prior of the shared
+            // spread and a likelihood of the fit's own sigma); a coefficient the profile could not
+            // identify takes the shared value.
+            let own = self.file.sigmas.unwrap_or(CoefficientSigmas::unidentified());
+            let c0 = self.coefficients;
+            let (bw0, mm0, at0) =
+                (old_gpu.hbm_bandwidth_bytes_s(), old_gpu.dense_flops_s(w_old), old_gpu.dense_flops_s(Dtype::Bf16));
+            let share = crate::hardware::expert_flop_share(&self.arch);
+            let (_, grouped_sigma) = shared.grouped_for(&self.arch, chunk);
+            let blend_sigma = ((1.0 - share) * shared.dense_gemm_frac.sigma_log).hypot(share * grouped_sigma);
+            let layers = self.arch.n_layers as f64;
+            let c = &mut f.coefficients;
+            c.bandwidth_eff_bytes_s = shrink(
+                c0.bandwidth_eff_bytes_s / bw0,
+                own.bandwidth_eff_bytes_s,
+                Some(1.0),
+                shared.bandwidth_frac.pair(),
+            ) * new_gpu.hbm_bandwidth_bytes_s();
+            c.matmul_flops_eff_s = shrink(
+                c0.matmul_flops_eff_s / mm0,
+                own.matmul_flops_eff_s,
+                Some(1.0),
+                (shared.blend_for(&self.arch, chunk), blend_sigma),
+            ) * new_gpu.dense_flops_s(w);
+            c.attention_flops_eff_s = shrink(
+                c0.attention_flops_eff_s / at0,
+                own.attention_flops_eff_s,
+                Some(1.0),
+                shared.attention_frac.pair(),
+            ) * new_gpu.dense_flops_s(Dtype::Bf16);
+            c.step_overhead_s =
+                shrink(c0.step_overhead_s / layers, own.step_overhead_s, None, shared.step_overhead_per_layer_s.pair())
+                    * layers;
+            c.per_seq_overhead_s =
+                shrink(c0.per_seq_overhead_s, own.per_seq_overhead_s, None, shared.per_seq_overhead_s.pair());
+            c.request_overhead_s =
+                shrink(c0.request_overhead_s, own.request_overhead_s, None, shared.request_overhead_s.pair());
+            c.frontend_serial_s =
+                shrink(c0.frontend_serial_s, own.frontend_serial_s, None, shared.frontend_serial_s.pair());
+            c.mem_compute_overlap =
+                shrink(c0.mem_compute_overlap, own.mem_compute_overlap, Some(1.0), shared.mem_compute_overlap.pair())
+                    .min(1.0);
+            if self.arch.moe.is_some() {
+                c.expert_spread =
+                    shrink(c0.expert_spread, own.expert_spread, Some(1.0), shared.expert_spread.pair()).min(1.0);
+            }
+            f.sigmas = Some(shared.widen(&own));
+            method = "same model: fitted shares of the peaks kept, pulled toward the shared hardware model by their uncertainty; peaks and counts swapped";
         }
         let tp_note = match (same_tp, to.tensor_parallel) {
             (false, Some(t)) => format!(" x{t}"),
@@ -605,8 +689,7 @@ impl Profile {
         if !self.gpu.runs_natively(w) {
             out.push(format!(
                 "{} has no {w} tensor cores: {w} weights run weight-only at the BF16 rate ({:.0} TFLOP/s peak)",
-                self.gpu.name,
-                self.gpu.bf16_tflops
+                self.gpu.name, self.gpu.bf16_tflops
             ));
         }
         let r = self.arch.kv_replication(self.tensor_parallel);
@@ -614,7 +697,11 @@ impl Profile {
             out.push(format!(
                 "KV cache stored {r:.0} times over the {} GPUs ({}), so capacity does not grow with tensor parallelism",
                 self.tensor_parallel,
-                if self.arch.mla.is_some() { "MLA's latent is kept whole on every GPU" } else { "fewer KV heads than GPUs" }
+                if self.arch.mla.is_some() {
+                    "MLA's latent is kept whole on every GPU"
+                } else {
+                    "fewer KV heads than GPUs"
+                }
             ));
         }
         if self.tensor_parallel > self.gpu.link_domain_gpus {
@@ -625,6 +712,19 @@ impl Profile {
         }
         out
     }
+}
+
+/// Precision-weighted combination in log space of a profile's own estimate (relative sigma
+/// `own_sigma`) and the shared value (value, log sigma). An estimate at or above `bound` (a physical
+/// peak share) or with a flat loss (sigma >= 0.99) carries no information: the shared value is taken.
+fn shrink(own: f64, own_sigma: f64, bound: Option<f64>, shared: (f64, f64)) -> f64 {
+    let (sv, ss) = shared;
+    let identified = own > 0.0 && own_sigma < 0.99 && bound.is_none_or(|b| own < 0.995 * b);
+    if !identified {
+        return sv;
+    }
+    let (wo, ws) = (1.0 / own_sigma.max(0.01).powi(2), 1.0 / ss.max(0.01).powi(2));
+    ((wo * own.ln() + ws * sv.ln()) / (wo + ws)).exp()
 }
 
 /// A weight precision named in a model's name (`Qwen/Qwen3-30B-A3B-FP8`, `...-AWQ`).

@@ -5,10 +5,10 @@ use crate::calibrate::{self, FitOptions, Target};
 use crate::catalog::Catalog;
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
-use crate::hardware::{unmeasured_profile, SharedModel, UnmeasuredDeployment};
-use crate::profile::EngineSettings;
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
+use crate::hardware::{unmeasured_profile, SharedModel, UnmeasuredDeployment};
 use crate::metrics::percentile_sorted;
+use crate::profile::EngineSettings;
 use crate::profile::{Profile, ProfileFile, BUILTIN_PROFILES};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -270,14 +270,27 @@ fn not_replayable_reason(p: &Point) -> String {
     }
 }
 
+/// The profiles of every report but `source` (and its duplicates).
+fn others_than<'a>(profiles: &'a [(String, Profile)], metas: &[ReportMeta], source: &str) -> Vec<&'a Profile> {
+    profiles
+        .iter()
+        .filter(|(r, _)| {
+            r != source && !metas.iter().any(|m| m.report == *r && m.duplicate_of.as_deref() == Some(source))
+        })
+        .map(|(_, p)| p)
+        .collect()
+}
+
 fn held_out_fit(
     points: &[Point],
     metas: &[ReportMeta],
     t: &Target,
     catalog: &Catalog,
     keep: &(dyn Fn(&Point) -> bool + Sync),
+    shared: &SharedModel,
 ) -> Result<Profile> {
     let opts = FitOptions {
+        shared: Some(shared),
         use_point: keep,
         max_evaluations: HELD_OUT_MAX_EVALS,
         command: "capsim validate (held-out fit)".into(),
@@ -330,8 +343,16 @@ pub fn run(
             },
             Protocol::ExtrapolateConcurrency => {
                 let Some(t) = target else { continue };
-                let fitted =
-                    held_out_fit(points, metas, t, catalog, &|p: &Point| p.concurrency.is_some_and(|c| c <= 4))?;
+                // Priors from the shared model of the other reports: none of this report's points.
+                let shared = SharedModel::fit(&others_than(&profiles, metas, &source), "held out");
+                let fitted = held_out_fit(
+                    points,
+                    metas,
+                    t,
+                    catalog,
+                    &|p: &Point| p.concurrency.is_some_and(|c| c <= 4),
+                    &shared,
+                )?;
                 let high: Vec<&Point> = pts.iter().copied().filter(|p| p.concurrency.is_some_and(|c| c > 4)).collect();
                 rows.extend(predict_rows(&high, &fitted, metas, protocol, "fitted on concurrency <= 4 only"));
             }
@@ -341,8 +362,10 @@ pub fn run(
                     pts.iter().filter(|p| p.scenario != "all").filter_map(|p| p.input_tokens).collect();
                 ctxs.sort();
                 ctxs.dedup();
+                let shared = SharedModel::fit(&others_than(&profiles, metas, &source), "held out");
                 for l in ctxs {
-                    let fitted = held_out_fit(points, metas, t, catalog, &move |p: &Point| p.input_tokens != Some(l))?;
+                    let fitted =
+                        held_out_fit(points, metas, t, catalog, &move |p: &Point| p.input_tokens != Some(l), &shared)?;
                     let held: Vec<&Point> = pts.iter().copied().filter(|p| p.input_tokens == Some(l)).collect();
                     rows.extend(predict_rows(
                         &held,
@@ -358,14 +381,14 @@ pub fn run(
                 // The shared hardware model fitted on every other report's profile, the deployment
                 // built from it with nothing of this report but what it states (model, GPU,
                 // precision, engine).
-                let others: Vec<&Profile> = profiles
-                    .iter()
-                    .filter(|(r, _)| *r != source && !metas.iter().any(|m| m.report == *r && m.duplicate_of.as_deref() == Some(source.as_str())))
-                    .map(|(_, p)| p)
-                    .collect();
+                let others = others_than(&profiles, metas, &source);
                 let shared = SharedModel::fit(&others, "leave-one-report-out");
                 let d = UnmeasuredDeployment {
-                    name: format!("{} (shared model without report {})", t.profile_name, &source[..3.min(source.len())]),
+                    name: format!(
+                        "{} (shared model without report {})",
+                        t.profile_name,
+                        &source[..3.min(source.len())]
+                    ),
                     model: t.model.clone(),
                     gpu: t.gpu.clone(),
                     tensor_parallel: t.tensor_parallel,
@@ -390,8 +413,11 @@ pub fn run(
                 let Some((_, own)) = profiles.iter().find(|(r, _)| *r == source) else {
                     continue;
                 };
+                // The shared model the move leans on knows nothing of the report being predicted.
+                let mut held_out = catalog.clone();
+                held_out.hardware = SharedModel::fit(&others_than(&profiles, metas, &source), "cross-gpu");
                 let moved = from.retarget(
-                    catalog,
+                    &held_out,
                     &crate::profile::Retarget { gpu: Some(own.gpu.name.clone()), ..Default::default() },
                 )?;
                 // The experiment unknowns belong to the report being predicted.

@@ -145,6 +145,10 @@ pub struct FitOptions<'a> {
     /// The command line, for provenance.
     pub command: String,
     pub data_sha256: String,
+    /// The shared hardware model fitted without this target's data: its estimates for the target's
+    /// deployment become the priors of the hardware coefficients (crate::hardware), so that what the
+    /// data cannot identify is pulled toward what the other deployments say, not to a generic guess.
+    pub shared: Option<&'a crate::hardware::SharedModel>,
 }
 
 /// One fitted point.
@@ -225,18 +229,60 @@ impl Space {
 /// Weak priors (centre, width) on coefficients that single-user data cannot identify, in parameter
 /// space (log for positive coefficients). Each counts as one pseudo-observation of 0.5 z^2, so with a
 /// few dozen points the data dominates; with a handful the fit stays physical.
-fn priors(arch: &ModelArch) -> Vec<(usize, f64, f64, &'static str)> {
+fn priors(arch: &ModelArch) -> Vec<(usize, f64, f64, String)> {
     // Expert spread: the log-midpoint between one token's experts (k/E) and uniform routing (1).
     let spread_centre = arch.moe.as_ref().map_or(1.0, |m| (m.n_experts_per_token as f64 / m.n_experts as f64).sqrt());
     vec![
-        (P_PER_SEQ, (5e-5f64).ln(), 1.5, "per_seq_overhead_s ~ 50 us (x/÷ 4.5)"),
-        (P_MEM, 0.9, 0.05, "gpu_memory_utilization ~ 0.90 ± 0.05"),
-        (P_OVERLAP, 0.5, 0.35, "mem_compute_overlap ~ 0.5 ± 0.35"),
-        (P_SPREAD, spread_centre.ln(), 1.0, "expert_spread ~ sqrt(k/E) (x/÷ 2.7)"),
-        (P_FRONTEND, (1e-3f64).ln(), 2.0, "frontend_serial_s ~ 1 ms (x/÷ 7.4)"),
-        (P_ROUNDS_CLOSED, 2.0, 3.0, "requests per client (closed loop) ~ 2 ± 3"),
-        (P_ROUNDS_UNKNOWN, 2.0, 3.0, "requests per client (unknown load) ~ 2 ± 3"),
+        (P_PER_SEQ, (5e-5f64).ln(), 1.5, "per_seq_overhead_s ~ 50 us (x/÷ 4.5)".into()),
+        (P_MEM, 0.9, 0.05, "gpu_memory_utilization ~ 0.90 ± 0.05".into()),
+        (P_OVERLAP, 0.5, 0.35, "mem_compute_overlap ~ 0.5 ± 0.35".into()),
+        (P_SPREAD, spread_centre.ln(), 1.0, "expert_spread ~ sqrt(k/E) (x/÷ 2.7)".into()),
+        (P_FRONTEND, (1e-3f64).ln(), 2.0, "frontend_serial_s ~ 1 ms (x/÷ 7.4)".into()),
+        (P_ROUNDS_CLOSED, 2.0, 3.0, "requests per client (closed loop) ~ 2 ± 3".into()),
+        (P_ROUNDS_UNKNOWN, 2.0, 3.0, "requests per client (unknown load) ~ 2 ± 3".into()),
     ]
+}
+
+/// Priors from the shared hardware model for the target's deployment: the centre is the shared
+/// estimate, the width its spread across deployments (log for positive coefficients).
+fn shared_priors(
+    shared: &crate::hardware::SharedModel,
+    arch: &ModelArch,
+    gpu: &crate::catalog::GpuSpec,
+    t: &Target,
+    chunk: u32,
+) -> Vec<(usize, f64, f64, String)> {
+    let (c, s) = shared.coefficients_for(arch, gpu, t.weight_dtype, chunk);
+    // The fit has one matmul rate (dense and grouped GEMMs blended), so its prior is the blend.
+    let share = crate::hardware::expert_flop_share(arch);
+    let (_, gs) = shared.grouped_for(arch, chunk);
+    let blend_sigma = ((1.0 - share) * s.matmul_flops_eff_s).hypot(share * gs);
+    let blend = shared.blend_for(arch, chunk) * gpu.dense_flops_s(t.weight_dtype);
+    let log = |i: usize, v: f64, w: f64, name: &str| {
+        (i, v.ln(), w.max(0.05), format!("{name} ~ {v:.4e} (x/÷ {:.2}, shared hardware model)", w.max(0.05).exp()))
+    };
+    let mut out = vec![
+        log(P_OVERHEAD, c.step_overhead_s, s.step_overhead_s, "step_overhead_s"),
+        log(P_PER_SEQ, c.per_seq_overhead_s, s.per_seq_overhead_s, "per_seq_overhead_s"),
+        log(P_BW, c.bandwidth_eff_bytes_s, s.bandwidth_eff_bytes_s, "bandwidth_eff_bytes_s"),
+        log(P_MATMUL, blend, blend_sigma, "matmul_flops_eff_s (dense/grouped blend)"),
+        log(P_ATTN, c.attention_flops_eff_s, s.attention_flops_eff_s, "attention_flops_eff_s"),
+        log(P_REQ, c.request_overhead_s, s.request_overhead_s, "request_overhead_s"),
+        log(P_FRONTEND, c.frontend_serial_s, s.frontend_serial_s, "frontend_serial_s"),
+        (
+            P_OVERLAP,
+            c.mem_compute_overlap,
+            (c.mem_compute_overlap * s.mem_compute_overlap).max(0.1),
+            format!("mem_compute_overlap ~ {:.2} (shared hardware model)", c.mem_compute_overlap),
+        ),
+        (P_MEM, 0.9, 0.05, "gpu_memory_utilization ~ 0.90 ± 0.05".into()),
+        (P_ROUNDS_CLOSED, 2.0, 3.0, "requests per client (closed loop) ~ 2 ± 3".into()),
+        (P_ROUNDS_UNKNOWN, 2.0, 3.0, "requests per client (unknown load) ~ 2 ± 3".into()),
+    ];
+    if arch.moe.is_some() {
+        out.push(log(P_SPREAD, c.expert_spread, s.expert_spread, "expert_spread"));
+    }
+    out
 }
 
 struct Built {
@@ -315,6 +361,7 @@ pub fn calibrate(
             max_evaluations: (opts.max_evaluations * 2 / (n + 1)).max(50),
             command: opts.command.clone(),
             data_sha256: opts.data_sha256.clone(),
+            shared: opts.shared,
         };
         let (pf, rep) = calibrate_variant(points, metas, t, catalog, &share, settings)?;
         tried.push(format!("{label}: objective {:.4}, median |error| {:.1}%", rep.objective, rep.median_abs_error_pct));
@@ -463,8 +510,12 @@ fn calibrate_variant(
             fit_pts.par_iter().map(|p| predict_cached(&profile, p, &b.unknowns, metas, &cache)).collect()
         }
     };
-    let prior_list: Vec<(usize, f64, f64, &'static str)> =
-        priors(&arch).into_iter().filter(|(i, ..)| active.contains(i)).collect();
+    let all_priors = match opts.shared {
+        Some(sh) => shared_priors(sh, &arch, &gpu, t, base_budget),
+        None => priors(&arch),
+    };
+    let prior_list: Vec<(usize, f64, f64, String)> =
+        all_priors.into_iter().filter(|(i, ..)| active.contains(i)).collect();
     let prior_penalty =
         |v: &[f64; N_PARAMS]| -> f64 { prior_list.iter().map(|(i, c, w, _)| 0.5 * ((v[*i] - c) / w).powi(2)).sum() };
     let objective_of = |preds: &[Option<f64>], v: &[f64; N_PARAMS]| -> f64 {

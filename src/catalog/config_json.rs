@@ -51,7 +51,9 @@ impl<'a> Cfg<'a> {
     fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
         match get(self.root, self.text, key) {
             None => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| self.err(key, format!("must be a non-negative integer, got {v}"))),
+            Some(v) => {
+                v.as_u64().map(Some).ok_or_else(|| self.err(key, format!("must be a non-negative integer, got {v}")))
+            }
         }
     }
     /// A required positive integer no larger than `max` (a bound that keeps every derived product in
@@ -83,7 +85,9 @@ impl<'a> Cfg<'a> {
             None => Ok(None),
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|x| x.as_u64().ok_or_else(|| self.err(key, format!("entries must be non-negative integers, got {x}"))))
+                .map(|x| {
+                    x.as_u64().ok_or_else(|| self.err(key, format!("entries must be non-negative integers, got {x}")))
+                })
                 .collect::<Result<Vec<_>>>()
                 .map(Some),
             Some(v) => Err(self.err(key, format!("must be a list of integers, got {v}"))),
@@ -111,10 +115,9 @@ fn layer_kinds(c: &Cfg, family: &str, n_layers: u32) -> Result<Vec<LayerKind>> {
     if let Some(v) = get(c.root, c.text, "layer_types") {
         let types = v.as_array().ok_or_else(|| c.err("layer_types", "must be a list of strings"))?;
         if types.len() != n_layers as usize {
-            return Err(c.err(
-                "layer_types",
-                format!("has {} entries but num_hidden_layers is {n_layers}", types.len()),
-            ));
+            return Err(
+                c.err("layer_types", format!("has {} entries but num_hidden_layers is {n_layers}", types.len()))
+            );
         }
         return types
             .iter()
@@ -206,14 +209,20 @@ fn quantization(c: &Cfg) -> Result<Quant> {
         "gptq" | "awq" | "gptq_marlin" | "awq_marlin" => match bits {
             Some(4) | None => Some(Dtype::Int4),
             Some(8) => Some(Dtype::Fp8),
-            Some(b) => return Err(c.err("quantization_config.bits", format!("{b}-bit {method} is not supported (4 or 8)"))),
+            Some(b) => {
+                return Err(c.err("quantization_config.bits", format!("{b}-bit {method} is not supported (4 or 8)")))
+            }
         },
         "modelopt" => {
             let algo = q.get("quant_algo").and_then(Value::as_str).unwrap_or("");
-            from_algo(algo).ok_or_else(|| {
-                c.err("quantization_config.quant_algo", format!("`{algo}` is not supported (FP8, NVFP4, W4A16_AWQ)"))
-            })?
-            .into()
+            from_algo(algo)
+                .ok_or_else(|| {
+                    c.err(
+                        "quantization_config.quant_algo",
+                        format!("`{algo}` is not supported (FP8, NVFP4, W4A16_AWQ)"),
+                    )
+                })?
+                .into()
         }
         "compressed-tensors" => {
             // The weights of the first config group decide (the others are usually the same scheme on
@@ -333,7 +342,9 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
             let e = c.check_range("num_experts", e, MAX_EXPERTS)?;
             let k = match c.opt_u64("num_experts_per_tok")? {
                 Some(k) => k,
-                None => c.opt_u64("experts_per_token")?.ok_or_else(|| c.err("num_experts_per_tok", "required for MoE models"))?,
+                None => c
+                    .opt_u64("experts_per_token")?
+                    .ok_or_else(|| c.err("num_experts_per_tok", "required for MoE models"))?,
             };
             if k == 0 || k > e {
                 return Err(c.err("num_experts_per_tok", format!("must be in 1..={e}, got {k}")));

@@ -1,8 +1,8 @@
 //! Catalogs of GPUs and model architectures. The files under models/ are embedded at build time so the
 //! installed binary works from any directory; files named on the command line add to or override them.
 
-pub mod gpu;
 pub mod config_json;
+pub mod gpu;
 pub mod model;
 
 pub use gpu::GpuSpec;
@@ -41,7 +41,10 @@ const CONFIGS: &[(&str, &str)] = &[
     ("gemma-3-12b-it.json", include_str!("../../models/configs/gemma-3-12b-it.json")),
     ("gemma-3-27b-it.json", include_str!("../../models/configs/gemma-3-27b-it.json")),
     ("llama-4-scout-17b-16e-instruct.json", include_str!("../../models/configs/llama-4-scout-17b-16e-instruct.json")),
-    ("llama-4-maverick-17b-128e-instruct.json", include_str!("../../models/configs/llama-4-maverick-17b-128e-instruct.json")),
+    (
+        "llama-4-maverick-17b-128e-instruct.json",
+        include_str!("../../models/configs/llama-4-maverick-17b-128e-instruct.json"),
+    ),
     ("phi-3-mini-4k-instruct.json", include_str!("../../models/configs/phi-3-mini-4k-instruct.json")),
     ("phi-4.json", include_str!("../../models/configs/phi-4.json")),
 ];

@@ -215,8 +215,10 @@ impl ModelArch {
     }
     /// Parameters that take part in matmuls per token: 2 FLOPs each.
     pub fn matmul_params_active(&self) -> u64 {
-        let experts =
-            self.moe.as_ref().map_or(0, |m| self.n_moe_layers() as u64 * m.n_experts_per_token as u64 * self.expert_params());
+        let experts = self
+            .moe
+            .as_ref()
+            .map_or(0, |m| self.n_moe_layers() as u64 * m.n_experts_per_token as u64 * self.expert_params());
         self.always_read_params() + experts
     }
     /// Expected distinct experts per layer touched by a batch of `n_tokens` tokens under uniform

@@ -3,6 +3,7 @@
 mod calibrate;
 mod capacity;
 mod catalog;
+mod explain;
 mod simulate;
 mod sweep;
 mod validate;
@@ -36,6 +37,9 @@ pub enum Cmd {
     Capacity(capacity::CapacityArgs),
     /// Replay every measured experiment and compare predicted with measured.
     Validate(validate::ValidateArgs),
+    /// Break one engine step of a given batch into its parts (weights, KV, compute, attention,
+    /// communication, overhead), in ms.
+    Explain(explain::ExplainArgs),
     /// List the profiles.
     Profiles(catalog::ProfilesArgs),
     /// List the GPU catalog.
@@ -54,6 +58,7 @@ pub fn run() -> Result<()> {
         Cmd::Sweep(a) => sweep::run(a),
         Cmd::Capacity(a) => capacity::run(a),
         Cmd::Validate(a) => validate::run(a),
+        Cmd::Explain(a) => explain::run(a),
         Cmd::Profiles(a) => catalog::profiles(a),
         Cmd::Gpus(a) => catalog::gpus(a),
         Cmd::Models(a) => catalog::models(a),

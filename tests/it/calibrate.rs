@@ -84,8 +84,13 @@ fn recovers_the_coefficients_that_generated_single_request_data() {
     }
     let targets = calibrate::targets(&metas, &c).unwrap();
     let t = targets.iter().find(|t| t.report.starts_with("001")).unwrap();
-    let opts =
-        FitOptions { use_point: &|_| true, max_evaluations: 300, command: "test".into(), data_sha256: String::new() };
+    let opts = FitOptions {
+        use_point: &|_| true,
+        max_evaluations: 300,
+        command: "test".into(),
+        data_sha256: String::new(),
+        shared: None,
+    };
     let (pf, rep) = calibrate::calibrate(&pts, &metas, t, &c, &opts).unwrap();
     let (got, want) = (pf.coefficients, truth.coefficients);
     let rel = |a: f64, b: f64| (a - b).abs() / b;

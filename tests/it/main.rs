@@ -6,6 +6,7 @@ mod catalog;
 mod cli;
 mod data;
 mod measured;
+mod physics;
 mod sim;
 mod validate;
 mod workload;

@@ -161,7 +161,13 @@ fn fit_runs(name: &str, runs: &[Run], max_evaluations: usize) -> (capsim::profil
     let catalog = Catalog::builtin();
     let t = target_for_runs(name, &h200_deployment(), runs, &[], &catalog).unwrap();
     let points: Vec<_> = runs.iter().flat_map(|r| r.points(name)).collect();
-    let opts = FitOptions { use_point: &|_| true, max_evaluations, command: "test".into(), data_sha256: String::new() };
+    let opts = FitOptions {
+        use_point: &|_| true,
+        max_evaluations,
+        command: "test".into(),
+        data_sha256: String::new(),
+        shared: None,
+    };
     calibrate::calibrate(&points, &[], &t, &catalog, &opts).unwrap()
 }
 

@@ -27,6 +27,8 @@ fn accuracy_targets_hold_or_are_marked_as_resisting() {
     let (c, pts, metas) = (Catalog::builtin(), data::load_points(None).unwrap(), data::report_metas().unwrap());
     let mut rows = run(Protocol::InSample, &pts, &metas, &c, None, None).unwrap();
     rows.extend(run(Protocol::ExtrapolateConcurrency, &pts, &metas, &c, None, None).unwrap());
+    rows.extend(run(Protocol::CrossGpu, &pts, &metas, &c, None, None).unwrap());
+    rows.extend(run(Protocol::LeaveOneReportOut, &pts, &metas, &c, None, None).unwrap());
     for t in TARGETS {
         let (n, med, p90, met) = t.evaluate(&rows);
         assert!(n >= 5, "{t:?}: only {n} points");

@@ -1,0 +1,128 @@
+//! `capsim explain`: one engine step of a given batch broken into its parts, so a user can see why a
+//! deployment is slow and check the physics by hand (sim::StepModel::parts, the formula the
+//! simulator itself sums).
+
+use super::ProfileArgs;
+use capsim::error::{Error, Result};
+use capsim::report::{num, table};
+use capsim::sim::{BatchShape, StepModel};
+use clap::Args;
+use serde_json::json;
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub deployment: ProfileArgs,
+    /// Sequences decoding in the step (one token each).
+    #[arg(long, default_value_t = 32)]
+    pub decode: u32,
+    /// Context (tokens already in the KV cache) of each decoding sequence.
+    #[arg(long, default_value_t = 4096)]
+    pub context: u32,
+    /// Tokens of one prompt chunk prefilled in the same step (0: a decode-only step).
+    #[arg(long, default_value_t = 0)]
+    pub prefill: u32,
+    /// Position where that chunk starts (tokens of the prompt already prefilled).
+    #[arg(long, default_value_t = 0)]
+    pub prefill_start: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: ExplainArgs) -> Result<()> {
+    if a.decode == 0 && a.prefill == 0 {
+        return Err(Error::flag("--decode", "the step is empty: give --decode N or --prefill N"));
+    }
+    let catalog = a.deployment.catalog()?;
+    let p = a.deployment.resolve(&catalog)?;
+    let mut b = BatchShape::default();
+    for _ in 0..a.decode {
+        b.add_chunk(a.context, 1);
+    }
+    if a.prefill > 0 {
+        b.add_chunk(a.prefill_start, a.prefill);
+    }
+    let parts = StepModel::new(&p).parts(&b);
+    let ms = |s: f64| s * 1e3;
+    let hidden = parts.memory_s.min(parts.compute_s) * (1.0 - parts.exposed);
+    let bound = if parts.memory_s >= parts.compute_s { "memory" } else { "compute" };
+    if a.json {
+        let v = json!({
+            "profile": p.name(),
+            "retargeted_from": p.retargeted_from,
+            "caveats": p.caveats(),
+            "batch": {"sequences": b.n_seqs, "tokens": b.n_tokens, "kv_read_tokens": b.kv_read_tokens, "attention_pairs": b.attn_pairs},
+            "parts_s": parts,
+            "bound": bound,
+            "hidden_s": hidden,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return Ok(());
+    }
+    println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(&p));
+    println!(
+        "step: {} sequences, {} tokens ({} decoding at context {}{}), {} x {} (TP {}{})",
+        b.n_seqs,
+        b.n_tokens,
+        a.decode,
+        a.context,
+        if a.prefill > 0 {
+            format!(", a {}-token prefill chunk from position {}", a.prefill, a.prefill_start)
+        } else {
+            String::new()
+        },
+        p.tensor_parallel,
+        p.gpu.name,
+        p.tensor_parallel,
+        if p.expert_parallel { ", experts parallel" } else { "" },
+    );
+    println!();
+    let c = &p.coefficients;
+    let rows = vec![
+        vec![
+            "weights read".into(),
+            num(ms(parts.weights_s), 4),
+            format!("at {:.2} TB/s x {} GPUs", c.bandwidth_eff_bytes_s / 1e12, p.tensor_parallel),
+        ],
+        vec!["KV read".into(), num(ms(parts.kv_s), 4), format!("{} tokens of context", b.kv_read_tokens)],
+        vec!["state read".into(), num(ms(parts.state_s), 4), "linear-attention state, sliding windows".into()],
+        vec!["= memory".into(), num(ms(parts.memory_s), 4), String::new()],
+        vec![
+            "dense matmuls".into(),
+            num(ms(parts.dense_matmul_s), 4),
+            format!("at {:.0} TFLOP/s per GPU", c.matmul_flops_eff_s / 1e12),
+        ],
+        vec![
+            "expert matmuls".into(),
+            num(ms(parts.expert_matmul_s), 4),
+            format!("grouped GEMMs at {:.2} x dense", c.grouped_gemm_rel),
+        ],
+        vec!["LM head".into(), num(ms(parts.lm_head_s), 4), "once per sequence".into()],
+        vec![
+            "attention".into(),
+            num(ms(parts.attention_s), 4),
+            format!("at {:.0} TFLOP/s per GPU", c.attention_flops_eff_s / 1e12),
+        ],
+        vec!["= compute".into(), num(ms(parts.compute_s), 4), String::new()],
+        vec![
+            "hidden by overlap".into(),
+            num(-ms(hidden), 4),
+            format!("{bound}-bound; {:.0}% of the smaller part overlaps", (1.0 - parts.exposed) * 100.0),
+        ],
+        vec![
+            "communication".into(),
+            num(ms(parts.communication_s), 4),
+            if p.tensor_parallel > 1 {
+                format!("{:?} at {} GB/s per direction", p.gpu.link, p.gpu.link_bw_gb_s)
+            } else {
+                "one GPU".into()
+            },
+        ],
+        vec!["step overhead".into(), num(ms(parts.overhead_s), 4), "launches, scheduler, sampling".into()],
+        vec!["per-sequence cost".into(), num(ms(parts.per_seq_s), 4), format!("{} sequences", b.n_seqs)],
+        vec!["= step".into(), num(ms(parts.total_s), 4), format!("{:.1} tokens/s", b.n_tokens as f64 / parts.total_s)],
+    ];
+    print!("{}", table(&["part", "ms", "how"], &rows));
+    Ok(())
+}
