@@ -189,10 +189,10 @@ impl ModelArch {
     /// heads divide evenly, and that KV heads divide by tp or tp by KV heads.
     pub fn tensor_parallel_problem(&self, tp: u32) -> Option<String> {
         let t = tp as u64;
-        if self.n_heads % t != 0 {
+        if !self.n_heads.is_multiple_of(t) {
             return Some(format!("{} attention heads do not divide over {tp} GPUs", self.n_heads));
         }
-        if self.mla.is_none() && self.n_kv_heads % t != 0 && t % self.n_kv_heads != 0 {
+        if self.mla.is_none() && !self.n_kv_heads.is_multiple_of(t) && !t.is_multiple_of(self.n_kv_heads) {
             return Some(format!("{} KV heads and tensor_parallel {tp}: neither divides the other", self.n_kv_heads));
         }
         None

@@ -201,13 +201,20 @@ fn another_model_takes_its_own_precision_and_the_shared_model() {
         l8.coefficients.matmul_flops_eff_s,
         shared.dense_gemm_frac.value * l8.gpu.dense_flops_s(Dtype::Bf16)
     );
-    // Same model elsewhere keeps its fitted shares of the peaks.
+    // Same model elsewhere keeps its fitted share of the peak, pulled toward the shared model by
+    // precision: log share = (ln own / s_own^2 + ln shared / s_shared^2) / (1 / s_own^2 + 1 / s_shared^2).
     let moved = p.retarget(&c, &Retarget { gpu: Some("H100 SXM".into()), ..Default::default() }).unwrap();
+    let own_share = p.coefficients.bandwidth_eff_bytes_s / p.gpu.hbm_bandwidth_bytes_s();
+    let s_own = p.file.sigmas.unwrap().bandwidth_eff_bytes_s;
+    let (sv, ss) = shared.bandwidth_frac.pair();
+    let (wo, ws) = (1.0 / (s_own * s_own), 1.0 / (ss * ss));
+    let expected = ((wo * own_share.ln() + ws * sv.ln()) / (wo + ws)).exp();
     assert_relative_eq!(
         moved.coefficients.bandwidth_eff_bytes_s / moved.gpu.hbm_bandwidth_bytes_s(),
-        p.coefficients.bandwidth_eff_bytes_s / p.gpu.hbm_bandwidth_bytes_s(),
+        expected,
         max_relative = 1e-12
     );
+    assert!((expected - own_share).abs() <= (sv - own_share).abs(), "between own and shared");
     let (own, wide) = (p.file.sigmas.unwrap(), moved.file.sigmas.unwrap());
     assert!(wide.bandwidth_eff_bytes_s > own.bandwidth_eff_bytes_s, "retargeted bands are wider");
     // A100 has no FP8 tensor cores: FP8 weights run at the BF16 rate, and the caveat says so.
