@@ -402,17 +402,55 @@ pub fn search(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<(f6
     Ok((lo, Verdict::Found, tried))
 }
 
-/// The profile moved one fitted sigma towards slower (`sign` = -1) or faster (+1) service.
+/// The profile moved one sigma towards slower (`sign` = -1) or faster (+1) service.
+///
+/// With the fit's covariance: one sigma along the speed direction u (+1 for the rates, -1 for the
+/// costs, in log space) accounting for correlations, delta = sign x Cov u / sqrt(u' Cov u): the 1-sigma
+/// band of the speed functional u'theta. Without one (profiles moved to another deployment carry
+/// only marginal sigmas): every coefficient one marginal sigma in the slow or fast direction.
 pub fn perturbed(p: &Profile, sign: f64) -> Profile {
-    let Some(sg) = p.file.sigmas else {
-        return p.clone();
-    };
     let mut q = p.clone();
+    if let Some(cov) = p.file.covariance.as_ref().filter(|c| c.matrix.len() == c.names.len() && !c.names.is_empty()) {
+        let dir = |name: &str| match name {
+            "bandwidth_eff_bytes_s" | "matmul_flops_eff_s" | "attention_flops_eff_s" | "mem_compute_overlap" => 1.0,
+            "expert_spread" | "step_overhead_s" | "per_seq_overhead_s" | "request_overhead_s" | "frontend_serial_s" => {
+                -1.0
+            }
+            _ => 0.0,
+        };
+        let u: Vec<f64> = cov.names.iter().map(|n| dir(n)).collect();
+        let cu: Vec<f64> = cov.matrix.iter().map(|row| row.iter().zip(&u).map(|(a, b)| a * b).sum()).collect();
+        let var: f64 = cu.iter().zip(&u).map(|(a, b)| a * b).sum();
+        if var > 0.0 && var.is_finite() {
+            let c = &mut q.coefficients;
+            for (name, d) in cov.names.iter().zip(&cu) {
+                let delta = (sign * d / var.sqrt()).clamp(-2.0, 2.0);
+                let f = delta.exp();
+                match name.as_str() {
+                    "step_overhead_s" => c.step_overhead_s *= f,
+                    "per_seq_overhead_s" => c.per_seq_overhead_s *= f,
+                    "bandwidth_eff_bytes_s" => c.bandwidth_eff_bytes_s *= f,
+                    "matmul_flops_eff_s" => c.matmul_flops_eff_s *= f,
+                    "attention_flops_eff_s" => c.attention_flops_eff_s *= f,
+                    "request_overhead_s" => c.request_overhead_s *= f,
+                    "frontend_serial_s" => c.frontend_serial_s *= f,
+                    "expert_spread" => c.expert_spread = (c.expert_spread * f).min(1.0),
+                    "mem_compute_overlap" => c.mem_compute_overlap = (c.mem_compute_overlap + delta).clamp(0.0, 1.0),
+                    _ => {}
+                }
+            }
+            c.bandwidth_eff_bytes_s = c.bandwidth_eff_bytes_s.min(p.gpu.hbm_bandwidth_bytes_s());
+            q.file.coefficients = *c;
+            return q;
+        }
+    }
+    let Some(sg) = p.file.sigmas else {
+        return q;
+    };
     let c = &mut q.coefficients;
     let up = |v: f64, s: f64| v * (1.0 + s.min(0.9) * sign);
     let down = |v: f64, s: f64| v * (1.0 - s.min(0.9) * sign).max(0.05);
-    c.bandwidth_eff_bytes_s = up(c.bandwidth_eff_bytes_s, sg.bandwidth_eff_bytes_s)
-        .min(p.gpu.hbm_bandwidth_bytes_s() * p.tensor_parallel as f64);
+    c.bandwidth_eff_bytes_s = up(c.bandwidth_eff_bytes_s, sg.bandwidth_eff_bytes_s).min(p.gpu.hbm_bandwidth_bytes_s());
     c.matmul_flops_eff_s = up(c.matmul_flops_eff_s, sg.matmul_flops_eff_s);
     c.attention_flops_eff_s = up(c.attention_flops_eff_s, sg.attention_flops_eff_s);
     c.step_overhead_s = down(c.step_overhead_s, sg.step_overhead_s);

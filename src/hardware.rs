@@ -170,6 +170,10 @@ pub struct SharedModel {
     pub mem_compute_overlap: SharedValue,
     /// MoE: share of the experts a workload's tokens route among.
     pub expert_spread: SharedValue,
+    /// RMS over the member profiles of their fits' residual scatter (log): the model's own error a
+    /// prediction band adds.
+    #[serde(default)]
+    pub residual_sigma_log: f64,
 }
 
 /// Whether a fitted coefficient carries information: not pinned at a physical bound, not flat.
@@ -211,6 +215,7 @@ impl SharedModel {
             frontend_serial_s: SharedValue::prior(1e-3, 2.0, "same prior as calibration"),
             mem_compute_overlap: SharedValue::prior(0.5, 0.7, "same prior as calibration"),
             expert_spread: SharedValue::prior(0.25, 1.0, "sqrt(k/E) for 8 of 128 experts"),
+            residual_sigma_log: 0.0,
         }
     }
 
@@ -290,6 +295,15 @@ impl SharedModel {
             frontend_serial_s: SharedValue::pool(front, prior.frontend_serial_s),
             mem_compute_overlap: overlap,
             expert_spread: SharedValue::pool(spread, prior.expert_spread),
+            residual_sigma_log: {
+                let r: Vec<f64> =
+                    profiles.iter().filter_map(|p| p.file.fit.as_ref().map(|f| f.residual_sigma_log)).collect();
+                if r.is_empty() {
+                    0.0
+                } else {
+                    (r.iter().map(|x| x * x).sum::<f64>() / r.len() as f64).sqrt()
+                }
+            },
         }
     }
 
@@ -412,13 +426,18 @@ pub fn unmeasured_profile(
         engine: d.engine.clone(),
         coefficients: c,
         sigmas: Some(s),
+        covariance: None,
         experiment: None,
         provenance: Provenance {
             method: "shared hardware model".into(),
             notes: vec![shared.provenance.clone()],
             ..Default::default()
         },
-        fit: None,
+        fit: Some(crate::profile::FitQuality {
+            stop_reason: "no measurements: coefficients from the shared hardware model".into(),
+            residual_sigma_log: shared.residual_sigma_log,
+            ..Default::default()
+        }),
     };
     let mut p = pf.resolve(&d.name, catalog)?;
     p.retargeted_from = Some("shared hardware model".into());

@@ -180,7 +180,45 @@ pub struct CoefficientSigmas {
     pub grouped_gemm_rel: f64,
 }
 
+const KNOWN_COEFFICIENTS: [&str; 10] = [
+    "step_overhead_s",
+    "per_seq_overhead_s",
+    "bandwidth_eff_bytes_s",
+    "matmul_flops_eff_s",
+    "attention_flops_eff_s",
+    "request_overhead_s",
+    "mem_compute_overlap",
+    "expert_spread",
+    "frontend_serial_s",
+    "grouped_gemm_rel",
+];
+
+/// A covariance matrix over named coefficients.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CoefficientCovariance {
+    pub names: Vec<String>,
+    pub matrix: Vec<Vec<f64>>,
+}
+
 impl CoefficientSigmas {
+    /// The sigma of a coefficient by its name in the profile (0 for an unknown name).
+    pub fn named(&self, name: &str) -> f64 {
+        match name {
+            "step_overhead_s" => self.step_overhead_s,
+            "per_seq_overhead_s" => self.per_seq_overhead_s,
+            "bandwidth_eff_bytes_s" => self.bandwidth_eff_bytes_s,
+            "matmul_flops_eff_s" => self.matmul_flops_eff_s,
+            "attention_flops_eff_s" => self.attention_flops_eff_s,
+            "request_overhead_s" => self.request_overhead_s,
+            "mem_compute_overlap" => self.mem_compute_overlap,
+            "expert_spread" => self.expert_spread,
+            "frontend_serial_s" => self.frontend_serial_s,
+            "grouped_gemm_rel" => self.grouped_gemm_rel,
+            _ => 0.0,
+        }
+    }
+
     /// Every coefficient unidentified (100%).
     pub fn unidentified() -> CoefficientSigmas {
         CoefficientSigmas {
@@ -231,6 +269,10 @@ pub struct FitQuality {
     pub context_tokens_range: [u64; 2],
     #[serde(default)]
     pub concurrency_range: [u32; 2],
+    /// RMS of the fit's log residuals (per degree of freedom): the model's own scatter about the
+    /// measurements, which a prediction band adds to the coefficients' uncertainty.
+    #[serde(default)]
+    pub residual_sigma_log: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -245,6 +287,10 @@ pub struct ProfileFile {
     pub coefficients: Coefficients,
     #[serde(default)]
     pub sigmas: Option<CoefficientSigmas>,
+    /// The fit's covariance of the coefficients in log space (the overlap linear), named; bands move
+    /// the coefficients along it rather than each by its own sigma.
+    #[serde(default)]
+    pub covariance: Option<CoefficientCovariance>,
     /// The unknowns of the source report's experiments as calibration fitted them (requests per test);
     /// validation replays the experiments with them.
     #[serde(default)]
@@ -369,6 +415,33 @@ impl ProfileFile {
                 Some("coefficients.mem_compute_overlap"),
                 format!("must be in [0, 1], got {}", c.mem_compute_overlap),
             ));
+        }
+        if let Some(cov) = &self.covariance {
+            let n = cov.names.len();
+            if cov.matrix.len() != n || cov.matrix.iter().any(|r| r.len() != n) {
+                return Err(Error::input(
+                    source,
+                    None,
+                    Some("covariance.matrix"),
+                    format!("must be {n} x {n}, one row and column per name"),
+                ));
+            }
+            if let Some(bad) = cov.names.iter().find(|n| !KNOWN_COEFFICIENTS.contains(&n.as_str())) {
+                return Err(Error::input(
+                    source,
+                    None,
+                    Some("covariance.names"),
+                    format!("unknown coefficient `{bad}`"),
+                ));
+            }
+            if cov.matrix.iter().flatten().any(|x| !x.is_finite()) || (0..n).any(|i| cov.matrix[i][i] < 0.0) {
+                return Err(Error::input(
+                    source,
+                    None,
+                    Some("covariance.matrix"),
+                    "entries must be finite with a non-negative diagonal",
+                ));
+            }
         }
         if let Some(why) = arch.tensor_parallel_problem(tp) {
             return Err(Error::input(
@@ -603,6 +676,7 @@ impl Profile {
             let (c, sig) = shared.coefficients_for(arch, &new_gpu, w, chunk);
             f.coefficients = c;
             f.sigmas = Some(sig);
+            f.covariance = None;
             method = "another model: coefficients from the shared hardware model (models/hardware.toml)";
         } else {
             let w = to.weight_dtype.unwrap_or(w_old);
@@ -658,6 +732,13 @@ impl Profile {
                     shrink(c0.expert_spread, own.expert_spread, Some(1.0), shared.expert_spread.pair()).min(1.0);
             }
             f.sigmas = Some(shared.widen(&own));
+            // The fit's covariance, widened on its diagonal by the spread across deployments.
+            if let (Some(cov), Some(wide)) = (f.covariance.as_mut(), f.sigmas) {
+                for (k, name) in cov.names.iter().enumerate() {
+                    let (o, w) = (own.named(name), wide.named(name));
+                    cov.matrix[k][k] += (w * w - o * o).max(0.0);
+                }
+            }
             method = "same model: fitted shares of the peaks kept, pulled toward the shared hardware model by their uncertainty; peaks and counts swapped";
         }
         let tp_note = match (same_tp, to.tensor_parallel) {

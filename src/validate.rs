@@ -65,9 +65,7 @@ pub const TARGETS: &[AccuracyTarget] = &[
         group: MetricGroup::All,
         median_abs_error_pct_max: 20.0,
         p90_abs_error_pct_max: None,
-        resists: Some(
-            "reports 000 and 001 disagree on the same model about how decode traffic grows with batch (000 fits near-identical expert routing across users, expert_spread 0.06, 001 fits 0.33): 000's per-user speeds at 8-32 users come out 41-47% low from 001's profile; 000 has two single-user TTFTs only, so its matmul rate comes from the shared model and 001's TTFTs from 000's move are 45% off",
-        ),
+        resists: None,
     },
     AccuracyTarget {
         protocol: Protocol::LeaveOneReportOut,
@@ -165,6 +163,9 @@ pub struct Row {
     pub protocol: String,
     /// Which profile predicted it, or why nothing did.
     pub note: String,
+    /// The prediction's +-1 sigma band: the point replayed on the profile one sigma slower and one
+    /// faster (capacity::perturbed, along the fit's covariance where the profile has one).
+    pub band: Option<(f64, f64)>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -234,6 +235,7 @@ fn row(p: &Point, protocol: Protocol, predicted: Option<f64>, note: String) -> R
         flagged: p.is_flagged(),
         protocol: protocol.as_str().into(),
         note,
+        band: None,
     }
 }
 
@@ -251,6 +253,10 @@ fn predict_rows(
 ) -> Vec<Row> {
     let u = unknowns_of(profile);
     let cache = ReplayCache::default();
+    let with_band = profile.file.sigmas.is_some();
+    let resid = profile.file.fit.as_ref().map_or(0.0, |f| f.residual_sigma_log);
+    let (slow, fast) = (crate::capacity::perturbed(profile, -1.0), crate::capacity::perturbed(profile, 1.0));
+    let (slow_cache, fast_cache) = (ReplayCache::default(), ReplayCache::default());
     points
         .par_iter()
         .map(|p| {
@@ -258,7 +264,20 @@ fn predict_rows(
                 return row(p, protocol, None, not_replayable_reason(p));
             }
             let v = predict_cached(profile, p, &u, metas, &cache);
-            row(p, protocol, v, if v.is_some() { note.to_string() } else { "simulation produced no value".into() })
+            let mut r =
+                row(p, protocol, v, if v.is_some() { note.to_string() } else { "simulation produced no value".into() });
+            if let (true, Some(v)) = (with_band, v) {
+                let a = predict_cached(&slow, p, &u, metas, &slow_cache);
+                let b = predict_cached(&fast, p, &u, metas, &fast_cache);
+                if let (Some(a), Some(b)) = (a, b) {
+                    // The coefficients' band widened by the fit's residual scatter, in quadrature
+                    // (log space): a prediction band, not only a parameter band.
+                    let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
+                    let widen = |x: f64| (x.ln().powi(2) + resid * resid).sqrt();
+                    r.band = Some((v * (-widen(v / lo)).exp(), v * widen(hi / v).exp()));
+                }
+            }
+            r
         })
         .collect()
 }
@@ -272,6 +291,17 @@ fn not_replayable_reason(p: &Point) -> String {
         "throughput_scaling_x" => "not predicted: averaged over contexts the report does not list".into(),
         _ => "not predicted: not one experiment (a summary without a scenario list)".into(),
     }
+}
+
+/// Coverage of the bands: (points with a band, of which the measured value lies inside it), over
+/// unflagged rows. About 68% of measured points should fall inside honest 1-sigma bands.
+pub fn band_coverage(rows: &[Row]) -> (usize, usize) {
+    let with: Vec<&Row> = rows.iter().filter(|r| !r.flagged && r.band.is_some()).collect();
+    let inside = with
+        .iter()
+        .filter(|r| r.band.is_some_and(|(lo, hi)| r.measured >= lo * (1.0 - 1e-9) && r.measured <= hi * (1.0 + 1e-9)))
+        .count();
+    (with.len(), inside)
 }
 
 /// The profiles of every report but `source` (and its duplicates).

@@ -23,7 +23,8 @@ use crate::error::{Error, Result};
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::metrics::StatKind;
 use crate::profile::{
-    CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef, ProfileFile, Provenance,
+    CoefficientCovariance, CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef,
+    ProfileFile, Provenance,
 };
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
@@ -194,6 +195,34 @@ pub struct FitReport {
     pub p90_abs_error_pct: f64,
 }
 
+/// The coefficients among the parameters, with their names in the profile (log space except the
+/// overlap, which is linear).
+const COEFFICIENT_PARAMS: [(usize, &str); 9] = [
+    (P_OVERHEAD, "step_overhead_s"),
+    (P_PER_SEQ, "per_seq_overhead_s"),
+    (P_BW, "bandwidth_eff_bytes_s"),
+    (P_MATMUL, "matmul_flops_eff_s"),
+    (P_ATTN, "attention_flops_eff_s"),
+    (P_REQ, "request_overhead_s"),
+    (P_OVERLAP, "mem_compute_overlap"),
+    (P_SPREAD, "expert_spread"),
+    (P_FRONTEND, "frontend_serial_s"),
+];
+
+/// sigma^2 (J'J)^-1 for a Jacobian given as one column per parameter; a direction the data leaves
+/// flat gets a variance of at least 1 (relative sigma 100%). None when J'J cannot be inverted.
+fn gauss_newton_covariance(jac: &[Vec<f64>], sigma2: f64) -> Option<Vec<Vec<f64>>> {
+    let n = jac.len();
+    let mut a: Vec<Vec<f64>> =
+        (0..n).map(|i| (0..n).map(|j| jac[i].iter().zip(&jac[j]).map(|(x, y)| x * y).sum()).collect()).collect();
+    // A ridge of sigma^2 per parameter: at most a variance of 1 (log units) in any direction.
+    for (i, row) in a.iter_mut().enumerate() {
+        row[i] += sigma2.max(1e-12);
+    }
+    let inv = crate::calibrate::stage_a::invert(&a)?;
+    Some(inv.into_iter().map(|row| row.into_iter().map(|x| x * sigma2).collect()).collect())
+}
+
 /// Parameter vector layout (log of positive coefficients, linear for the rest).
 const P_OVERHEAD: usize = 0;
 const P_PER_SEQ: usize = 1;
@@ -327,6 +356,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
         engine,
         coefficients: b.coefficients,
         sigmas: None,
+        covariance: None,
         experiment: Some(b.unknowns),
         provenance: Provenance::default(),
         fit: None,
@@ -564,31 +594,34 @@ fn calibrate_variant(
     let b = build(&v);
     let preds = predict_all(&v);
 
-    // Diagonal Laplace approximation of each coefficient's relative uncertainty: curvature of the sum
-    // of squared log residuals along each coordinate, scaled by the residual variance.
-    let sse = |v: &[f64; N_PARAMS]| -> f64 {
-        predict_all(v)
-            .iter()
-            .zip(&fit_pts)
-            .map(|(pr, p)| pr.map_or(10f64.ln().powi(2), |x| (x / p.value).ln().powi(2)))
-            .sum()
+    // Laplace (Gauss-Newton) approximation of the coefficients' uncertainty: the Jacobian of the log
+    // residuals by central differences, covariance = residual variance x (J'J)^-1 over the active
+    // parameters. The full matrix keeps the correlations (step overhead against bandwidth, matmul
+    // against attention) that a per-coordinate curvature ignores; its diagonal gives each marginal
+    // sigma (relative, as the parameters are logs; 1.0 marks a direction the data leaves flat).
+    let residuals = |v: &[f64; N_PARAMS]| -> Vec<f64> {
+        predict_all(v).iter().zip(&fit_pts).map(|(pr, p)| pr.map_or(10f64.ln(), |x| (x / p.value).ln())).collect()
     };
-    let s0 = sse(&v);
+    let r0 = residuals(&v);
     let dof = (fit_pts.len() as f64 - active.len() as f64).max(1.0);
-    let sigma_r2 = s0 / dof;
+    let sigma_r2 = r0.iter().map(|r| r * r).sum::<f64>() / dof;
     let h = 0.05;
+    let jac: Vec<Vec<f64>> = active
+        .iter()
+        .map(|&i| {
+            let (mut up, mut dn) = (v, v);
+            up[i] = (v[i] + h).min(space.hi[i]);
+            dn[i] = (v[i] - h).max(space.lo[i]);
+            let width = up[i] - dn[i];
+            let (ru, rd) = (residuals(&up), residuals(&dn));
+            ru.iter().zip(&rd).map(|(a, b)| if width > 0.0 { (a - b) / width } else { 0.0 }).collect()
+        })
+        .collect();
+    let cov = gauss_newton_covariance(&jac, sigma_r2);
     let sig = |i: usize| -> f64 {
-        if !active.contains(&i) {
-            return 0.0;
-        }
-        let (mut up, mut dn) = (v, v);
-        up[i] = (v[i] + h).min(space.hi[i]);
-        dn[i] = (v[i] - h).max(space.lo[i]);
-        let d2 = (sse(&up) - 2.0 * s0 + sse(&dn)) / (h * h);
-        if d2 > 1e-12 {
-            (2.0 * sigma_r2 / d2).sqrt().min(1.0)
-        } else {
-            1.0
+        match active.iter().position(|&a| a == i) {
+            None => 0.0,
+            Some(k) => cov.as_ref().map_or(1.0, |c| c[k][k].max(0.0).sqrt().min(1.0)),
         }
     };
     let sigmas = CoefficientSigmas {
@@ -603,6 +636,17 @@ fn calibrate_variant(
         frontend_serial_s: sig(P_FRONTEND),
         grouped_gemm_rel: 0.0,
     };
+    // The covariance of the coefficients (not the experiment's unknowns), in their log space.
+    let covariance = cov.map(|c| {
+        let keep: Vec<(usize, &str)> = COEFFICIENT_PARAMS
+            .iter()
+            .filter_map(|&(i, name)| active.iter().position(|&a| a == i).map(|k| (k, name)))
+            .collect();
+        CoefficientCovariance {
+            names: keep.iter().map(|(_, n)| n.to_string()).collect(),
+            matrix: keep.iter().map(|&(a, _)| keep.iter().map(|&(b, _)| c[a][b]).collect()).collect(),
+        }
+    });
 
     // Physics: coefficients at a physical bound mean the data pushed past it.
     for (i, name, peak, what) in [
@@ -651,6 +695,7 @@ fn calibrate_variant(
 
     let mut pf = profile_file(t, &b, variant);
     pf.sigmas = Some(sigmas);
+    pf.covariance = covariance;
     let mut notes = t.assumptions.clone();
     notes.extend(stage_notes.iter().cloned());
     notes.extend(unident.iter().map(|u| format!("unidentifiable: {u}")));
@@ -677,6 +722,7 @@ fn calibrate_variant(
         physics_notes: physics.clone(),
         context_tokens_range: ctx_range,
         concurrency_range: conc_range,
+        residual_sigma_log: sigma_r2.sqrt(),
     });
     let report = FitReport {
         profile_name: t.profile_name.clone(),

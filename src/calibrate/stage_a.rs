@@ -234,3 +234,61 @@ pub(super) fn stage_a(
     v[P_FRONTEND] = (1e-3f64).ln();
     (v, notes, unident, physics)
 }
+
+/// Inverse of a small symmetric positive matrix by Gauss-Jordan elimination with partial pivoting;
+/// None when it is singular.
+pub(crate) fn invert(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
+    let n = a.len();
+    let mut m: Vec<Vec<f64>> = a
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let mut r = row.clone();
+            r.extend((0..n).map(|j| if i == j { 1.0 } else { 0.0 }));
+            r
+        })
+        .collect();
+    for col in 0..n {
+        let piv = (col..n).max_by(|&x, &y| m[x][col].abs().total_cmp(&m[y][col].abs()))?;
+        if m[piv][col].abs() < 1e-300 {
+            return None;
+        }
+        m.swap(col, piv);
+        let d = m[col][col];
+        for x in m[col].iter_mut() {
+            *x /= d;
+        }
+        for r in 0..n {
+            if r != col {
+                let f = m[r][col];
+                if f != 0.0 {
+                    let pivot_row = m[col].clone();
+                    for (x, p) in m[r].iter_mut().zip(&pivot_row) {
+                        *x -= f * p;
+                    }
+                }
+            }
+        }
+    }
+    Some(m.into_iter().map(|r| r[n..].to_vec()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::invert;
+
+    #[test]
+    fn inverts_a_correlated_matrix() {
+        let a = vec![vec![4.0, 2.0, 0.6], vec![2.0, 3.0, 0.4], vec![0.6, 0.4, 1.0]];
+        let inv = invert(&a).unwrap();
+        for (i, row) in a.iter().enumerate() {
+            for j in 0..3 {
+                let p: f64 = row.iter().zip(&inv).map(|(x, inv_row)| x * inv_row[j]).sum();
+                assert!((p - if i == j { 1.0 } else { 0.0 }).abs() < 1e-12, "{i} {j} {p}");
+            }
+        }
+        assert!(
+            invert(&[vec![1.0, 2.0], vec![2.0, 4.0]]).is_none() || invert(&[vec![0.0, 0.0], vec![0.0, 0.0]]).is_none()
+        );
+    }
+}

@@ -36,9 +36,12 @@ pub struct CalibrateArgs {
     /// Only the report whose file name starts with this (e.g. 001).
     #[arg(long)]
     pub report: Option<String>,
-    /// Evaluation budget of the simulation-in-the-loop stage, per profile.
-    #[arg(long, default_value_t = 2000)]
-    pub max_evals: usize,
+    /// Evaluation budget of the simulation-in-the-loop stage, per profile (default 2000 for the
+    /// reports, 5000 for --runs: a sweep of runs holds hundreds of statistics whose fit converges in
+    /// 3000-4500 evaluations, and a budget cut short leaves the per-sequence cost and the expert
+    /// spread confounded).
+    #[arg(long)]
+    pub max_evals: Option<usize>,
     /// Print the fit reports as JSON.
     #[arg(long)]
     pub json: bool,
@@ -151,7 +154,8 @@ fn write_profile(out: &Path, command: &str, pf: &ProfileFile, rep: &FitReport) -
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
-    if a.max_evals < 10 {
+    let max_evals = a.max_evals.unwrap_or(if a.runs.is_empty() { 2000 } else { 5000 });
+    if max_evals < 10 {
         return Err(Error::flag("--max-evals", "must be at least 10"));
     }
     let catalog = a.deployment.catalog()?;
@@ -184,7 +188,7 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             src,
             a.out.display(),
             a.report.as_ref().map(|r| format!(" --report {r}")).unwrap_or_default(),
-            a.max_evals
+            max_evals
         );
         (points, metas, targets, calibrate::sha256_hex(text.as_bytes()), command)
     } else {
@@ -215,14 +219,14 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
                 dep.kv_dtype,
                 name,
                 a.out.display(),
-                a.max_evals
+                max_evals
             );
         (points, vec![], vec![t], calibrate::sha256_hex(all_sha.as_bytes()), command)
     };
     std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let opts = FitOptions {
         use_point: &|_| true,
-        max_evaluations: a.max_evals,
+        max_evaluations: max_evals,
         command,
         data_sha256: sha,
         // A user's runs are few points on one deployment: what they cannot identify is pulled toward

@@ -87,6 +87,17 @@ fn summary_table(rows: &[Row]) -> String {
     table(&["report", "metric", "count", "median |error|", "p90 |error|"], &t)
 }
 
+/// The coverage line of one protocol.
+pub fn coverage_line(rows: &[Row]) -> Option<String> {
+    let (n, inside) = validate::band_coverage(rows);
+    (n > 0).then(|| {
+        format!(
+            "coverage: {inside} of {n} unflagged measured points inside the predicted +-1 sigma band ({:.0}%; honest bands hold about 68%)",
+            inside as f64 / n as f64 * 100.0
+        )
+    })
+}
+
 /// The target lines of one protocol: group, count, median, p90, verdict.
 pub fn target_lines(protocol: Protocol, rows: &[Row]) -> Vec<(String, bool)> {
     TARGETS
@@ -217,7 +228,8 @@ pub fn run(a: ValidateArgs) -> Result<()> {
             .filter(|p| all.iter().any(|r| r.protocol == p.as_str()))
             .map(|p| {
                 let rows: Vec<Row> = all.iter().filter(|r| r.protocol == p.as_str()).cloned().collect();
-                json!({"protocol": p.as_str(), "groups": summarize_rows(&rows),
+                let (n, inside) = validate::band_coverage(&rows);
+                json!({"protocol": p.as_str(), "groups": summarize_rows(&rows), "band_coverage": {"points": n, "inside": inside},
                        "targets": target_lines(*p, &rows).iter().map(|(s, ok)| json!({"target": s, "met": ok})).collect::<Vec<_>>()})
             })
             .collect();
@@ -229,6 +241,9 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         println!("== protocol {} ==\n{}\n{}", p.as_str(), rows_table(&rows), summary_table(&rows));
         for (line, _) in target_lines(*p, &rows) {
             println!("target: {line}");
+        }
+        if let Some(c) = coverage_line(&rows) {
+            println!("{c}");
         }
         println!();
     }
@@ -284,6 +299,9 @@ fn markdown(
         };
         for (line, _) in target_lines(p, &rows) {
             let _ = writeln!(md, "- target: {line}");
+        }
+        if let Some(c) = coverage_line(&rows) {
+            let _ = writeln!(md, "- {c}");
         }
         md += "\n```\n";
         md += &summary_table(&rows);

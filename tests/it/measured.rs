@@ -183,7 +183,7 @@ fn round_trip_through_vllm_result_files() {
     let catalog = Catalog::builtin();
     let (low, _) = read_path(&fixture("vllm/sweep/low")).unwrap();
     let (high, _) = read_path(&fixture("vllm/sweep/high")).unwrap();
-    let (pf, rep) = fit_runs("roundtrip", &low, 1000);
+    let (pf, rep) = fit_runs("roundtrip", &low, 5000);
     assert!(rep.median_abs_error_pct < 2.0, "in-sample {}", rep.median_abs_error_pct);
     let profile: Profile = pf.resolve("roundtrip", &catalog).unwrap();
     let rows = validate_runs(&profile, &high);

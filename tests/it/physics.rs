@@ -383,3 +383,33 @@ fn shared_model_pools_the_identified_coefficients() {
     // The embedded model round-trips through its TOML form.
     assert_eq!(SharedModel::parse("x", &s.to_toml()).unwrap(), s);
 }
+
+#[test]
+fn shipped_profiles_carry_a_consistent_covariance() {
+    let c = Catalog::builtin();
+    for (_, p) in capsim::validate::builtin_profiles_by_report(&c).unwrap() {
+        let cov = p.file.covariance.as_ref().expect("calibrated profiles carry the fit's covariance");
+        let n = cov.names.len();
+        let s = p.file.sigmas.unwrap();
+        for i in 0..n {
+            for j in 0..n {
+                assert_relative_eq!(cov.matrix[i][j], cov.matrix[j][i], max_relative = 1e-9);
+            }
+            // The marginal sigmas are the diagonal (capped at 100%).
+            assert_relative_eq!(s.named(&cov.names[i]), cov.matrix[i][i].sqrt().min(1.0), max_relative = 1e-9);
+            // Correlations are correlations.
+            for j in 0..n {
+                let r = cov.matrix[i][j] / (cov.matrix[i][i] * cov.matrix[j][j]).sqrt();
+                assert!(r.abs() <= 1.0 + 1e-9, "{} {} {r}", cov.names[i], cov.names[j]);
+            }
+        }
+        // The band moves along it: the slow profile is slower where the fit is sure of little.
+        let (slow, fast) = (capsim::capacity::perturbed(&p, -1.0), capsim::capacity::perturbed(&p, 1.0));
+        let mut b = BatchShape::default();
+        for _ in 0..16 {
+            b.add_chunk(2000, 1);
+        }
+        let t = |q: &Profile| StepModel::new(q).step_s(&b);
+        assert!(t(&slow) > t(&p) && t(&p) > t(&fast), "{}: {} {} {}", p.name(), t(&slow), t(&p), t(&fast));
+    }
+}

@@ -29,6 +29,14 @@ fn accuracy_targets_hold_or_are_marked_as_resisting() {
     rows.extend(run(Protocol::ExtrapolateConcurrency, &pts, &metas, &c, None, None).unwrap());
     rows.extend(run(Protocol::CrossGpu, &pts, &metas, &c, None, None).unwrap());
     rows.extend(run(Protocol::LeaveOneReportOut, &pts, &metas, &c, None, None).unwrap());
+    // Honest bands: the share of measured points inside the +-1 sigma prediction band is near 68%,
+    // neither far below (bands that lie) nor all of them (bands too wide to say anything).
+    for p in [Protocol::InSample, Protocol::CrossGpu, Protocol::LeaveOneReportOut] {
+        let these: Vec<_> = rows.iter().filter(|r| r.protocol == p.as_str()).cloned().collect();
+        let (n, inside) = capsim::validate::band_coverage(&these);
+        let share = inside as f64 / n as f64;
+        assert!(n >= 50 && (0.5..=0.9).contains(&share), "{p:?}: {inside} of {n} inside the band");
+    }
     for t in TARGETS {
         let (n, med, p90, met) = t.evaluate(&rows);
         assert!(n >= 5, "{t:?}: only {n} points");
