@@ -235,6 +235,20 @@ pub(super) fn stage_a(
     (v, notes, unident, physics)
 }
 
+/// sigma^2 (J'J)^-1 for a Jacobian given as one column per parameter; a direction the data leaves
+/// flat gets a variance of at least 1 (relative sigma 100%). None when J'J cannot be inverted.
+pub(super) fn gauss_newton_covariance(jac: &[Vec<f64>], sigma2: f64) -> Option<Vec<Vec<f64>>> {
+    let n = jac.len();
+    let mut a: Vec<Vec<f64>> =
+        (0..n).map(|i| (0..n).map(|j| jac[i].iter().zip(&jac[j]).map(|(x, y)| x * y).sum()).collect()).collect();
+    // A ridge of sigma^2 per parameter: at most a variance of 1 (log units) in any direction.
+    for (i, row) in a.iter_mut().enumerate() {
+        row[i] += sigma2.max(1e-12);
+    }
+    let inv = invert(&a)?;
+    Some(inv.into_iter().map(|row| row.into_iter().map(|x| x * sigma2).collect()).collect())
+}
+
 /// Inverse of a small symmetric positive matrix by Gauss-Jordan elimination with partial pivoting;
 /// None when it is singular.
 pub(crate) fn invert(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {

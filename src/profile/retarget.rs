@@ -1,0 +1,232 @@
+//! Moving a profile to another GPU, model, GPU count or precision: its own fitted shares of the
+//! peaks where the model stays, the shared hardware model (crate::hardware) where it changes.
+
+use super::{default_prefill_budget, CoefficientSigmas, EngineKind, Profile};
+use crate::catalog::Catalog;
+use crate::error::Result;
+use crate::units::Dtype;
+
+/// Where to move a profile: each None keeps the profile's own.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Retarget {
+    pub gpu: Option<String>,
+    pub model: Option<String>,
+    pub tensor_parallel: Option<u32>,
+    pub expert_parallel: Option<bool>,
+    pub weight_dtype: Option<Dtype>,
+    pub kv_dtype: Option<Dtype>,
+}
+
+impl Profile {
+    /// Move the profile to another GPU, model, tensor-parallel degree, expert layout or precision.
+    ///
+    /// - Another model: the profile's fitted numbers belong to its own kernel mix, so the coefficients
+    ///   come from the shared hardware model (`catalog.hardware`, crate::hardware) for the new model,
+    ///   GPU and dtype, with its uncertainties. The weights' precision is `to.weight_dtype`, else the
+    ///   checkpoint's own quantization_config, else a precision named in the model's name (`-FP8`,
+    ///   `-AWQ`), else BF16; the KV cache likewise (`to.kv_dtype`, the config's, BF16).
+    /// - Same model elsewhere: the profile keeps its fitted efficiencies (each coefficient's share of
+    ///   the peak it is bounded by) and swaps peaks, byte and FLOP counts (DESIGN.md section 1); its
+    ///   uncertainties are widened by the shared model's spread across deployments.
+    ///
+    /// Every change is applied before the one fit-in-memory check, so a precision change that only
+    /// fits the new model is accepted.
+    pub fn retarget(&self, catalog: &Catalog, to: &Retarget) -> Result<Profile> {
+        let new_gpu = match to.gpu.as_deref() {
+            Some(g) => catalog.gpu(g)?.clone(),
+            None => self.gpu.clone(),
+        };
+        let new_arch = match to.model.as_deref() {
+            Some(m) => Some(catalog.model(m)?),
+            None => None,
+        };
+        let model_changed = new_arch.as_ref().is_some_and(|a| a.name != self.arch.name || *a != self.arch);
+        let same_gpu = new_gpu.name == self.gpu.name;
+        let same_tp = to.tensor_parallel.is_none_or(|t| t == self.tensor_parallel);
+        let same_ep = to.expert_parallel.is_none_or(|e| e == self.expert_parallel);
+        let same_dtypes = to.weight_dtype.is_none_or(|d| d == self.file.model.weight_dtype)
+            && to.kv_dtype.is_none_or(|d| d == self.file.model.kv_dtype);
+        if same_gpu && !model_changed && same_tp && same_ep && same_dtypes {
+            return Ok(self.clone());
+        }
+        let mut f = self.file.clone();
+        let old_gpu = self.gpu.clone();
+        let w_old = f.model.weight_dtype;
+        f.gpu.name = new_gpu.name.clone();
+        if let Some(tp) = to.tensor_parallel {
+            f.gpu.tensor_parallel = Some(tp);
+        }
+        if let Some(ep) = to.expert_parallel {
+            f.gpu.expert_parallel = Some(ep);
+        }
+        // Engine defaults that depend on the GPU or the model are re-derived unless the profile pinned
+        // them; a KV capacity and memory fraction fitted on the old deployment no longer apply.
+        f.engine.kv_capacity_tokens = None;
+        if !same_gpu || model_changed {
+            f.engine.max_num_batched_tokens = None;
+            f.engine.max_num_seqs = None;
+            f.engine.chunked_prefill_size = None;
+            f.engine.gpu_memory_utilization = None;
+        }
+        let kind = f.engine.kind.unwrap_or(EngineKind::Vllm);
+        let chunk = default_prefill_budget(kind, &f.engine, &new_gpu);
+        let shared = &catalog.hardware;
+        let method;
+        if let (true, Some(arch)) = (model_changed, &new_arch) {
+            let named = to.model.as_deref().unwrap_or("");
+            let w =
+                to.weight_dtype.or(arch.weight_dtype_native).or_else(|| dtype_in_name(named)).unwrap_or(Dtype::Bf16);
+            f.model.weight_dtype = w;
+            f.model.kv_dtype = to.kv_dtype.or(arch.kv_dtype_native).unwrap_or(Dtype::Bf16);
+            f.model.name = named.to_string();
+            f.model.state_dtype = None;
+            let (c, sig) = shared.coefficients_for(arch, &new_gpu, w, chunk);
+            f.coefficients = c;
+            f.sigmas = Some(sig);
+            f.covariance = None;
+            method = "another model: coefficients from the shared hardware model (models/hardware.toml)";
+        } else {
+            let w = to.weight_dtype.unwrap_or(w_old);
+            f.model.weight_dtype = w;
+            if let Some(kv) = to.kv_dtype {
+                f.model.kv_dtype = kv;
+            }
+            // Each coefficient's share of its peak (or its value): the profile's own estimate pulled
+            // toward the shared model's by precision (the posterior of a normal prior of the shared
+            // spread and a likelihood of the fit's own sigma); a coefficient the profile could not
+            // identify takes the shared value.
+            let own = self.file.sigmas.unwrap_or(CoefficientSigmas::unidentified());
+            let c0 = self.coefficients;
+            let (bw0, mm0, at0) =
+                (old_gpu.hbm_bandwidth_bytes_s(), old_gpu.dense_flops_s(w_old), old_gpu.dense_flops_s(Dtype::Bf16));
+            let share = crate::hardware::expert_flop_share(&self.arch);
+            let (_, grouped_sigma) = shared.grouped_for(&self.arch, chunk);
+            let blend_sigma = ((1.0 - share) * shared.dense_gemm_frac.sigma_log).hypot(share * grouped_sigma);
+            let layers = self.arch.n_layers as f64;
+            let c = &mut f.coefficients;
+            c.bandwidth_eff_bytes_s = shrink(
+                c0.bandwidth_eff_bytes_s / bw0,
+                own.bandwidth_eff_bytes_s,
+                Some(1.0),
+                shared.bandwidth_frac.pair(),
+            ) * new_gpu.hbm_bandwidth_bytes_s();
+            c.matmul_flops_eff_s = shrink(
+                c0.matmul_flops_eff_s / mm0,
+                own.matmul_flops_eff_s,
+                Some(1.0),
+                (shared.blend_for(&self.arch, chunk), blend_sigma),
+            ) * new_gpu.dense_flops_s(w);
+            c.attention_flops_eff_s = shrink(
+                c0.attention_flops_eff_s / at0,
+                own.attention_flops_eff_s,
+                Some(1.0),
+                shared.attention_frac.pair(),
+            ) * new_gpu.dense_flops_s(Dtype::Bf16);
+            c.step_overhead_s =
+                shrink(c0.step_overhead_s / layers, own.step_overhead_s, None, shared.step_overhead_per_layer_s.pair())
+                    * layers;
+            c.per_seq_overhead_s =
+                shrink(c0.per_seq_overhead_s, own.per_seq_overhead_s, None, shared.per_seq_overhead_s.pair());
+            c.request_overhead_s =
+                shrink(c0.request_overhead_s, own.request_overhead_s, None, shared.request_overhead_s.pair());
+            c.frontend_serial_s =
+                shrink(c0.frontend_serial_s, own.frontend_serial_s, None, shared.frontend_serial_s.pair());
+            c.mem_compute_overlap =
+                shrink(c0.mem_compute_overlap, own.mem_compute_overlap, Some(1.0), shared.mem_compute_overlap.pair())
+                    .min(1.0);
+            if self.arch.moe.is_some() {
+                c.expert_spread =
+                    shrink(c0.expert_spread, own.expert_spread, Some(1.0), shared.expert_spread.pair()).min(1.0);
+            }
+            f.sigmas = Some(shared.widen(&own));
+            // The fit's covariance, widened on its diagonal by the spread across deployments.
+            if let (Some(cov), Some(wide)) = (f.covariance.as_mut(), f.sigmas) {
+                for (k, name) in cov.names.iter().enumerate() {
+                    let (o, w) = (own.named(name), wide.named(name));
+                    cov.matrix[k][k] += (w * w - o * o).max(0.0);
+                }
+            }
+            method = "same model: fitted shares of the peaks kept, pulled toward the shared hardware model by their uncertainty; peaks and counts swapped";
+        }
+        let tp_note = match (same_tp, to.tensor_parallel) {
+            (false, Some(t)) => format!(" x{t}"),
+            _ => String::new(),
+        };
+        f.name = format!(
+            "{} -> {}{}{}{}",
+            self.file.name,
+            new_gpu.name,
+            tp_note,
+            if model_changed { format!(" / {}", f.model.name) } else { String::new() },
+            if same_dtypes && !model_changed {
+                String::new()
+            } else {
+                format!(" / {} weights, {} KV", f.model.weight_dtype, f.model.kv_dtype)
+            }
+        );
+        let mut p = f.resolve("retargeted profile", catalog)?;
+        p.retargeted_from = Some(self.file.name.clone());
+        p.retarget_method = Some(method.to_string());
+        Ok(p)
+    }
+
+    /// Caveats a user should read with this deployment's numbers.
+    pub fn caveats(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let w = self.file.model.weight_dtype;
+        if !self.gpu.runs_natively(w) {
+            out.push(format!(
+                "{} has no {w} tensor cores: {w} weights run weight-only at the BF16 rate ({:.0} TFLOP/s peak)",
+                self.gpu.name, self.gpu.bf16_tflops
+            ));
+        }
+        let r = self.arch.kv_replication(self.tensor_parallel);
+        if r > 1.0 {
+            out.push(format!(
+                "KV cache stored {r:.0} times over the {} GPUs ({}), so capacity does not grow with tensor parallelism",
+                self.tensor_parallel,
+                if self.arch.mla.is_some() {
+                    "MLA's latent is kept whole on every GPU"
+                } else {
+                    "fewer KV heads than GPUs"
+                }
+            ));
+        }
+        if self.tensor_parallel > self.gpu.link_domain_gpus {
+            out.push(format!(
+                "tensor parallel {} exceeds the {}-GPU {:?} domain of {}: collectives over PCIe",
+                self.tensor_parallel, self.gpu.link_domain_gpus, self.gpu.link, self.gpu.name
+            ));
+        }
+        out
+    }
+}
+
+/// Precision-weighted combination in log space of a profile's own estimate (relative sigma
+/// `own_sigma`) and the shared value (value, log sigma). An estimate at or above `bound` (a physical
+/// peak share) or with a flat loss (sigma >= 0.99) carries no information: the shared value is taken.
+fn shrink(own: f64, own_sigma: f64, bound: Option<f64>, shared: (f64, f64)) -> f64 {
+    let (sv, ss) = shared;
+    let identified = own > 0.0 && own_sigma < 0.99 && bound.is_none_or(|b| own < 0.995 * b);
+    if !identified {
+        return sv;
+    }
+    let (wo, ws) = (1.0 / own_sigma.max(0.01).powi(2), 1.0 / ss.max(0.01).powi(2));
+    ((wo * own.ln() + ws * sv.ln()) / (wo + ws)).exp()
+}
+
+/// A weight precision named in a model's name (`Qwen/Qwen3-30B-A3B-FP8`, `...-AWQ`).
+pub fn dtype_in_name(name: &str) -> Option<Dtype> {
+    let n = name.to_ascii_lowercase();
+    if n.contains("nvfp4") {
+        Some(Dtype::Nvfp4)
+    } else if n.contains("mxfp4") {
+        Some(Dtype::Mxfp4)
+    } else if n.contains("fp8") {
+        Some(Dtype::Fp8)
+    } else if ["awq", "gptq", "int4", "w4a16"].iter().any(|k| n.contains(k)) {
+        Some(Dtype::Int4)
+    } else {
+        None
+    }
+}
