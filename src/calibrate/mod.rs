@@ -412,6 +412,22 @@ fn calibrate_variant(
     if multi_unknown {
         active.push(P_ROUNDS_UNKNOWN);
     }
+    // What the data cannot identify takes the shared hardware model's estimate for this deployment
+    // when there is one (held-out fits, a user's runs), rather than the single-request heuristics.
+    let mut v0 = v0;
+    if let Some(sh) = opts.shared {
+        let mut taken = Vec::new();
+        for (i, centre, _, what) in shared_priors(sh, &arch, &gpu, t, base_budget) {
+            let is_coefficient = COEFFICIENT_PARAMS.iter().any(|&(k, _)| k == i);
+            if is_coefficient && !active.contains(&i) {
+                v0[i] = centre;
+                taken.push(what);
+            }
+        }
+        if !taken.is_empty() {
+            unident.push(format!("fixed at the shared hardware model's estimate: {}", taken.join("; ")));
+        }
+    }
     let space = Space {
         lo: [
             (1e-4f64).ln(),

@@ -106,6 +106,11 @@ impl ModelArch {
         super::config_json::parse(name, source, text)
     }
 
+    /// Every figure equal but the name (a config.json path of a catalog model, say).
+    pub fn same_architecture(&self, other: &ModelArch) -> bool {
+        ModelArch { name: other.name.clone(), ..self.clone() } == *other
+    }
+
     pub fn kind(&self) -> &'static str {
         match (&self.moe, &self.linear) {
             (_, Some(_)) => "hybrid-moe",

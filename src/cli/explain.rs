@@ -96,7 +96,11 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         vec![
             "expert matmuls".into(),
             num(ms(parts.expert_matmul_s), 4),
-            format!("grouped GEMMs at {:.2} x dense", c.grouped_gemm_rel),
+            if p.arch.moe.is_some() {
+                format!("grouped GEMMs at {:.2} x dense", c.grouped_gemm_rel)
+            } else {
+                "no experts".into()
+            },
         ],
         vec!["LM head".into(), num(ms(parts.lm_head_s), 4), "once per sequence".into()],
         vec![

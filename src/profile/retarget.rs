@@ -40,12 +40,35 @@ impl Profile {
             Some(m) => Some(catalog.model(m)?),
             None => None,
         };
-        let model_changed = new_arch.as_ref().is_some_and(|a| a.name != self.arch.name || *a != self.arch);
+        // The same architecture under another name (a config.json path of the profile's model) is the
+        // same kernel mix: the profile's own efficiencies still apply.
+        let model_changed = new_arch.as_ref().is_some_and(|a| !a.same_architecture(&self.arch));
+        // The precisions: the flags; else, for a model named by a config.json file, the checkpoint's
+        // own (quantization_config, else BF16); for a catalog name, a precision in the name or the
+        // config, else (same model) the profile's own, (another model) BF16.
+        let named = to.model.as_deref().unwrap_or("");
+        let by_file = named.ends_with(".json") || (!named.is_empty() && std::path::Path::new(named).is_file());
+        let (w_new, kv_new) = match &new_arch {
+            Some(a) if model_changed || by_file => (
+                to.weight_dtype.or(a.weight_dtype_native).or_else(|| dtype_in_name(named)).unwrap_or(Dtype::Bf16),
+                to.kv_dtype.or(a.kv_dtype_native).unwrap_or(Dtype::Bf16),
+            ),
+            Some(a) => (
+                to.weight_dtype
+                    .or(a.weight_dtype_native)
+                    .or_else(|| dtype_in_name(named))
+                    .unwrap_or(self.file.model.weight_dtype),
+                to.kv_dtype.or(a.kv_dtype_native).unwrap_or(self.file.model.kv_dtype),
+            ),
+            None => (
+                to.weight_dtype.unwrap_or(self.file.model.weight_dtype),
+                to.kv_dtype.unwrap_or(self.file.model.kv_dtype),
+            ),
+        };
         let same_gpu = new_gpu.name == self.gpu.name;
         let same_tp = to.tensor_parallel.is_none_or(|t| t == self.tensor_parallel);
         let same_ep = to.expert_parallel.is_none_or(|e| e == self.expert_parallel);
-        let same_dtypes = to.weight_dtype.is_none_or(|d| d == self.file.model.weight_dtype)
-            && to.kv_dtype.is_none_or(|d| d == self.file.model.kv_dtype);
+        let same_dtypes = w_new == self.file.model.weight_dtype && kv_new == self.file.model.kv_dtype;
         if same_gpu && !model_changed && same_tp && same_ep && same_dtypes {
             return Ok(self.clone());
         }
@@ -73,11 +96,9 @@ impl Profile {
         let shared = &catalog.hardware;
         let method;
         if let (true, Some(arch)) = (model_changed, &new_arch) {
-            let named = to.model.as_deref().unwrap_or("");
-            let w =
-                to.weight_dtype.or(arch.weight_dtype_native).or_else(|| dtype_in_name(named)).unwrap_or(Dtype::Bf16);
+            let w = w_new;
             f.model.weight_dtype = w;
-            f.model.kv_dtype = to.kv_dtype.or(arch.kv_dtype_native).unwrap_or(Dtype::Bf16);
+            f.model.kv_dtype = kv_new;
             f.model.name = named.to_string();
             f.model.state_dtype = None;
             let (c, sig) = shared.coefficients_for(arch, &new_gpu, w, chunk);
@@ -86,11 +107,9 @@ impl Profile {
             f.covariance = None;
             method = "another model: coefficients from the shared hardware model (models/hardware.toml)";
         } else {
-            let w = to.weight_dtype.unwrap_or(w_old);
+            let w = w_new;
             f.model.weight_dtype = w;
-            if let Some(kv) = to.kv_dtype {
-                f.model.kv_dtype = kv;
-            }
+            f.model.kv_dtype = kv_new;
             // Each coefficient's share of its peak (or its value): the profile's own estimate pulled
             // toward the shared model's by precision (the posterior of a normal prior of the shared
             // spread and a likelihood of the fit's own sigma); a coefficient the profile could not

@@ -413,3 +413,25 @@ fn shipped_profiles_carry_a_consistent_covariance() {
         assert!(t(&slow) > t(&p) && t(&p) > t(&fast), "{}: {} {} {}", p.name(), t(&slow), t(&p), t(&fast));
     }
 }
+
+#[test]
+fn a_config_file_of_the_profiles_model_is_served_as_its_checkpoint() {
+    // The default profile's own architecture named by a config.json path: the same kernel mix (its
+    // fitted shares kept), but the checkpoint's precision (no quantization_config: BF16), unless
+    // --precision says otherwise.
+    let (c, p) = default_profile();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/configs/qwen3-coder-30b-a3b-instruct.json");
+    let bf16 = p.retarget(&c, &Retarget { model: Some(path.into()), ..Default::default() }).unwrap();
+    assert_eq!(bf16.file.model.weight_dtype, Dtype::Bf16);
+    assert!(bf16.retarget_method.as_deref().unwrap().starts_with("same model"));
+    let fp8 = p
+        .retarget(&c, &Retarget { model: Some(path.into()), weight_dtype: Some(Dtype::Fp8), ..Default::default() })
+        .unwrap();
+    assert!(fp8.retargeted_from.is_none(), "nothing changes: the profile itself");
+    // A catalog name of the same model keeps the profile's precision; a name with -FP8 says FP8.
+    let named = p
+        .retarget(&c, &Retarget { model: Some("Qwen/Qwen3-Coder-30B-A3B-Instruct".into()), ..Default::default() })
+        .unwrap();
+    assert_eq!(named.file.model.weight_dtype, Dtype::Fp8);
+    assert!(named.retargeted_from.is_none());
+}
