@@ -380,8 +380,43 @@ impl SharedModel {
         }
     }
 
+    /// Read a shared model file; every value is checked (positive and finite, shares of a peak at
+    /// most 1, sigmas non-negative), so that no deployment built from it can carry a bad coefficient.
     pub fn parse(source: &str, text: &str) -> crate::error::Result<SharedModel> {
-        toml::from_str(text).map_err(|e| crate::error::toml_error(source, text, e))
+        let m: SharedModel = toml::from_str(text).map_err(|e| crate::error::toml_error(source, text, e))?;
+        let bad = |key: &str, msg: String| crate::error::Error::input(source, None, Some(key), msg);
+        for (key, v, share) in [
+            ("bandwidth_frac", &m.bandwidth_frac, true),
+            ("dense_gemm_frac", &m.dense_gemm_frac, true),
+            ("grouped_gemm_frac", &m.grouped_gemm_frac, true),
+            ("attention_frac", &m.attention_frac, true),
+            ("step_overhead_per_layer_s", &m.step_overhead_per_layer_s, false),
+            ("per_seq_overhead_s", &m.per_seq_overhead_s, false),
+            ("request_overhead_s", &m.request_overhead_s, false),
+            ("frontend_serial_s", &m.frontend_serial_s, false),
+            ("mem_compute_overlap", &m.mem_compute_overlap, true),
+            ("expert_spread", &m.expert_spread, true),
+        ] {
+            if !(v.value.is_finite() && v.value > 0.0) || (share && v.value > 1.0) {
+                let range = if share { "in (0, 1]" } else { "positive and finite" };
+                return Err(bad(&format!("{key}.value"), format!("must be {range}, got {}", v.value)));
+            }
+            if !(v.sigma_log.is_finite() && v.sigma_log >= 0.0) {
+                return Err(bad(&format!("{key}.sigma_log"), format!("must be >= 0, got {}", v.sigma_log)));
+            }
+        }
+        if let Some(c) = &m.grouped_gemm_curve {
+            if !(c.e_max.is_finite() && c.e_max > 0.0 && c.e_max <= 1.0) {
+                return Err(bad("grouped_gemm_curve.e_max", format!("must be in (0, 1], got {}", c.e_max)));
+            }
+            if !(c.m_half.is_finite() && c.m_half >= 0.0) || !(c.sigma_log.is_finite() && c.sigma_log >= 0.0) {
+                return Err(bad("grouped_gemm_curve.m_half", "m_half and sigma_log must be finite and >= 0".into()));
+            }
+        }
+        if !(m.residual_sigma_log.is_finite() && m.residual_sigma_log >= 0.0) {
+            return Err(bad("residual_sigma_log", format!("must be >= 0, got {}", m.residual_sigma_log)));
+        }
+        Ok(m)
     }
 
     pub fn to_toml(&self) -> String {

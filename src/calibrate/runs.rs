@@ -15,6 +15,8 @@ pub struct Deployment {
     pub model: String,
     pub gpu: String,
     pub tensor_parallel: u32,
+    /// Experts spread whole over the GPUs (vLLM --enable-expert-parallel).
+    pub expert_parallel: bool,
     pub engine: EngineKind,
     pub weight_dtype: Dtype,
     pub kv_dtype: Dtype,
@@ -73,6 +75,7 @@ pub fn target_for_runs(
         model: if d.model.ends_with(".json") { d.model.clone() } else { arch.name.clone() },
         gpu,
         tensor_parallel: d.tensor_parallel,
+        expert_parallel: d.expert_parallel,
         engine: d.engine,
         weight_dtype: d.weight_dtype,
         kv_dtype: d.kv_dtype,

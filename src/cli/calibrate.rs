@@ -134,7 +134,19 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     };
     let mut settings = a.engine_settings();
     settings.kind = Some(engine);
-    Ok((Deployment { model, gpu, tensor_parallel: tp, engine, weight_dtype, kv_dtype, settings }, notes))
+    Ok((
+        Deployment {
+            model,
+            gpu,
+            tensor_parallel: tp,
+            expert_parallel: a.expert_parallel,
+            engine,
+            weight_dtype,
+            kv_dtype,
+            settings,
+        },
+        notes,
+    ))
 }
 
 fn write_profile(out: &Path, command: &str, pf: &ProfileFile, rep: &FitReport) -> Result<(PathBuf, PathBuf, String)> {
@@ -209,11 +221,12 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         let points: Vec<Point> = runs.iter().flat_map(|r| r.points(&name)).collect();
         let all_sha: String = files.iter().map(|f| f.sha256.as_str()).collect::<Vec<_>>().join("");
         let command = format!(
-                "capsim calibrate --runs {} --model {} --gpu {} --tp {} --engine {} --precision {} --kv-dtype {} --name {} --out {} --max-evals {}",
+                "capsim calibrate --runs {} --model {} --gpu {} --tp {}{} --engine {} --precision {} --kv-dtype {} --name {} --out {} --max-evals {}",
                 a.runs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "),
                 dep.model,
                 dep.gpu,
                 dep.tensor_parallel,
+                if dep.expert_parallel { " --expert-parallel" } else { "" },
                 dep.engine.as_str(),
                 dep.weight_dtype,
                 dep.kv_dtype,

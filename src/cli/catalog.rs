@@ -107,6 +107,10 @@ pub fn models(a: ModelsArgs) -> Result<()> {
                     "experts": m.moe.as_ref().map(|x| x.n_experts), "experts_per_token": m.moe.as_ref().map(|x| x.n_experts_per_token),
                     "experts_touched_b16": m.experts_touched(16.0), "experts_touched_b64": m.experts_touched(64.0),
                     "max_context": m.max_context, "source": src,
+                    "attention": if m.mla.is_some() { "mla" } else { "gqa" },
+                    "sliding_window": m.sliding_window, "moe_layers": m.n_moe_layers(),
+                    "checkpoint_weight_dtype": m.weight_dtype_native, "checkpoint_kv_dtype": m.kv_dtype_native,
+                    "expert_dtype": m.expert_dtype_native,
                 })
             })
             .collect();

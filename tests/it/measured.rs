@@ -152,6 +152,7 @@ fn h200_deployment() -> Deployment {
         model: "Qwen3-Coder-30B-A3B-Instruct".into(),
         gpu: "H200 SXM".into(),
         tensor_parallel: 1,
+        expert_parallel: false,
         engine: EngineKind::Vllm,
         weight_dtype: Dtype::Fp8,
         kv_dtype: Dtype::Bf16,

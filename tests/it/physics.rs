@@ -435,3 +435,24 @@ fn a_config_file_of_the_profiles_model_is_served_as_its_checkpoint() {
     assert_eq!(named.file.model.weight_dtype, Dtype::Fp8);
     assert!(named.retargeted_from.is_none());
 }
+
+#[test]
+fn a_shared_model_file_with_a_bad_value_is_refused_by_name() {
+    let s = Catalog::builtin().hardware.to_toml();
+    let bad = s.replacen("[bandwidth_frac]\nvalue = ", "[bandwidth_frac]\nvalue = 7.0 #", 1);
+    let e = SharedModel::parse("hw.toml", &bad).unwrap_err().to_string();
+    assert!(e.contains("hw.toml") && e.contains("bandwidth_frac.value"), "{e}");
+    let e = SharedModel::parse("hw.toml", "bandwidth_frac = 3").unwrap_err().to_string();
+    assert!(e.contains("hw.toml"), "{e}");
+    // The CLI names the file.
+    let dir = std::env::temp_dir().join(format!("capsim-hw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("hw.toml");
+    std::fs::write(&f, &bad).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["simulate", "--model", "Llama-3.1-8B-Instruct", "--hardware", f.to_str().unwrap(), "--burst", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bandwidth_frac.value"));
+}
