@@ -409,7 +409,7 @@ impl SharedModel {
             if !(c.e_max.is_finite() && c.e_max > 0.0 && c.e_max <= 1.0) {
                 return Err(bad("grouped_gemm_curve.e_max", format!("must be in (0, 1], got {}", c.e_max)));
             }
-            if !(c.m_half.is_finite() && c.m_half >= 0.0) || !(c.sigma_log.is_finite() && c.sigma_log >= 0.0) {
+            if !(c.m_half.is_finite() && c.m_half >= 0.0 && c.sigma_log.is_finite() && c.sigma_log >= 0.0) {
                 return Err(bad("grouped_gemm_curve.m_half", "m_half and sigma_log must be finite and >= 0".into()));
             }
         }
