@@ -115,7 +115,7 @@ impl GroupedCurve {
 
     /// Least squares in log space over a log grid of M_half (e_max in closed form for each, capped at
     /// `cap`); None with fewer than two members at distinct M.
-    fn fit(members: Vec<(String, f64, f64)>, cap: f64) -> Option<GroupedCurve> {
+    pub fn fit(members: Vec<(String, f64, f64)>, cap: f64) -> Option<GroupedCurve> {
         let mut ms: Vec<f64> = members.iter().map(|m| m.1).collect();
         ms.sort_by(f64::total_cmp);
         ms.dedup();

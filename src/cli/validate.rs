@@ -286,7 +286,9 @@ fn markdown(
     md += "Every point of calibration/points.csv replayed as its report ran it (DESIGN.md section 3), predicted by\n\
            the simulator and compared with the measured value. Error = (predicted - measured) / measured. Flagged\n\
            points are shown and left out of every statistic. Targets (src/validate.rs `TARGETS`): in-sample median\n\
-           |error| <= 10% and p90 <= 25% for TTFT, ITL or per-user tok/s, and E2E; extrapolate-concurrency median <= 15%.\n\n";
+           |error| <= 10% and p90 <= 25% for TTFT, ITL or per-user tok/s, and E2E; extrapolate-concurrency median <= 15%;\n\
+           cross-gpu median <= 20%; leave-one-report-out median <= 25%. Each protocol also counts the measured points inside the\n\
+           predicted +-1 sigma band (the fit's covariance and residual scatter; about 68% if the bands are honest).\n\n";
     for p in Protocol::ALL {
         let rows = validate::run(p, points, metas, catalog, None, None)?;
         let _ = writeln!(md, "## Protocol `{}`\n", p.as_str());

@@ -456,3 +456,50 @@ fn a_shared_model_file_with_a_bad_value_is_refused_by_name() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("bandwidth_frac.value"));
 }
+
+#[test]
+fn grouped_gemm_curve_recovers_a_known_curve() {
+    use capsim::hardware::GroupedCurve;
+    // Members on e(M) = 0.6 M / (M + 400): the fit finds the curve (grid of M_half, e_max closed form).
+    let truth = |m: f64| 0.6 * m / (m + 400.0);
+    let members: Vec<_> = [100.0, 250.0, 512.0, 2000.0].iter().map(|&m| (format!("m{m}"), m, truth(m))).collect();
+    let c = GroupedCurve::fit(members, 0.7).unwrap();
+    assert_relative_eq!(c.m_half, 400.0, max_relative = 0.06);
+    assert_relative_eq!(c.e_max, 0.6, max_relative = 0.03);
+    assert_relative_eq!(c.at(300.0), truth(300.0), max_relative = 0.02);
+    // One expert count says nothing about the slope.
+    assert!(GroupedCurve::fit(vec![("a".into(), 256.0, 0.1), ("b".into(), 256.0, 0.2)], 0.7).is_none());
+}
+
+#[test]
+fn explain_parts_add_up_and_an_empty_step_is_refused() {
+    let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).output().unwrap();
+    let o = run(&[
+        "explain",
+        "--model",
+        "Llama-3.3-70B-Instruct",
+        "--gpu",
+        "H100 SXM",
+        "--tp",
+        "4",
+        "--decode",
+        "8",
+        "--prefill",
+        "1024",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let p = &v["parts_s"];
+    let f = |k: &str| p[k].as_f64().unwrap();
+    let body = f("memory_s").max(f("compute_s")) + f("exposed") * f("memory_s").min(f("compute_s"));
+    assert_relative_eq!(
+        f("total_s"),
+        f("overhead_s") + f("per_seq_s") + body + f("communication_s"),
+        max_relative = 1e-12
+    );
+    assert!(f("communication_s") > 0.0 && f("expert_matmul_s") == 0.0);
+    assert_eq!(v["batch"]["tokens"], 8 + 1024);
+    let o = run(&["explain", "--decode", "0"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--decode"));
+}
