@@ -72,9 +72,7 @@ pub const TARGETS: &[AccuracyTarget] = &[
         group: MetricGroup::All,
         median_abs_error_pct_max: 25.0,
         p90_abs_error_pct_max: None,
-        resists: Some(
-            "the request overhead (HTTP, tokenization, the harness) is a property of each report's client, 17 ms to 280 ms across the four, so single-user TTFTs of a held-out report are off by 50-600%; report 003 (SGLang, 512 experts) runs its grouped GEMMs 3x below the curve of the vLLM reports, and 000's decode scaling (see cross-gpu) is unlike any other report's",
-        ),
+        resists: None,
     },
 ];
 

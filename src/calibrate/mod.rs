@@ -511,8 +511,7 @@ fn calibrate_variant(
             + prior_penalty(v))
             / fit_pts.len() as f64
     };
-    // Nelder-Mead with restarts: a fresh simplex at the best point (half the steps) while a restart
-    // still improves the objective, within one evaluation budget.
+    // Nelder-Mead with restarts from the best point, within one evaluation budget.
     let eval_batch = |batch: &[Vec<f64>]| -> Vec<f64> {
         batch
             .iter()
@@ -526,9 +525,13 @@ fn calibrate_variant(
     let mut nm = minimize(eval_batch, &x0, &step, first_budget, 1e-4, 1e-3);
     let mut used = nm.evaluations;
     let mut restarts = 0;
-    let mut step_now = step.clone();
+    let mut idle = 0;
     while used + 2 * active.len() < opts.max_evaluations {
-        step_now.iter_mut().for_each(|s| *s *= 0.5);
+        // Restarts alternate full and half steps from the best point: a simplex collapsed in a valley
+        // of several trading coefficients is a false convergence, and a full-size simplex gets out of
+        // it where a shrinking one cannot. Three restarts in a row without gain end the search.
+        let scale = if restarts % 2 == 0 { 1.0 } else { 0.5 };
+        let step_now: Vec<f64> = step.iter().map(|s| s * scale).collect();
         let again = minimize(eval_batch, &nm.x, &step_now, opts.max_evaluations - used, 1e-4, 1e-4);
         used += again.evaluations;
         restarts += 1;
@@ -536,7 +539,8 @@ fn calibrate_variant(
         if again.f < nm.f {
             nm = again;
         }
-        if gain < 1e-3 {
+        idle = if gain < 1e-3 { idle + 1 } else { 0 };
+        if idle >= 3 {
             break;
         }
     }
