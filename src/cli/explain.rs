@@ -36,6 +36,34 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     }
     let catalog = a.deployment.catalog()?;
     let p = a.deployment.resolve(&catalog)?;
+    // A step holds at most the engine's running-sequence cap and contexts within the model's window.
+    if a.decode + u32::from(a.prefill > 0) > p.engine.max_num_seqs {
+        return Err(Error::flag(
+            "--decode",
+            format!(
+                "{} sequences in one step exceed the engine's cap (max_num_seqs {}); raise --max-num-seqs to ask about a larger batch",
+                a.decode + u32::from(a.prefill > 0),
+                p.engine.max_num_seqs
+            ),
+        ));
+    }
+    let max_ctx = p.arch.max_context;
+    if a.context as u64 > max_ctx || a.prefill_start as u64 + a.prefill as u64 > max_ctx {
+        return Err(Error::flag(
+            "--context",
+            format!("contexts must stay within {}'s {max_ctx}-token window", p.arch.name),
+        ));
+    }
+    let kv_tokens = a.decode as u64 * (a.context as u64 + 1) + a.prefill_start as u64 + a.prefill as u64;
+    if kv_tokens > p.engine.kv_capacity_tokens {
+        return Err(Error::flag(
+            "--decode",
+            format!(
+                "the batch holds {kv_tokens} tokens of KV, more than the cache's {} on this deployment",
+                p.engine.kv_capacity_tokens
+            ),
+        ));
+    }
     let mut b = BatchShape::default();
     for _ in 0..a.decode {
         b.add_chunk(a.context, 1);
