@@ -332,8 +332,18 @@ impl SharedModel {
     pub fn blend_for(&self, arch: &ModelArch, chunk_tokens: u32) -> f64 {
         let share = expert_flop_share(arch);
         let dense = self.dense_gemm_frac.value;
+        if share <= 0.0 {
+            return dense;
+        }
         let (grouped, _) = self.grouped_for(arch, chunk_tokens);
-        1.0 / ((1.0 - share) / dense + share / grouped)
+        1.0 / ((1.0 - share) / dense + share / grouped.max(1e-6))
+    }
+
+    /// Log sigma of that blend: the dense and grouped uncertainties weighted by their FLOP shares.
+    pub fn blend_sigma_for(&self, arch: &ModelArch, chunk_tokens: u32) -> f64 {
+        let share = expert_flop_share(arch);
+        let (_, grouped_sigma) = self.grouped_for(arch, chunk_tokens);
+        ((1.0 - share) * self.dense_gemm_frac.sigma_log).hypot(share * grouped_sigma)
     }
 
     /// Coefficients and their relative 1-sigma uncertainties for a deployment with no measurements
@@ -346,7 +356,8 @@ impl SharedModel {
         chunk_tokens: u32,
     ) -> (Coefficients, CoefficientSigmas) {
         let dense = self.dense_gemm_frac.value;
-        let (grouped, grouped_sigma) = self.grouped_for(arch, chunk_tokens);
+        let (grouped, grouped_sigma) =
+            if arch.moe.is_some() { self.grouped_for(arch, chunk_tokens) } else { (dense, 0.0) };
         let c = Coefficients {
             step_overhead_s: self.step_overhead_per_layer_s.value * arch.n_layers as f64,
             per_seq_overhead_s: self.per_seq_overhead_s.value,
@@ -363,7 +374,9 @@ impl SharedModel {
             step_overhead_s: self.step_overhead_per_layer_s.sigma_log,
             per_seq_overhead_s: self.per_seq_overhead_s.sigma_log,
             bandwidth_eff_bytes_s: self.bandwidth_frac.sigma_log,
-            matmul_flops_eff_s: self.dense_gemm_frac.sigma_log,
+            // The matmul rate is the dense one; the uncertainty of the step's matmul time is the
+            // blend's (the grouped share carries its own, larger spread).
+            matmul_flops_eff_s: self.blend_sigma_for(arch, chunk_tokens),
             attention_flops_eff_s: self.attention_frac.sigma_log,
             request_overhead_s: self.request_overhead_s.sigma_log,
             mem_compute_overlap: self.mem_compute_overlap.sigma_log,

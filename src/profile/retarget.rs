@@ -26,8 +26,11 @@ impl Profile {
     ///   checkpoint's own quantization_config, else a precision named in the model's name (`-FP8`,
     ///   `-AWQ`), else BF16; the KV cache likewise (`to.kv_dtype`, the config's, BF16).
     /// - Same model elsewhere: the profile keeps its fitted efficiencies (each coefficient's share of
-    ///   the peak it is bounded by) and swaps peaks, byte and FLOP counts (DESIGN.md section 1); its
-    ///   uncertainties are widened by the shared model's spread across deployments.
+    ///   the peak it is bounded by), each pulled toward the shared model's by the two uncertainties
+    ///   (an estimate the profile could not identify takes the shared one), and swaps peaks, byte and
+    ///   FLOP counts (DESIGN.md section 1); its uncertainties and covariance are widened by the shared
+    ///   model's spread across deployments. A config.json of the same architecture counts as the same
+    ///   model, served in the checkpoint's own precision.
     ///
     /// Every change is applied before the one fit-in-memory check, so a precision change that only
     /// fits the new model is accepted.
@@ -118,9 +121,7 @@ impl Profile {
             let c0 = self.coefficients;
             let (bw0, mm0, at0) =
                 (old_gpu.hbm_bandwidth_bytes_s(), old_gpu.dense_flops_s(w_old), old_gpu.dense_flops_s(Dtype::Bf16));
-            let share = crate::hardware::expert_flop_share(&self.arch);
-            let (_, grouped_sigma) = shared.grouped_for(&self.arch, chunk);
-            let blend_sigma = ((1.0 - share) * shared.dense_gemm_frac.sigma_log).hypot(share * grouped_sigma);
+            let blend_sigma = shared.blend_sigma_for(&self.arch, chunk);
             let layers = self.arch.n_layers as f64;
             let c = &mut f.coefficients;
             c.bandwidth_eff_bytes_s = shrink(
@@ -202,7 +203,7 @@ impl Profile {
         let r = self.arch.kv_replication(self.tensor_parallel);
         if r > 1.0 {
             out.push(format!(
-                "KV cache stored {r:.0} times over the {} GPUs ({}), so capacity does not grow with tensor parallelism",
+                "KV cache stored {r:.0} times across the {} GPUs ({}): each token of context takes {r:.0}x the memory of one copy",
                 self.tensor_parallel,
                 if self.arch.mla.is_some() {
                     "MLA's latent is kept whole on every GPU"

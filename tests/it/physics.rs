@@ -503,3 +503,35 @@ fn explain_parts_add_up_and_an_empty_step_is_refused() {
     let o = run(&["explain", "--decode", "0"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--decode"));
 }
+
+#[test]
+fn dense_models_use_the_dense_share_everywhere() {
+    let c = Catalog::builtin();
+    let l8 = model("Llama-3.1-8B-Instruct");
+    let shared = &c.hardware;
+    // No experts: the blend is the dense share, finite, and so are the priors and bands built on it.
+    assert_eq!(shared.blend_for(&l8, 8192), shared.dense_gemm_frac.value);
+    assert_eq!(shared.blend_sigma_for(&l8, 8192), shared.dense_gemm_frac.sigma_log);
+    let gpu = c.gpu("H100 SXM").unwrap();
+    let (coef, sig) = shared.coefficients_for(&l8, gpu, Dtype::Bf16, 8192);
+    assert_eq!(coef.grouped_gemm_rel, 1.0);
+    assert!(sig.matmul_flops_eff_s.is_finite() && coef.matmul_flops_eff_s.is_finite());
+    // A dense profile with fitted sigmas moved to another GPU keeps finite coefficients.
+    let mut p = profile_text("Llama-3.1-8B-Instruct", "H100 SXM", 1, false);
+    p.file.sigmas = Some(capsim::profile::CoefficientSigmas {
+        matmul_flops_eff_s: 0.1,
+        bandwidth_eff_bytes_s: 0.1,
+        ..capsim::profile::CoefficientSigmas::unidentified()
+    });
+    let moved = p.retarget(&c, &Retarget { gpu: Some("A100".into()), ..Default::default() }).unwrap();
+    let k = moved.coefficients;
+    for v in [
+        k.matmul_flops_eff_s,
+        k.bandwidth_eff_bytes_s,
+        k.attention_flops_eff_s,
+        k.step_overhead_s,
+        k.request_overhead_s,
+    ] {
+        assert!(v.is_finite() && v > 0.0, "{k:?}");
+    }
+}
