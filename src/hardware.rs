@@ -6,7 +6,8 @@
 //! Each quantity is normalized so that it can transfer: achieved fractions of the GPU's peaks
 //! (HBM bandwidth, dense tensor FLOP/s in the weights' dtype, BF16 FLOP/s for attention), the step's
 //! fixed cost per layer (kernel launches and synchronization grow with depth), and the engine's
-//! per-sequence and per-request costs as they are. The estimator is two-stage (empirical Bayes): each
+//! per-sequence and front-end costs as they are. The request overhead is the benchmark client's own
+//! time, not the hardware's: its members are listed but the estimate stays a stated prior. The estimator is two-stage (empirical Bayes): each
 //! report's profile is fitted on its own (crate::calibrate), then each quantity's shared value is the
 //! precision-weighted geometric mean of the profiles that identify it, and its spread across them is
 //! the uncertainty a new deployment inherits. Coefficients a profile could not identify (sitting at a
