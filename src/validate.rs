@@ -268,11 +268,9 @@ fn predict_rows(
                 let a = predict_cached(&slow, p, &u, metas, &slow_cache);
                 let b = predict_cached(&fast, p, &u, metas, &fast_cache);
                 if let (Some(a), Some(b)) = (a, b) {
-                    // The coefficients' band widened by the fit's residual scatter, in quadrature
-                    // (log space): a prediction band, not only a parameter band.
-                    let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
-                    let widen = |x: f64| (x.ln().powi(2) + resid * resid).sqrt();
-                    r.band = Some((v * (-widen(v / lo)).exp(), v * widen(hi / v).exp()));
+                    if v > 0.0 && a > 0.0 && b > 0.0 {
+                        r.band = Some(prediction_band(v, a, b, resid));
+                    }
                 }
             }
             r
@@ -289,6 +287,25 @@ fn not_replayable_reason(p: &Point) -> String {
         "throughput_scaling_x" => "not predicted: averaged over contexts the report does not list".into(),
         _ => "not predicted: not one experiment (a summary without a scenario list)".into(),
     }
+}
+
+/// The +-1 sigma prediction band of a value `v` predicted `a` and `b` by the profiles one sigma
+/// slower and faster: their spread widened by the fit's residual scatter, in quadrature in log space
+/// (a prediction band, not only a parameter band). All three must be positive.
+fn prediction_band(v: f64, a: f64, b: f64, resid: f64) -> (f64, f64) {
+    let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
+    let widen = |x: f64| (x.ln().powi(2) + resid * resid).sqrt();
+    (v * (-widen(v / lo)).exp(), v * widen(hi / v).exp())
+}
+
+/// Coverage of a user's runs' bands: (statistics with a band, of which the measured value is inside).
+pub fn run_band_coverage(rows: &[RunRow]) -> (usize, usize) {
+    let with: Vec<&RunRow> = rows.iter().filter(|r| r.band.is_some()).collect();
+    let inside = with
+        .iter()
+        .filter(|r| r.band.is_some_and(|(lo, hi)| r.measured >= lo * (1.0 - 1e-9) && r.measured <= hi * (1.0 + 1e-9)))
+        .count();
+    (with.len(), inside)
 }
 
 /// Coverage of the bands: (points with a band, of which the measured value lies inside it), over
@@ -481,6 +498,8 @@ pub struct RunRow {
     pub predicted: Option<f64>,
     /// (predicted - measured) / measured, a fraction (0.05 = 5% over).
     pub error: Option<f64>,
+    /// The prediction's +-1 sigma band (as `Row::band`).
+    pub band: Option<(f64, f64)>,
 }
 
 /// The metric classes of [`RunRow`] summaries.
@@ -507,14 +526,30 @@ pub struct RunClassSummary {
 /// statistic of the same definition. Runs are simulated in parallel; results keep the runs' order.
 pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<RunRow> {
     let u = ExperimentUnknowns::default();
+    let with_band = profile.file.sigmas.is_some();
+    let resid = profile.file.fit.as_ref().map_or(0.0, |f| f.residual_sigma_log);
+    let (slow, fast) = (crate::capacity::perturbed(profile, -1.0), crate::capacity::perturbed(profile, 1.0));
     runs.par_iter()
         .map(|run| {
-            let cache = ReplayCache::default();
+            let (cache, slow_cache, fast_cache) =
+                (ReplayCache::default(), ReplayCache::default(), ReplayCache::default());
             run.points("validate")
                 .iter()
                 .map(|p| {
                     let predicted = predict_cached(profile, p, &u, &[], &cache);
+                    let band = match (with_band, predicted) {
+                        (true, Some(v)) if v > 0.0 => {
+                            let a = predict_cached(&slow, p, &u, &[], &slow_cache);
+                            let b = predict_cached(&fast, p, &u, &[], &fast_cache);
+                            match (a, b) {
+                                (Some(a), Some(b)) if a > 0.0 && b > 0.0 => Some(prediction_band(v, a, b, resid)),
+                                _ => None,
+                            }
+                        }
+                        _ => None,
+                    };
                     RunRow {
+                        band,
                         file: run.source.file.clone(),
                         run: run.label(),
                         load: run.load.describe(),

@@ -142,7 +142,8 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
             .collect();
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"profile": profile.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped}))
+            serde_json::to_string_pretty(&json!({"profile": profile.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
+                           "band_coverage": {"statistics": validate::run_band_coverage(&rows).0, "inside": validate::run_band_coverage(&rows).1}}))
                 .expect("json")
         );
         return Ok(());
@@ -198,6 +199,13 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
         })
         .collect();
     println!("{}", table(&["class", "count", "median |error|", "p90 |error|", "mean error"], &s));
+    let (n, inside) = validate::run_band_coverage(&rows);
+    if n > 0 {
+        println!(
+            "coverage: {inside} of {n} measured statistics inside the predicted +-1 sigma band ({:.0}%; honest bands hold about 68%)",
+            inside as f64 / n as f64 * 100.0
+        );
+    }
     if failed > 0 {
         println!("{failed} failed request(s) in the files are counted above, not replayed");
     }

@@ -214,6 +214,11 @@ fn round_trip_through_vllm_result_files() {
         classes.iter().map(|c| c.class.as_str()).collect::<Vec<_>>(),
         ["ttft", "tpot", "itl", "e2e", "throughput"]
     );
+    // Held-out statistics fall inside the predicted +-1 sigma bands about as often as honest bands
+    // allow (the fit's covariance plus its residual scatter).
+    let (n, inside) = capsim::validate::run_band_coverage(&rows);
+    let share = inside as f64 / n as f64;
+    assert!(n >= 100 && (0.5..=0.9).contains(&share), "{inside} of {n} inside the band");
 }
 
 #[test]
