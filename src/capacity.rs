@@ -425,20 +425,12 @@ pub fn perturbed(p: &Profile, sign: f64) -> Profile {
             let c = &mut q.coefficients;
             for (name, d) in cov.names.iter().zip(&cu) {
                 let delta = (sign * d / var.sqrt()).clamp(-2.0, 2.0);
-                let f = delta.exp();
-                match name.as_str() {
-                    "step_overhead_s" => c.step_overhead_s *= f,
-                    "per_seq_overhead_s" => c.per_seq_overhead_s *= f,
-                    "bandwidth_eff_bytes_s" => c.bandwidth_eff_bytes_s *= f,
-                    "matmul_flops_eff_s" => c.matmul_flops_eff_s *= f,
-                    "attention_flops_eff_s" => c.attention_flops_eff_s *= f,
-                    "request_overhead_s" => c.request_overhead_s *= f,
-                    "frontend_serial_s" => c.frontend_serial_s *= f,
-                    "expert_spread" => c.expert_spread = (c.expert_spread * f).min(1.0),
-                    "mem_compute_overlap" => c.mem_compute_overlap = (c.mem_compute_overlap + delta).clamp(0.0, 1.0),
-                    _ => {}
+                if let Some(v) = c.named_mut(name) {
+                    // The overlap is a share, linear in the covariance; the rest are logs.
+                    *v = if name == "mem_compute_overlap" { (*v + delta).clamp(0.0, 1.0) } else { *v * delta.exp() };
                 }
             }
+            c.expert_spread = c.expert_spread.min(1.0);
             c.bandwidth_eff_bytes_s = c.bandwidth_eff_bytes_s.min(p.gpu.hbm_bandwidth_bytes_s());
             q.file.coefficients = *c;
             return q;

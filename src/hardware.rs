@@ -185,12 +185,8 @@ fn identified(value: f64, bound: Option<f64>, sigma: f64) -> bool {
 /// The experts' share of a model's matmul FLOPs per prefill token (LM head excluded).
 pub fn expert_flop_share(a: &ModelArch) -> f64 {
     let body = a.flops_per_token_body();
-    let experts = a
-        .moe
-        .as_ref()
-        .map_or(0.0, |m| 2.0 * (a.n_moe_layers() as u64 * m.n_experts_per_token as u64 * a.expert_params()) as f64);
     if body > 0.0 {
-        (experts / body).clamp(0.0, 1.0)
+        (a.expert_flops_per_token() / body).clamp(0.0, 1.0)
     } else {
         0.0
     }
@@ -224,7 +220,11 @@ impl SharedModel {
     pub fn fit(profiles: &[&Profile], provenance: &str) -> SharedModel {
         let prior = SharedModel::prior();
         let one = CoefficientSigmas::unidentified();
-        let mut m: [Vec<(String, f64, f64)>; 10] = Default::default();
+        // Members of each pooled quantity: (profile, value, the fit's own relative sigma).
+        type Members = Vec<(String, f64, f64)>;
+        let (mut bw, mut attn, mut ovh, mut per_seq) = (Members::new(), Members::new(), Members::new(), Members::new());
+        let (mut req, mut front, mut overlap, mut spread) =
+            (Members::new(), Members::new(), Members::new(), Members::new());
         // (profile, fitted matmul share of peak, experts' FLOP share, sigma, tokens per expert)
         let mut blends: Vec<(String, f64, f64, f64, f64)> = Vec::new();
         for p in profiles {
@@ -235,7 +235,7 @@ impl SharedModel {
             let (bw_peak, mm_peak, attn_peak) =
                 (p.gpu.hbm_bandwidth_bytes_s(), p.gpu.dense_flops_s(w), p.gpu.dense_flops_s(Dtype::Bf16));
             if identified(c.bandwidth_eff_bytes_s, Some(bw_peak), s.bandwidth_eff_bytes_s) {
-                m[0].push((name.clone(), c.bandwidth_eff_bytes_s / bw_peak, s.bandwidth_eff_bytes_s));
+                bw.push((name.clone(), c.bandwidth_eff_bytes_s / bw_peak, s.bandwidth_eff_bytes_s));
             }
             if identified(c.matmul_flops_eff_s, Some(mm_peak), s.matmul_flops_eff_s) {
                 let blend = c.matmul_flops_eff_s / mm_peak;
@@ -243,23 +243,23 @@ impl SharedModel {
                 blends.push((name.clone(), blend, expert_flop_share(&p.arch), s.matmul_flops_eff_s, tpe));
             }
             if identified(c.attention_flops_eff_s, Some(attn_peak), s.attention_flops_eff_s) {
-                m[2].push((name.clone(), c.attention_flops_eff_s / attn_peak, s.attention_flops_eff_s));
+                attn.push((name.clone(), c.attention_flops_eff_s / attn_peak, s.attention_flops_eff_s));
             }
             if identified(c.step_overhead_s, None, s.step_overhead_s) {
-                m[3].push((name.clone(), c.step_overhead_s / p.arch.n_layers as f64, s.step_overhead_s));
+                ovh.push((name.clone(), c.step_overhead_s / p.arch.n_layers as f64, s.step_overhead_s));
             }
-            for (i, v, sg) in [
-                (4, c.per_seq_overhead_s, s.per_seq_overhead_s),
-                (5, c.request_overhead_s, s.request_overhead_s),
-                (6, c.frontend_serial_s, s.frontend_serial_s),
-                (7, c.mem_compute_overlap, s.mem_compute_overlap),
+            for (members, v, sg) in [
+                (&mut per_seq, c.per_seq_overhead_s, s.per_seq_overhead_s),
+                (&mut req, c.request_overhead_s, s.request_overhead_s),
+                (&mut front, c.frontend_serial_s, s.frontend_serial_s),
+                (&mut overlap, c.mem_compute_overlap, s.mem_compute_overlap),
             ] {
                 if identified(v, None, sg) {
-                    m[i].push((name.clone(), v, sg));
+                    members.push((name.clone(), v, sg));
                 }
             }
             if p.arch.moe.is_some() && identified(c.expert_spread, None, s.expert_spread) {
-                m[8].push((name.clone(), c.expert_spread, s.expert_spread));
+                spread.push((name.clone(), c.expert_spread, s.expert_spread));
             }
         }
         // Dense models identify the dense GEMM share directly; MoE models the grouped one, given it.
@@ -280,7 +280,6 @@ impl SharedModel {
         let grouped_gemm_curve =
             GroupedCurve::fit(grouped_members.iter().map(|(n, g, _, m)| (n.clone(), *m, *g)).collect(), dense);
         let grouped = grouped_members.into_iter().map(|(n, g, s, _)| (n, g, s)).collect();
-        let [bw, _, attn, ovh, per_seq, req, front, overlap, spread, _] = m;
         let mut overlap = SharedValue::pool(overlap, prior.mem_compute_overlap);
         overlap.value = overlap.value.min(1.0);
         SharedModel {
@@ -450,32 +449,22 @@ impl SharedModel {
     }
 }
 
-/// A deployment nobody measured, as the shared model builds it.
-#[derive(Debug, Clone)]
-pub struct UnmeasuredDeployment {
-    pub name: String,
-    pub model: String,
-    pub gpu: String,
-    pub tensor_parallel: u32,
-    pub weight_dtype: Dtype,
-    pub kv_dtype: Dtype,
-    pub engine: crate::profile::EngineSettings,
-}
-
-/// The profile of `d` with coefficients from `shared` (engine defaults unless `d.engine` sets them).
+/// The profile named `name` of a deployment nobody measured, with coefficients from `shared`
+/// (engine defaults unless `d.settings` sets them).
 pub fn unmeasured_profile(
     catalog: &crate::catalog::Catalog,
     shared: &SharedModel,
-    d: &UnmeasuredDeployment,
+    name: &str,
+    d: &crate::profile::Deployment,
 ) -> crate::error::Result<Profile> {
     use crate::profile::{GpuRef, ModelRef, ProfileFile, Provenance};
     let arch = catalog.model(&d.model)?;
     let gpu = catalog.gpu(&d.gpu)?;
-    let kind = d.engine.kind.unwrap_or(crate::profile::EngineKind::Vllm);
-    let chunk = crate::profile::default_prefill_budget(kind, &d.engine, gpu);
+    let engine = crate::profile::EngineSettings { kind: Some(d.engine), ..d.settings.clone() };
+    let chunk = crate::profile::default_prefill_budget(d.engine, &engine, gpu);
     let (c, s) = shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk);
     let pf = ProfileFile {
-        name: d.name.clone(),
+        name: name.to_string(),
         description: format!("{} on {}x {} from the shared hardware model", arch.name, d.tensor_parallel, gpu.name),
         model: ModelRef {
             name: d.model.clone(),
@@ -483,8 +472,12 @@ pub fn unmeasured_profile(
             kv_dtype: d.kv_dtype,
             state_dtype: None,
         },
-        gpu: GpuRef { name: d.gpu.clone(), tensor_parallel: Some(d.tensor_parallel), expert_parallel: None },
-        engine: d.engine.clone(),
+        gpu: GpuRef {
+            name: d.gpu.clone(),
+            tensor_parallel: Some(d.tensor_parallel),
+            expert_parallel: d.expert_parallel.then_some(true),
+        },
+        engine,
         coefficients: c,
         sigmas: Some(s),
         covariance: None,
@@ -500,7 +493,7 @@ pub fn unmeasured_profile(
             ..Default::default()
         }),
     };
-    let mut p = pf.resolve(&d.name, catalog)?;
+    let mut p = pf.resolve(name, catalog)?;
     p.retargeted_from = Some("shared hardware model".into());
     p.retarget_method = Some("no measurements: coefficients from the shared hardware model".into());
     Ok(p)

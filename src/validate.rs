@@ -6,9 +6,8 @@ use crate::catalog::Catalog;
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
-use crate::hardware::{unmeasured_profile, SharedModel, UnmeasuredDeployment};
+use crate::hardware::{unmeasured_profile, SharedModel};
 use crate::metrics::percentile_sorted;
-use crate::profile::EngineSettings;
 use crate::profile::{Profile, ProfileFile, BUILTIN_PROFILES};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -251,10 +250,7 @@ fn predict_rows(
 ) -> Vec<Row> {
     let u = unknowns_of(profile);
     let cache = ReplayCache::default();
-    let with_band = profile.file.sigmas.is_some();
-    let resid = profile.file.fit.as_ref().map_or(0.0, |f| f.residual_sigma_log);
-    let (slow, fast) = (crate::capacity::perturbed(profile, -1.0), crate::capacity::perturbed(profile, 1.0));
-    let (slow_cache, fast_cache) = (ReplayCache::default(), ReplayCache::default());
+    let bands = Bands::new(profile);
     points
         .par_iter()
         .map(|p| {
@@ -264,15 +260,7 @@ fn predict_rows(
             let v = predict_cached(profile, p, &u, metas, &cache);
             let mut r =
                 row(p, protocol, v, if v.is_some() { note.to_string() } else { "simulation produced no value".into() });
-            if let (true, Some(v)) = (with_band, v) {
-                let a = predict_cached(&slow, p, &u, metas, &slow_cache);
-                let b = predict_cached(&fast, p, &u, metas, &fast_cache);
-                if let (Some(a), Some(b)) = (a, b) {
-                    if v > 0.0 && a > 0.0 && b > 0.0 {
-                        r.band = Some(prediction_band(v, a, b, resid));
-                    }
-                }
-            }
+            r.band = v.and_then(|v| bands.of(p, v, &u, metas));
             r
         })
         .collect()
@@ -289,34 +277,60 @@ fn not_replayable_reason(p: &Point) -> String {
     }
 }
 
-/// The +-1 sigma prediction band of a value `v` predicted `a` and `b` by the profiles one sigma
-/// slower and faster: their spread widened by the fit's residual scatter, in quadrature in log space
-/// (a prediction band, not only a parameter band). All three must be positive.
-fn prediction_band(v: f64, a: f64, b: f64, resid: f64) -> (f64, f64) {
-    let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
-    let widen = |x: f64| (x.ln().powi(2) + resid * resid).sqrt();
-    (v * (-widen(v / lo)).exp(), v * widen(hi / v).exp())
+/// The +-1 sigma prediction bands of one profile: each point replayed on the profile one sigma
+/// slower and one faster (capacity::perturbed, along the fit's covariance where there is one), their
+/// spread widened by the fit's residual scatter in quadrature in log space (a prediction band, not
+/// only a parameter band). A profile without sigmas gives no bands.
+struct Bands {
+    perturbed: Option<[(Profile, ReplayCache); 2]>,
+    resid: f64,
 }
 
-/// Coverage of a user's runs' bands: (statistics with a band, of which the measured value is inside).
-pub fn run_band_coverage(rows: &[RunRow]) -> (usize, usize) {
-    let with: Vec<&RunRow> = rows.iter().filter(|r| r.band.is_some()).collect();
-    let inside = with
-        .iter()
-        .filter(|r| r.band.is_some_and(|(lo, hi)| r.measured >= lo * (1.0 - 1e-9) && r.measured <= hi * (1.0 + 1e-9)))
-        .count();
-    (with.len(), inside)
+impl Bands {
+    fn new(profile: &Profile) -> Bands {
+        let perturbed = profile
+            .file
+            .sigmas
+            .is_some()
+            .then(|| [-1.0, 1.0].map(|sign| (crate::capacity::perturbed(profile, sign), ReplayCache::default())));
+        Bands { perturbed, resid: profile.file.fit.as_ref().map_or(0.0, |f| f.residual_sigma_log) }
+    }
+
+    /// The band of `p`, predicted `v` by the profile itself (every prediction must be positive).
+    fn of(&self, p: &Point, v: f64, u: &ExperimentUnknowns, metas: &[ReportMeta]) -> Option<(f64, f64)> {
+        let [(slow, slow_cache), (fast, fast_cache)] = self.perturbed.as_ref()?;
+        let a = predict_cached(slow, p, u, metas, slow_cache)?;
+        let b = predict_cached(fast, p, u, metas, fast_cache)?;
+        if !(v > 0.0 && a > 0.0 && b > 0.0) {
+            return None;
+        }
+        let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
+        let widen = |x: f64| (x.ln().powi(2) + self.resid * self.resid).sqrt();
+        Some((v * (-widen(v / lo)).exp(), v * widen(hi / v).exp()))
+    }
 }
 
-/// Coverage of the bands: (points with a band, of which the measured value lies inside it), over
-/// unflagged rows. About 68% of measured points should fall inside honest 1-sigma bands.
+/// (values with a band, of which the measured value lies inside it). About 68% of measured values
+/// should fall inside honest 1-sigma bands.
+fn coverage(measured_and_bands: impl Iterator<Item = (f64, Option<(f64, f64)>)>) -> (usize, usize) {
+    let (mut with, mut inside) = (0, 0);
+    for (m, (lo, hi)) in measured_and_bands.filter_map(|(m, b)| b.map(|b| (m, b))) {
+        with += 1;
+        if m >= lo * (1.0 - 1e-9) && m <= hi * (1.0 + 1e-9) {
+            inside += 1;
+        }
+    }
+    (with, inside)
+}
+
+/// Coverage of the bands over unflagged rows.
 pub fn band_coverage(rows: &[Row]) -> (usize, usize) {
-    let with: Vec<&Row> = rows.iter().filter(|r| !r.flagged && r.band.is_some()).collect();
-    let inside = with
-        .iter()
-        .filter(|r| r.band.is_some_and(|(lo, hi)| r.measured >= lo * (1.0 - 1e-9) && r.measured <= hi * (1.0 + 1e-9)))
-        .count();
-    (with.len(), inside)
+    coverage(rows.iter().filter(|r| !r.flagged).map(|r| (r.measured, r.band)))
+}
+
+/// Coverage of a user's runs' bands over every statistic.
+pub fn run_band_coverage(rows: &[RunRow]) -> (usize, usize) {
+    coverage(rows.iter().map(|r| (r.measured, r.band)))
 }
 
 /// The profiles of every report but `source` (and its duplicates).
@@ -432,20 +446,9 @@ pub fn run(
                 // precision, engine).
                 let others = others_than(&profiles, metas, &source);
                 let shared = SharedModel::fit(&others, "leave-one-report-out");
-                let d = UnmeasuredDeployment {
-                    name: format!(
-                        "{} (shared model without report {})",
-                        t.profile_name,
-                        &source[..3.min(source.len())]
-                    ),
-                    model: t.model.clone(),
-                    gpu: t.gpu.clone(),
-                    tensor_parallel: t.tensor_parallel,
-                    weight_dtype: t.weight_dtype,
-                    kv_dtype: t.kv_dtype,
-                    engine: EngineSettings { kind: Some(t.engine), ..Default::default() },
-                };
-                let p = unmeasured_profile(catalog, &shared, &d)?;
+                let name =
+                    format!("{} (shared model without report {})", t.profile_name, &source[..3.min(source.len())]);
+                let p = unmeasured_profile(catalog, &shared, &name, &t.deployment())?;
                 let note = format!("shared model of {} other deployments", others.len());
                 rows.extend(predict_rows(&pts, &p, metas, protocol, &note));
             }
@@ -526,30 +529,17 @@ pub struct RunClassSummary {
 /// statistic of the same definition. Runs are simulated in parallel; results keep the runs' order.
 pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<RunRow> {
     let u = ExperimentUnknowns::default();
-    let with_band = profile.file.sigmas.is_some();
-    let resid = profile.file.fit.as_ref().map_or(0.0, |f| f.residual_sigma_log);
-    let (slow, fast) = (crate::capacity::perturbed(profile, -1.0), crate::capacity::perturbed(profile, 1.0));
     runs.par_iter()
         .map(|run| {
-            let (cache, slow_cache, fast_cache) =
-                (ReplayCache::default(), ReplayCache::default(), ReplayCache::default());
+            // Caches per run: a replay is keyed by its run, whose address is only unique while alive.
+            let cache = ReplayCache::default();
+            let bands = Bands::new(profile);
             run.points("validate")
                 .iter()
                 .map(|p| {
                     let predicted = predict_cached(profile, p, &u, &[], &cache);
-                    let band = match (with_band, predicted) {
-                        (true, Some(v)) if v > 0.0 => {
-                            let a = predict_cached(&slow, p, &u, &[], &slow_cache);
-                            let b = predict_cached(&fast, p, &u, &[], &fast_cache);
-                            match (a, b) {
-                                (Some(a), Some(b)) if a > 0.0 && b > 0.0 => Some(prediction_band(v, a, b, resid)),
-                                _ => None,
-                            }
-                        }
-                        _ => None,
-                    };
                     RunRow {
-                        band,
+                        band: predicted.and_then(|v| bands.of(p, v, &u, &[])),
                         file: run.source.file.clone(),
                         run: run.label(),
                         load: run.load.describe(),

@@ -53,6 +53,22 @@ pub struct Target {
     pub variants: Vec<(String, EngineSettings)>,
 }
 
+impl Target {
+    /// The deployment as the target states it, with the engine's defaults.
+    pub fn deployment(&self) -> crate::profile::Deployment {
+        crate::profile::Deployment {
+            model: self.model.clone(),
+            gpu: self.gpu.clone(),
+            tensor_parallel: self.tensor_parallel,
+            expert_parallel: self.expert_parallel,
+            engine: self.engine,
+            weight_dtype: self.weight_dtype,
+            kv_dtype: self.kv_dtype,
+            settings: EngineSettings::default(),
+        }
+    }
+}
+
 fn slug(s: &str) -> String {
     s.to_ascii_lowercase().replace([' ', '/', '_'], "-")
 }

@@ -39,7 +39,7 @@ pub(super) fn shared_priors(
     let log = |i: usize, v: f64, w: f64, name: &str| {
         (i, v.ln(), w.max(0.05), format!("{name} ~ {v:.4e} (x/÷ {:.2}, shared hardware model)", w.max(0.05).exp()))
     };
-    let mut out = vec![
+    let shared_entries = vec![
         log(P_OVERHEAD, c.step_overhead_s, s.step_overhead_s, "step_overhead_s"),
         log(P_PER_SEQ, c.per_seq_overhead_s, s.per_seq_overhead_s, "per_seq_overhead_s"),
         log(P_BW, c.bandwidth_eff_bytes_s, s.bandwidth_eff_bytes_s, "bandwidth_eff_bytes_s"),
@@ -53,12 +53,10 @@ pub(super) fn shared_priors(
             (c.mem_compute_overlap * s.mem_compute_overlap).max(0.1),
             format!("mem_compute_overlap ~ {:.2} (shared hardware model)", c.mem_compute_overlap),
         ),
-        (P_MEM, 0.9, 0.05, "gpu_memory_utilization ~ 0.90 ± 0.05".into()),
-        (P_ROUNDS_CLOSED, 2.0, 3.0, "requests per client (closed loop) ~ 2 ± 3".into()),
-        (P_ROUNDS_UNKNOWN, 2.0, 3.0, "requests per client (unknown load) ~ 2 ± 3".into()),
     ];
-    if arch.moe.is_some() {
-        out.push(log(P_SPREAD, c.expert_spread, s.expert_spread, "expert_spread"));
-    }
-    out
+    let spread = arch.moe.is_some().then(|| log(P_SPREAD, c.expert_spread, s.expert_spread, "expert_spread"));
+    // The experiment's unknowns (memory fraction, requests per client) keep the generic priors.
+    let replaced = |i: &usize| shared_entries.iter().chain(&spread).any(|(k, ..)| k == i);
+    let generic: Vec<_> = priors(arch).into_iter().filter(|(i, ..)| !replaced(i)).collect();
+    shared_entries.into_iter().chain(generic).chain(spread).collect()
 }

@@ -5,24 +5,8 @@ use super::Target;
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 use crate::measured::Run;
-use crate::profile::{EngineKind, EngineSettings};
-use crate::units::Dtype;
 
-/// The deployment the runs were measured on, as the user states it.
-#[derive(Debug, Clone)]
-pub struct Deployment {
-    /// Catalog name or config.json path.
-    pub model: String,
-    pub gpu: String,
-    pub tensor_parallel: u32,
-    /// Experts spread whole over the GPUs (vLLM --enable-expert-parallel).
-    pub expert_parallel: bool,
-    pub engine: EngineKind,
-    pub weight_dtype: Dtype,
-    pub kv_dtype: Dtype,
-    /// Engine settings the user gave (None = the engine's defaults).
-    pub settings: EngineSettings,
-}
+pub use crate::profile::Deployment;
 
 /// One line of provenance per input file: path, SHA-256, tool and version, runs read.
 #[derive(Debug, Clone)]

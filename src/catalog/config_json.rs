@@ -361,8 +361,10 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
                 }
                 "llama4" => (expert_intermediate, false),
                 _ => {
-                    let s = c.opt_u64("shared_expert_intermediate_size")?.unwrap_or(0);
-                    (c.check_range("shared_expert_intermediate_size", s.max(1), MAX_DIM).map(|_| s)?, s > 0)
+                    // 0 or absent: no shared expert.
+                    let s = c.opt_u64("shared_expert_intermediate_size")?.filter(|&s| s > 0);
+                    let s = s.map(|s| c.check_range("shared_expert_intermediate_size", s, MAX_DIM)).transpose()?;
+                    (s.unwrap_or(0), s.is_some())
                 }
             };
             let n_moe_layers = match family.as_str() {

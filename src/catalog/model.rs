@@ -220,11 +220,17 @@ impl ModelArch {
     }
     /// Parameters that take part in matmuls per token: 2 FLOPs each.
     pub fn matmul_params_active(&self) -> u64 {
-        let experts = self
-            .moe
+        self.always_read_params() + self.routed_expert_params_active()
+    }
+    /// Routed-expert parameters one token runs through (k experts in every MoE layer).
+    pub fn routed_expert_params_active(&self) -> u64 {
+        self.moe
             .as_ref()
-            .map_or(0, |m| self.n_moe_layers() as u64 * m.n_experts_per_token as u64 * self.expert_params());
-        self.always_read_params() + experts
+            .map_or(0, |m| self.n_moe_layers() as u64 * m.n_experts_per_token as u64 * self.expert_params())
+    }
+    /// Matmul FLOPs per token in the routed experts' grouped GEMMs.
+    pub fn expert_flops_per_token(&self) -> f64 {
+        2.0 * self.routed_expert_params_active() as f64
     }
     /// Expected distinct experts per layer touched by a batch of `n_tokens` tokens under uniform
     /// routing: E * (1 - (1 - k/E)^B) (DESIGN.md section 1).

@@ -89,10 +89,14 @@ fn summary_table(rows: &[Row]) -> String {
 
 /// The coverage line of one protocol.
 pub fn coverage_line(rows: &[Row]) -> Option<String> {
-    let (n, inside) = validate::band_coverage(rows);
+    coverage_text(validate::band_coverage(rows), "unflagged measured points")
+}
+
+/// "coverage: INSIDE of N WHAT inside the band (share)", None without bands.
+fn coverage_text((n, inside): (usize, usize), what: &str) -> Option<String> {
     (n > 0).then(|| {
         format!(
-            "coverage: {inside} of {n} unflagged measured points inside the predicted +-1 sigma band ({:.0}%; honest bands hold about 68%)",
+            "coverage: {inside} of {n} {what} inside the predicted +-1 sigma band ({:.0}%; honest bands hold about 68%)",
             inside as f64 / n as f64 * 100.0
         )
     })
@@ -130,6 +134,7 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
     let rows = validate::validate_runs(&profile, &runs);
     let summary = validate::summarize_run_rows(&rows);
     let failed: u64 = runs.iter().map(|r| r.failed).sum();
+    let coverage = validate::run_band_coverage(&rows);
     if a.json {
         let runs_json: Vec<_> = runs
             .iter()
@@ -143,7 +148,7 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
         println!(
             "{}",
             serde_json::to_string_pretty(&json!({"profile": profile.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
-                           "band_coverage": {"statistics": validate::run_band_coverage(&rows).0, "inside": validate::run_band_coverage(&rows).1}}))
+                           "band_coverage": {"statistics": coverage.0, "inside": coverage.1}}))
                 .expect("json")
         );
         return Ok(());
@@ -199,12 +204,8 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
         })
         .collect();
     println!("{}", table(&["class", "count", "median |error|", "p90 |error|", "mean error"], &s));
-    let (n, inside) = validate::run_band_coverage(&rows);
-    if n > 0 {
-        println!(
-            "coverage: {inside} of {n} measured statistics inside the predicted +-1 sigma band ({:.0}%; honest bands hold about 68%)",
-            inside as f64 / n as f64 * 100.0
-        );
+    if let Some(line) = coverage_text(coverage, "measured statistics") {
+        println!("{line}");
     }
     if failed > 0 {
         println!("{failed} failed request(s) in the files are counted above, not replayed");

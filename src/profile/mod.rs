@@ -190,18 +190,37 @@ pub struct CoefficientSigmas {
     pub grouped_gemm_rel: f64,
 }
 
-const KNOWN_COEFFICIENTS: [&str; 10] = [
-    "step_overhead_s",
-    "per_seq_overhead_s",
-    "bandwidth_eff_bytes_s",
-    "matmul_flops_eff_s",
-    "attention_flops_eff_s",
-    "request_overhead_s",
-    "mem_compute_overlap",
-    "expert_spread",
-    "frontend_serial_s",
-    "grouped_gemm_rel",
-];
+/// Access by the name the profile file uses, for the coefficients and their sigmas alike (the
+/// covariance names them).
+macro_rules! coefficients_by_name {
+    ($t:ty) => {
+        impl $t {
+            /// The field of that name (None for a name that is not a coefficient).
+            pub fn named_mut(&mut self, name: &str) -> Option<&mut f64> {
+                Some(match name {
+                    "step_overhead_s" => &mut self.step_overhead_s,
+                    "per_seq_overhead_s" => &mut self.per_seq_overhead_s,
+                    "bandwidth_eff_bytes_s" => &mut self.bandwidth_eff_bytes_s,
+                    "matmul_flops_eff_s" => &mut self.matmul_flops_eff_s,
+                    "attention_flops_eff_s" => &mut self.attention_flops_eff_s,
+                    "request_overhead_s" => &mut self.request_overhead_s,
+                    "mem_compute_overlap" => &mut self.mem_compute_overlap,
+                    "expert_spread" => &mut self.expert_spread,
+                    "frontend_serial_s" => &mut self.frontend_serial_s,
+                    "grouped_gemm_rel" => &mut self.grouped_gemm_rel,
+                    _ => return None,
+                })
+            }
+            /// The value of that name (None for a name that is not a coefficient).
+            pub fn named(&self, name: &str) -> Option<f64> {
+                let mut copy = *self;
+                copy.named_mut(name).map(|v| *v)
+            }
+        }
+    };
+}
+coefficients_by_name!(Coefficients);
+coefficients_by_name!(CoefficientSigmas);
 
 /// A covariance matrix over named coefficients.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -212,23 +231,6 @@ pub struct CoefficientCovariance {
 }
 
 impl CoefficientSigmas {
-    /// The sigma of a coefficient by its name in the profile (0 for an unknown name).
-    pub fn named(&self, name: &str) -> f64 {
-        match name {
-            "step_overhead_s" => self.step_overhead_s,
-            "per_seq_overhead_s" => self.per_seq_overhead_s,
-            "bandwidth_eff_bytes_s" => self.bandwidth_eff_bytes_s,
-            "matmul_flops_eff_s" => self.matmul_flops_eff_s,
-            "attention_flops_eff_s" => self.attention_flops_eff_s,
-            "request_overhead_s" => self.request_overhead_s,
-            "mem_compute_overlap" => self.mem_compute_overlap,
-            "expert_spread" => self.expert_spread,
-            "frontend_serial_s" => self.frontend_serial_s,
-            "grouped_gemm_rel" => self.grouped_gemm_rel,
-            _ => 0.0,
-        }
-    }
-
     /// Every coefficient unidentified (100%).
     pub fn unidentified() -> CoefficientSigmas {
         CoefficientSigmas {
@@ -308,6 +310,23 @@ pub struct ProfileFile {
     pub provenance: Provenance,
     #[serde(default)]
     pub fit: Option<FitQuality>,
+}
+
+/// A deployment as a user states it (the runs it was measured on, or one nobody measured): what it
+/// runs, where, and with which engine settings.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    /// Catalog name or config.json path.
+    pub model: String,
+    pub gpu: String,
+    pub tensor_parallel: u32,
+    /// Experts spread whole over the GPUs (vLLM --enable-expert-parallel).
+    pub expert_parallel: bool,
+    pub engine: EngineKind,
+    pub weight_dtype: Dtype,
+    pub kv_dtype: Dtype,
+    /// Engine settings the user gave (None = the engine's defaults).
+    pub settings: EngineSettings,
 }
 
 /// Resolved engine configuration: every setting has a value.
@@ -418,7 +437,7 @@ impl ProfileFile {
                     format!("must be {n} x {n}, one row and column per name"),
                 ));
             }
-            if let Some(bad) = cov.names.iter().find(|n| !KNOWN_COEFFICIENTS.contains(&n.as_str())) {
+            if let Some(bad) = cov.names.iter().find(|n| self.coefficients.named(n).is_none()) {
                 return Err(Error::input(
                     source,
                     None,

@@ -162,7 +162,7 @@ impl Profile {
             // The fit's covariance, widened on its diagonal by the spread across deployments.
             if let (Some(cov), Some(wide)) = (f.covariance.as_mut(), f.sigmas) {
                 for (k, name) in cov.names.iter().enumerate() {
-                    let (o, w) = (own.named(name), wide.named(name));
+                    let (o, w) = (own.named(name).unwrap_or(0.0), wide.named(name).unwrap_or(0.0));
                     cov.matrix[k][k] += (w * w - o * o).max(0.0);
                 }
             }

@@ -172,10 +172,7 @@ impl StepModel {
         let state_dtype = p.file.model.state_dtype.unwrap_or(Dtype::Fp32);
         let replication = a.kv_replication(p.tensor_parallel);
         let matmul_rate = c.matmul_flops_eff_s * tp;
-        let expert_flops_per_token = a
-            .moe
-            .as_ref()
-            .map_or(0.0, |m| 2.0 * (a.n_moe_layers() as u64 * m.n_experts_per_token as u64 * a.expert_params()) as f64);
+        let expert_flops_per_token = a.expert_flops_per_token();
         let body_flops = a.flops_per_token_body();
         StepModel {
             overhead_s: c.step_overhead_s,

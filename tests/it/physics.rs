@@ -396,7 +396,7 @@ fn shipped_profiles_carry_a_consistent_covariance() {
                 assert_relative_eq!(cov.matrix[i][j], cov.matrix[j][i], max_relative = 1e-9);
             }
             // The marginal sigmas are the diagonal (capped at 100%).
-            assert_relative_eq!(s.named(&cov.names[i]), cov.matrix[i][i].sqrt().min(1.0), max_relative = 1e-9);
+            assert_relative_eq!(s.named(&cov.names[i]).unwrap(), cov.matrix[i][i].sqrt().min(1.0), max_relative = 1e-9);
             // Correlations are correlations.
             for j in 0..n {
                 let r = cov.matrix[i][j] / (cov.matrix[i][i] * cov.matrix[j][j]).sqrt();
