@@ -98,6 +98,7 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
         let engine = match m.engine.as_str() {
             "vllm" => EngineKind::Vllm,
             "sglang" => EngineKind::Sglang,
+            "trtllm" | "tensorrt-llm" => EngineKind::Trtllm,
             _ => {
                 assumptions.push("engine not stated: vLLM V1 scheduling assumed".into());
                 EngineKind::Vllm
@@ -121,6 +122,7 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
                 ("max_num_seqs 128".to_string(), EngineSettings { max_num_seqs: Some(128), ..Default::default() }),
                 ("max_num_seqs 64".to_string(), EngineSettings { max_num_seqs: Some(64), ..Default::default() }),
             ],
+            EngineKind::Trtllm => vec![("TensorRT-LLM defaults".to_string(), EngineSettings::default())],
             EngineKind::Sglang => vec![
                 ("SGLang defaults (decodes wait during prefill batches)".to_string(), EngineSettings::default()),
                 (
@@ -393,10 +395,7 @@ fn calibrate_variant(
     if fit_pts.is_empty() {
         return Err(Error::Infeasible(format!("{}: no usable points to calibrate on", t.report)));
     }
-    let base_budget = match t.engine {
-        EngineKind::Vllm => gpu.vllm_default_max_num_batched_tokens(),
-        EngineKind::Sglang => gpu.sglang_default_chunked_prefill_size(),
-    };
+    let base_budget = crate::profile::default_prefill_budget(t.engine, &EngineSettings::default(), &gpu);
     let (v0, stage_notes, mut unident, mut physics) = stage_a(&arch, t, &gpu, &fit_pts, base_budget);
 
     let peak_bw = gpu.hbm_bandwidth_bytes_s();

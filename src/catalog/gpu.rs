@@ -13,7 +13,15 @@ pub struct GpuSpec {
     pub family: String,
     #[serde(default)]
     pub aliases: Vec<String>,
+    /// Marketed memory (GB as the datasheet prints it; physically GiB of HBM).
     pub memory_gb: f64,
+    /// Total memory the engine sees (`torch.cuda.mem_get_info()` total, bytes), where measured: a
+    /// little below the physical GiB because the driver keeps some. Engines size their KV cache from
+    /// this figure, so capacity follows it.
+    #[serde(default)]
+    pub device_memory_bytes: Option<f64>,
+    #[serde(default)]
+    pub device_memory_source: Option<String>,
     pub hbm_bandwidth_tb_s: f64,
     pub bf16_tflops: f64,
     pub fp8_tflops: Option<f64>,
@@ -89,9 +97,18 @@ impl Collectives {
     }
 }
 
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Share of the marketed GiB that `torch.cuda.mem_get_info()` reports as total, measured on an H100 SXM
+/// (85,017,493,504 B of 80 GiB: 0.990) and an H200 (150,109,880,320 B of 141 GiB: 0.991); used for GPUs
+/// without a measured `device_memory_bytes`.
+pub const DEVICE_MEMORY_SHARE: f64 = 0.99;
+
 impl GpuSpec {
+    /// Total memory as the engine sees it: the measured device figure, else the marketed size read
+    /// as GiB times [`DEVICE_MEMORY_SHARE`].
     pub fn memory_bytes(&self) -> f64 {
-        self.memory_gb * 1e9
+        self.device_memory_bytes.unwrap_or(self.memory_gb * GIB * DEVICE_MEMORY_SHARE)
     }
     pub fn hbm_bandwidth_bytes_s(&self) -> f64 {
         self.hbm_bandwidth_tb_s * 1e12
@@ -150,22 +167,19 @@ impl GpuSpec {
             256
         }
     }
-    /// SGLang's chunked_prefill_size default (FACTS.md): 4096 on 40-60 GB, 8192 on 60-160 GB, 16384 above.
+    /// SGLang's chunked_prefill_size default by the GPU memory it reads (srt/arg_groups/memory_hook.py):
+    /// 2048 under 20 GiB, 4096 under 60 GiB, 8192 under 160 GiB, 16384 above.
     pub fn sglang_default_chunked_prefill_size(&self) -> u32 {
-        let gb = self.memory_gb;
-        if gb > 160.0 {
-            16384
-        } else if gb >= 60.0 {
+        let gib = self.memory_bytes() / GIB;
+        if gib < 20.0 {
+            2048
+        } else if gib < 60.0 {
+            4096
+        } else if gib < 160.0 {
             8192
         } else {
-            4096
+            16384
         }
-    }
-    /// SGLang's mem_fraction_static at defaults (FACTS.md: about 0.84 on H100 80 GB, 0.91 on H200); a
-    /// linear interpolation in memory between those two anchors, clamped.
-    pub fn sglang_default_mem_fraction_static(&self) -> f64 {
-        let t = ((self.memory_gb - 80.0) / (141.0 - 80.0)).clamp(0.0, 1.0);
-        0.84 + t * (0.91 - 0.84)
     }
 }
 
@@ -196,6 +210,16 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
                 if !(v.is_finite() && v > 0.0) {
                     return Err(Error::input(&ctx, None, Some(field), format!("must be positive, got {v}")));
                 }
+            }
+        }
+        if let Some(v) = g.device_memory_bytes {
+            if !(v.is_finite() && v > 0.0 && v <= g.memory_gb * GIB * 1.01) {
+                return Err(Error::input(
+                    &ctx,
+                    None,
+                    Some("device_memory_bytes"),
+                    format!("must be positive and at most memory_gb GiB, got {v}"),
+                ));
             }
         }
         if g.link_domain_gpus == 0 {

@@ -107,9 +107,8 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     if tp == 0 {
         return Err(Error::flag("--tp", "must be at least 1"));
     }
-    let engine = match a.engine {
-        Some(super::EngineArg::Sglang) => EngineKind::Sglang,
-        Some(super::EngineArg::Vllm) => EngineKind::Vllm,
+    let engine = match a.engine_settings().kind {
+        Some(k) => k,
         None => {
             notes.push("engine not given (--engine): vLLM V1 scheduling assumed".into());
             EngineKind::Vllm

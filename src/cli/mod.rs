@@ -11,7 +11,7 @@ mod validate;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
 use capsim::metrics::RequestSlo;
-use capsim::profile::{EngineKind, EngineSettings, Profile, Retarget};
+use capsim::profile::{CapacityPolicy, EngineKind, EngineSettings, Profile, Retarget};
 use capsim::units::Dtype;
 use capsim::workload::trace::read_trace;
 use capsim::workload::{LengthDist, LoadTemplate, Process, RequestClass, Workload, WorkloadSpec};
@@ -137,12 +137,44 @@ pub struct ProfileArgs {
     /// SGLang: decode steps over which new_token_ratio decays from its initial value to its floor.
     #[arg(long)]
     pub new_token_ratio_decay_steps: Option<u32>,
+    /// Engine release whose defaults and scheduler apply, e.g. 0.18.1 (default: the newest capsim
+    /// read: vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM 1.2.1; ENGINES.md lists what changes)
+    #[arg(long)]
+    pub engine_version: Option<String>,
+    /// vLLM: admit a waiting request only when its whole prompt fits the free KV blocks
+    /// (scheduler_reserve_full_isl; default true from 0.19)
+    #[arg(long)]
+    pub reserve_full_prompt: Option<bool>,
+    /// vLLM: share of KV blocks kept free when admitting waiting requests (--scheduler-watermark)
+    #[arg(long)]
+    pub watermark: Option<f64>,
+    /// SGLang: clients send ignore_eos (sglang bench_serving's default): from 0.5.22 admission reserves
+    /// the whole remaining output
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// TensorRT-LLM capacity_scheduler_policy
+    #[arg(long, value_enum)]
+    pub capacity_scheduler_policy: Option<CapacityPolicyArg>,
+    /// TensorRT-LLM: split prompts over steps (enable_chunked_prefill; default off)
+    #[arg(long)]
+    pub enable_chunked_prefill: bool,
+    /// TensorRT-LLM: share of the memory free after weights and activations given to the KV cache
+    /// (kv_cache_config.free_gpu_memory_fraction; default 0.9)
+    #[arg(long)]
+    pub free_gpu_memory_fraction: Option<f64>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
 pub enum EngineArg {
     Vllm,
     Sglang,
+    Trtllm,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum CapacityPolicyArg {
+    GuaranteedNoEvict,
+    MaxUtilization,
 }
 
 /// A dtype flag's value.
@@ -178,7 +210,18 @@ impl ProfileArgs {
             kind: self.engine.map(|e| match e {
                 EngineArg::Vllm => EngineKind::Vllm,
                 EngineArg::Sglang => EngineKind::Sglang,
+                EngineArg::Trtllm => EngineKind::Trtllm,
             }),
+            version: self.engine_version.clone(),
+            reserve_full_prompt: self.reserve_full_prompt,
+            watermark: self.watermark,
+            ignore_eos: self.ignore_eos.then_some(true),
+            capacity_scheduler_policy: self.capacity_scheduler_policy.map(|p| match p {
+                CapacityPolicyArg::GuaranteedNoEvict => CapacityPolicy::GuaranteedNoEvict,
+                CapacityPolicyArg::MaxUtilization => CapacityPolicy::MaxUtilization,
+            }),
+            enable_chunked_prefill: self.enable_chunked_prefill.then_some(true),
+            free_gpu_memory_fraction: self.free_gpu_memory_fraction,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
             block_size_tokens: self.block_size,
@@ -214,6 +257,11 @@ impl ProfileArgs {
             return Ok(p);
         }
         let mut f = p.file.clone();
+        if over.kind.is_some() && over.kind.unwrap_or(EngineKind::Vllm) != p.engine.kind {
+            // Another engine: none of the profile's engine settings (a fitted memory fraction, a
+            // running-sequence cap) means the same thing there; start from that engine's defaults.
+            f.engine = EngineSettings::default();
+        }
         f.engine.merge(&over);
         let mut r = f.resolve("command line", catalog)?;
         r.retargeted_from = p.retargeted_from.clone();

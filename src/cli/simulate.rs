@@ -146,7 +146,7 @@ pub fn summary_table(s: &Summary) -> String {
         ("simulated time s", num(s.sim_time_s, 4)),
     ];
     if s.requests_rejected > 0 {
-        kv.push(("rejected (never fit KV)", s.requests_rejected.to_string()));
+        kv.push(("rejected (never fit)", s.requests_rejected.to_string()));
     }
     if s.requests_unfinished > 0 {
         kv.push(("unfinished at horizon", s.requests_unfinished.to_string()));
@@ -215,6 +215,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         obj.insert("capsim_version".into(), json!(env!("CARGO_PKG_VERSION")));
         obj.insert("seed".into(), json!(a.seed));
         obj.insert("scenario".into(), scenario_json(&p, &w, a.seed));
+        obj.insert("kv_capacity".into(), serde_json::to_value(p.kv_capacity()).expect("kv serializes"));
         obj.insert("kv_series".into(), serde_json::to_value(&out.series).expect("series serializes"));
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
@@ -228,10 +229,44 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             p.engine.block_size_tokens,
             a.seed
         );
+        print!("{}", kv_capacity_text(&p));
         println!();
         print!("{}", summary_table(&s));
     }
     Ok(())
+}
+
+/// The KV capacity lines: tokens, max-length requests, and the memory arithmetic behind them, to
+/// hold against the engine's start-up log.
+pub fn kv_capacity_text(p: &Profile) -> String {
+    let k = p.kv_capacity();
+    let mut out = format!(
+        "KV cache: {} tokens ({} blocks of {}), {} requests of {} tokens (max_model_len)\n",
+        k.kv_capacity_tokens,
+        k.kv_capacity_blocks,
+        k.kv_block_size_tokens,
+        num(k.max_len_requests, 3),
+        k.max_model_len_tokens
+    );
+    match &k.memory {
+        Some(m) => {
+            let gb = |b: f64| format!("{:.1}", b / 1e9);
+            out.push_str(&format!(
+                "  memory GB: total {}, budget {}, weights {}, activations {}, non-torch {}, CUDA graphs {} -> KV {}\n  ({})\n",
+                gb(m.total_bytes),
+                gb(m.budget_bytes),
+                gb(m.weights_bytes),
+                gb(m.activation_bytes),
+                gb(m.non_torch_bytes),
+                gb(m.cuda_graph_bytes),
+                gb(m.kv_bytes),
+                m.formula
+            ));
+        }
+        None => out.push_str("  (kv_capacity_tokens set directly)\n"),
+    }
+    out.push_str(&format!("  compare: {}\n", k.engine_log_line));
+    out
 }
 
 pub fn extrapolation_note(p: &Profile) -> String {

@@ -1,17 +1,70 @@
-//! Engine settings resolved against the deployment: every default filled as the engine fills it, and
-//! the KV capacity derived from memory (FACTS-hardware-engines.md: each engine's memory formula).
+//! Engine settings resolved against the deployment: every default filled as the engine release fills
+//! it, and the KV capacity derived from memory with each engine's own formula (ENGINES.md cites the
+//! source lines of every default and formula used here).
 
-use super::{EngineConfig, EngineKind, EngineSettings, ModelRef};
+use super::{CapacityPolicy, EngineConfig, EngineKind, EngineSettings, KvMemory, ModelRef};
 use crate::catalog::{GpuSpec, ModelArch};
 use crate::error::{Error, Result};
 use crate::units::Dtype;
 
-/// Activation memory vLLM's profiling run reserves, per batched token: about 34 bytes per hidden unit
-/// (hidden states, residual, MLP intermediate in BF16), plus a fixed 1.5 GB for CUDA graphs, the
-/// sampler and the allocator's slack. A heuristic, stated as such; set kv_capacity_tokens to override.
-fn activation_bytes(arch: &ModelArch, max_batched_tokens: u32) -> f64 {
-    max_batched_tokens as f64 * arch.hidden as f64 * 34.0 + 1.5e9
+/// An engine release, compared numerically ("0.9" < "0.19").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EngineVersion(pub u32, pub u32, pub u32);
+
+impl EngineVersion {
+    /// "0.19", "0.19.1" or "v0.19.1"; suffixes such as "rc1" or ".post1" are ignored.
+    pub fn parse(text: &str) -> Option<EngineVersion> {
+        let t = text.trim().trim_start_matches('v');
+        let mut parts = t.split('.').map(|p| {
+            let digits: String = p.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse::<u32>().ok()
+        });
+        let major = parts.next()??;
+        let minor = parts.next().flatten().unwrap_or(0);
+        let patch = parts.next().flatten().unwrap_or(0);
+        Some(EngineVersion(major, minor, patch))
+    }
 }
+
+impl std::fmt::Display for EngineVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// The newest release of each engine whose source capsim's defaults and scheduler were read from.
+pub fn latest_version(kind: EngineKind) -> EngineVersion {
+    match kind {
+        EngineKind::Vllm => EngineVersion(0, 33, 0),
+        EngineKind::Sglang => EngineVersion(0, 5, 23),
+        EngineKind::Trtllm => EngineVersion(1, 2, 1),
+    }
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// Peak activations of a profiling forward pass over `tokens` tokens, per GPU: about 34 bytes per
+/// hidden unit per token (hidden states, residual, MLP intermediate in BF16), or the sampler's FP32
+/// logits and probabilities for `seqs` sequences when those are larger. A heuristic, stated as such;
+/// set kv_capacity_tokens to override the derived capacity.
+fn activation_peak_bytes(arch: &ModelArch, tokens: u32, seqs: u32) -> f64 {
+    let forward = tokens as f64 * arch.hidden as f64 * 34.0;
+    let sampler = seqs.min(tokens) as f64 * arch.vocab as f64 * 8.0;
+    forward.max(sampler)
+}
+
+/// Memory outside torch's allocator that grows after the engine's start-up snapshot: cuBLAS and
+/// attention workspaces (0.3 GB), and NCCL buffers when GPUs talk (0.7 GB). A heuristic.
+fn non_torch_bytes(tp: u32) -> f64 {
+    0.3e9 + if tp > 1 { 0.7e9 } else { 0.0 }
+}
+
+/// CUDA graphs of the decode batch sizes (vLLM captures up to 512 sizes piecewise; about 0.75 GB on
+/// the reports' GPUs by their logs' "Graph capturing finished ... took" lines). A heuristic.
+const CUDA_GRAPH_BYTES: f64 = 0.75e9;
+
+/// The CUDA context, outside every allocator (measured: 0.55 GB on H100 and H200, torch 2.11).
+const CUDA_CONTEXT_BYTES: f64 = 0.55e9;
 
 /// The prefill token budget of a step: the engine's setting, else its default on this GPU.
 pub fn default_prefill_budget(kind: EngineKind, s: &EngineSettings, gpu: &GpuSpec) -> u32 {
@@ -21,7 +74,51 @@ pub fn default_prefill_budget(kind: EngineKind, s: &EngineSettings, gpu: &GpuSpe
             .chunked_prefill_size
             .or(s.max_num_batched_tokens)
             .unwrap_or_else(|| gpu.sglang_default_chunked_prefill_size()),
+        // TensorRT-LLM max_num_tokens (llm_args.py BaseLlmArgs, default 8192).
+        EngineKind::Trtllm => s.max_num_batched_tokens.unwrap_or(8192),
     }
+}
+
+/// SGLang's decode CUDA-graph max batch size by GPU memory and TP
+/// (srt/arg_groups/memory_hook.py, GPU-dependent capacity defaults).
+fn sglang_cuda_graph_max_bs(gpu_mib: f64, tp: u32) -> f64 {
+    let gib = gpu_mib / 1024.0;
+    if gib < 20.0 {
+        8.0
+    } else if gib < 35.0 {
+        if tp < 4 {
+            48.0
+        } else {
+            160.0
+        }
+    } else if gib < 60.0 {
+        if tp < 4 {
+            32.0
+        } else {
+            160.0
+        }
+    } else if gib < 160.0 {
+        if tp < 4 {
+            256.0
+        } else {
+            512.0
+        }
+    } else {
+        512.0
+    }
+}
+
+/// SGLang's default mem_fraction_static (srt/arg_groups/memory_hook.py): the memory kept for
+/// activations and graphs, in MiB, is 512 + max(chunk, 2048) x 1.5 + TP/8 x 1024 + graph max bs x 2,
+/// at least 10 GiB on GPUs over 60 GiB; the fraction is the rest of the GPU, rounded to 3 places.
+pub fn sglang_default_mem_fraction_static(gpu: &GpuSpec, chunk: u32, tp: u32) -> f64 {
+    let gpu_mib = gpu.memory_bytes() / MIB;
+    let mut reserved = 512.0 + chunk.max(2048) as f64 * 1.5 + tp as f64 / 8.0 * 1024.0;
+    reserved += sglang_cuda_graph_max_bs(gpu_mib, tp) * 2.0;
+    if gpu_mib > 60.0 * 1024.0 {
+        reserved = reserved.max(10.0 * 1024.0);
+    }
+    ((gpu_mib - reserved) / gpu_mib * 1000.0).round() / 1000.0
 }
 
 pub(super) fn resolve_engine(
@@ -34,20 +131,31 @@ pub(super) fn resolve_engine(
 ) -> Result<EngineConfig> {
     let kind = s.kind.unwrap_or(EngineKind::Vllm);
     let err = |f: &str, msg: String| Error::input(source, None, Some(f), msg);
-    let (budget, seqs, block, util) = match kind {
+    let version = match &s.version {
+        None => latest_version(kind),
+        Some(t) => EngineVersion::parse(t)
+            .ok_or_else(|| err("engine.version", format!("`{t}` is not a release number such as 0.19.1")))?,
+    };
+    let budget = default_prefill_budget(kind, s, gpu);
+    let (seqs, block, util) = match kind {
         EngineKind::Vllm => (
-            default_prefill_budget(kind, s, gpu),
             s.max_num_seqs.unwrap_or_else(|| gpu.vllm_default_max_num_seqs()),
             s.block_size_tokens.unwrap_or(16),
-            s.gpu_memory_utilization.unwrap_or(0.92),
+            // vllm/config/cache.py: 0.9 through 0.19, 0.92 from 0.20.
+            s.gpu_memory_utilization.unwrap_or(if version >= EngineVersion(0, 20, 0) { 0.92 } else { 0.9 }),
         ),
         EngineKind::Sglang => (
-            default_prefill_budget(kind, s, gpu),
             // FACTS.md does not list SGLang's max_running_requests default (derived from memory); 1024 is
             // capsim's stated choice, overridable.
             s.max_running_requests.or(s.max_num_seqs).unwrap_or(1024),
             s.block_size_tokens.unwrap_or(1),
-            s.gpu_memory_utilization.unwrap_or_else(|| gpu.sglang_default_mem_fraction_static()),
+            s.gpu_memory_utilization.unwrap_or_else(|| sglang_default_mem_fraction_static(gpu, budget, tp)),
+        ),
+        // llm_args.py max_batch_size 2048; KvCacheConfig tokens_per_block 32; free_gpu_memory_fraction 0.9.
+        EngineKind::Trtllm => (
+            s.max_num_seqs.unwrap_or(2048),
+            s.block_size_tokens.unwrap_or(32),
+            s.free_gpu_memory_fraction.or(s.gpu_memory_utilization).unwrap_or(0.9),
         ),
     };
     if budget == 0 {
@@ -59,8 +167,14 @@ pub(super) fn resolve_engine(
     if block == 0 || block > 1024 {
         return Err(err("engine.block_size_tokens", format!("must be in 1..=1024, got {block}")));
     }
+    let util_field =
+        if kind == EngineKind::Trtllm { "engine.free_gpu_memory_fraction" } else { "engine.gpu_memory_utilization" };
     if !(util.is_finite() && util > 0.0 && util <= 1.0) {
-        return Err(err("engine.gpu_memory_utilization", format!("must be in (0, 1], got {util}")));
+        return Err(err(util_field, format!("must be in (0, 1], got {util}")));
+    }
+    let watermark = s.watermark.unwrap_or(0.0);
+    if !(watermark.is_finite() && (0.0..1.0).contains(&watermark)) {
+        return Err(err("engine.watermark", format!("must be in [0, 1), got {watermark}")));
     }
     // Bytes of KV per token over all the GPUs: copies kept on several GPUs count once per copy.
     let replication = arch.kv_replication(tp);
@@ -70,22 +184,23 @@ pub(super) fn resolve_engine(
         + arch.sliding_kv_bytes_per_token(m.kv_dtype) * replication * arch.sliding_window as f64;
     let block_bytes = kv_per_token * block as f64;
     let per_seq_reserved_blocks = if reserved_bytes > 0.0 { (reserved_bytes / block_bytes).ceil() as u32 } else { 0 };
-    let kv_capacity_tokens = match s.kv_capacity_tokens {
-        Some(t) => t,
+    let (kv_capacity_tokens, memory) = match s.kv_capacity_tokens {
+        Some(t) => (t, None),
         None => {
-            let mem = gpu.memory_bytes() * tp as f64 * util;
-            let free = mem - arch.weight_bytes(m.weight_dtype) - activation_bytes(arch, budget) * tp as f64;
-            if free <= 0.0 {
+            let mem = kv_memory(kind, version, arch, m.weight_dtype, gpu, tp, util, budget, seqs);
+            if mem.kv_bytes <= 0.0 {
                 return Err(Error::Infeasible(format!(
-                    "{} in {} ({:.1} GB of weights) does not fit {} x {} at memory utilization {util}; raise tensor_parallel",
+                    "{} in {} ({:.1} GB of weights) does not fit {} x {} under {} ({}); raise tensor_parallel",
                     arch.name,
                     m.weight_dtype,
-                    arch.weight_bytes(m.weight_dtype) / 1e9,
+                    mem.weights_bytes / 1e9,
                     tp,
-                    gpu.name
+                    gpu.name,
+                    kind.as_str(),
+                    mem.formula
                 )));
             }
-            (free / kv_per_token) as u64
+            ((mem.kv_bytes / kv_per_token) as u64, Some(mem))
         }
     };
     if kv_capacity_tokens < block as u64 {
@@ -95,6 +210,7 @@ pub(super) fn resolve_engine(
         ));
     }
     let ratio_init = s.new_token_ratio_init.unwrap_or(0.7);
+    // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14 x init (environ.py).
     let ratio_min = s.new_token_ratio_min.unwrap_or(0.098);
     if !(0.0..=1.0).contains(&ratio_init) || !(0.0..=ratio_init).contains(&ratio_min) {
         return Err(err(
@@ -102,8 +218,20 @@ pub(super) fn resolve_engine(
             "need 0 <= new_token_ratio_min <= new_token_ratio_init <= 1".into(),
         ));
     }
+    let only = |field: &str, set: bool, engine: EngineKind| -> Result<()> {
+        if set && kind != engine {
+            return Err(err(field, format!("is a {} setting; this profile runs {}", engine.as_str(), kind.as_str())));
+        }
+        Ok(())
+    };
+    only("engine.capacity_scheduler_policy", s.capacity_scheduler_policy.is_some(), EngineKind::Trtllm)?;
+    only("engine.enable_chunked_prefill", s.enable_chunked_prefill.is_some(), EngineKind::Trtllm)?;
+    only("engine.free_gpu_memory_fraction", s.free_gpu_memory_fraction.is_some(), EngineKind::Trtllm)?;
+    only("engine.reserve_full_prompt", s.reserve_full_prompt.is_some(), EngineKind::Vllm)?;
+    only("engine.watermark", s.watermark.is_some(), EngineKind::Vllm)?;
     Ok(EngineConfig {
         kind,
+        version: version.to_string(),
         max_num_batched_tokens: budget,
         max_num_seqs: seqs,
         block_size_tokens: block,
@@ -116,7 +244,97 @@ pub(super) fn resolve_engine(
         num_continuous_decode_steps: s.num_continuous_decode_steps.unwrap_or(1).max(1),
         new_token_ratio_init: ratio_init,
         new_token_ratio_min: ratio_min,
-        // SGLang decays the ratio linearly from init to min over about 600 decode steps.
+        // SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: linear decay from init to min over 600 decode steps.
         new_token_ratio_decay_steps: s.new_token_ratio_decay_steps.unwrap_or(600).max(1),
+        // vllm/config/scheduler.py scheduler_reserve_full_isl: added in 0.19, default True.
+        reserve_full_prompt: kind == EngineKind::Vllm
+            && s.reserve_full_prompt.unwrap_or(version >= EngineVersion(0, 19, 0)),
+        watermark_blocks: (watermark * (kv_capacity_tokens / block as u64) as f64) as u64,
+        // schedule_policy.py: `ratio = 1.0 if req.sampling_params.ignore_eos` from 0.5.22 (absent in 0.5.21).
+        reserve_full_output: kind == EngineKind::Sglang
+            && s.ignore_eos.unwrap_or(false)
+            && version >= EngineVersion(0, 5, 22),
+        capacity_policy: (kind == EngineKind::Trtllm)
+            .then(|| s.capacity_scheduler_policy.unwrap_or(CapacityPolicy::GuaranteedNoEvict)),
+        chunked_prefill: kind != EngineKind::Trtllm || s.enable_chunked_prefill.unwrap_or(false),
+        memory,
     })
+}
+
+/// The KV cache's share of memory for one replica of `tp` GPUs, by the engine's formula.
+#[allow(clippy::too_many_arguments)]
+fn kv_memory(
+    kind: EngineKind,
+    version: EngineVersion,
+    arch: &ModelArch,
+    weight_dtype: Dtype,
+    gpu: &GpuSpec,
+    tp: u32,
+    util: f64,
+    budget: u32,
+    seqs: u32,
+) -> KvMemory {
+    let n = tp as f64;
+    let total = gpu.memory_bytes() * n;
+    let weights = arch.weight_bytes(weight_dtype);
+    let activation = activation_peak_bytes(arch, budget, seqs) * n;
+    let non_torch = non_torch_bytes(tp) * n;
+    match kind {
+        EngineKind::Vllm => {
+            // vllm/v1/worker/gpu_worker.py determine_available_memory: requested (total x utilization)
+            // minus the non-KV memory its profiling run measured (weights, activation peak, non-torch
+            // growth) minus, from 0.20 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1), the CUDA
+            // graphs' estimate. The CUDA context predates the snapshot and sits in the headroom.
+            let graphs = if version >= EngineVersion(0, 20, 0) { CUDA_GRAPH_BYTES * n } else { 0.0 };
+            let budget_bytes = total * util;
+            KvMemory {
+                total_bytes: total,
+                budget_bytes,
+                weights_bytes: weights,
+                activation_bytes: activation,
+                non_torch_bytes: non_torch,
+                cuda_graph_bytes: graphs,
+                kv_bytes: budget_bytes - weights - activation - non_torch - graphs,
+                formula: format!(
+                    "vLLM {version}: total x gpu_memory_utilization {util} - weights - activation peak - non-torch{}",
+                    if graphs > 0.0 { " - CUDA graphs" } else { " (CUDA graphs come out of the headroom)" }
+                ),
+            }
+        }
+        EngineKind::Sglang => {
+            // srt/model_executor/model_runner.py profile_max_num_token: the pool is what is left of
+            // total x mem_fraction_static once the weights are loaded; activations and graphs live in
+            // the rest of the GPU.
+            let budget_bytes = total * util;
+            KvMemory {
+                total_bytes: total,
+                budget_bytes,
+                weights_bytes: weights,
+                activation_bytes: 0.0,
+                non_torch_bytes: 0.0,
+                cuda_graph_bytes: 0.0,
+                kv_bytes: budget_bytes - weights,
+                formula: format!("SGLang {version}: total x mem_fraction_static {util} - weights"),
+            }
+        }
+        EngineKind::Trtllm => {
+            // KvCacheConfig.free_gpu_memory_fraction: the share of the memory still free after the
+            // weights, the CUDA context, the runtime buffers and a max_num_tokens profiling forward.
+            let context = CUDA_CONTEXT_BYTES * n;
+            let graphs = CUDA_GRAPH_BYTES * n;
+            let free = total - weights - activation - non_torch - context - graphs;
+            KvMemory {
+                total_bytes: total,
+                budget_bytes: total,
+                weights_bytes: weights,
+                activation_bytes: activation,
+                non_torch_bytes: non_torch + context,
+                cuda_graph_bytes: graphs,
+                kv_bytes: free * util,
+                formula: format!(
+                    "TensorRT-LLM {version}: free_gpu_memory_fraction {util} x (total - weights - activations - context and buffers - CUDA graphs)"
+                ),
+            }
+        }
+    }
 }

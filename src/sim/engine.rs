@@ -1,151 +1,80 @@
-//! The event loop and the two engine policies.
-//!
-//! vLLM V1 (vllm/v1/core/sched/scheduler.py): one token budget per step; running requests first, in
-//! admission order, each taking min(remaining, budget) tokens; then waiting requests FCFS while budget,
-//! max_num_seqs and KV blocks allow, stopping at the first that cannot be allocated (head-of-line). KV
-//! blocks are allocated for the tokens computed in the step only; when allocation fails the most
-//! recently admitted running request is preempted (recompute) and goes back to the front of the queue.
-//!
-//! SGLang: each iteration is a prefill (extend) batch when something can be admitted or a request is
-//! being chunked, else a decode batch. At most one request is chunked at a time. Admission reserves
-//! min(remaining output, 4096) x new_token_ratio tokens for every running request; the ratio decays per
-//! decode step and resets after a retraction. When a decode step cannot get memory, the request with the
-//! fewest generated tokens is retracted and recomputed later. Decodes wait during prefill batches unless
-//! mixed chunks are enabled.
+//! The engine state every policy shares: requests, the running and waiting queues, KV blocks. Each
+//! engine's scheduling policy lives in its own file (vllm.rs, sglang.rs, trtllm.rs) as one method of
+//! [`Engine`] called once per step; the event loop (run.rs) does not know which one runs.
 //!
 //! A request of P prompt tokens and O output tokens: `num_tokens` starts at P; each step schedules up
 //! to num_tokens - computed tokens; the step that brings computed to num_tokens samples a token (the
 //! first token ends the prefill); a request resumed after preemption re-prefills prompt + generated.
 
-use super::gaps::GapHistogram;
 use super::step::{BatchShape, StepModel};
-use super::RequestRecord;
-use crate::profile::{EngineKind, Profile};
-use crate::units::SimTime;
-use crate::workload::{Arrivals, Generator, Workload};
-use serde::Serialize;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use crate::profile::Profile;
+use std::collections::VecDeque;
 
-/// Options of one run that are not part of the workload.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SimOptions {
-    /// Stop the run (unfinished requests are counted) at this simulated time: a guard for overloaded
-    /// open loops.
-    pub horizon_s: f64,
-    /// Samples of KV utilization and queue length kept over time (the interval doubles as needed).
-    pub series_points: usize,
-}
-
-impl Default for SimOptions {
-    fn default() -> Self {
-        SimOptions { horizon_s: 1e7, series_points: 256 }
-    }
-}
-
-/// One sample of the engine's state over time.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Sample {
-    pub t_s: f64,
-    pub kv_util: f64,
-    pub running: u32,
-    pub waiting: u32,
-}
-
-/// Everything a run produced; [`crate::metrics`] summarizes it.
-#[derive(Debug, Clone)]
-pub struct SimOutput {
-    /// Completed requests, in completion order.
-    pub records: Vec<RequestRecord>,
-    pub requests_sent: u64,
-    /// Requests that can never fit the KV cache, even alone.
-    pub requests_rejected: u64,
-    /// Requests still queued or running when the horizon stopped the run.
-    pub requests_unfinished: u64,
-    pub steps: u64,
-    pub preemptions: u64,
-    pub end: SimTime,
-    /// When the last request was sent.
-    pub last_send: SimTime,
-    /// Requests outstanding (sent, not finished) when the last one was sent.
-    pub outstanding_at_last_send: u64,
-    pub busy_ns: u64,
-    pub kv_util_time_weighted_mean: f64,
-    pub kv_util_max: f64,
-    pub max_waiting: u32,
-    pub series: Vec<Sample>,
-    pub prefill_tokens: u64,
-    pub decode_tokens: u64,
-    /// Every gap between successive tokens of the requests in the workload's measured window (vLLM's
-    /// pooled ITL), finished or not.
-    pub itl_gaps: GapHistogram,
-}
-
-const NONE: u64 = u64::MAX;
+pub(super) const NONE: u64 = u64::MAX;
 
 #[derive(Debug, Clone)]
-struct Live {
-    id: u32,
-    client: u32,
-    class: u16,
-    arrival_ns: u64,
-    enqueued_ns: u64,
-    prompt: u32,
-    output: u32,
-    num_tokens: u32,
-    computed: u32,
-    generated: u32,
+pub(super) struct Live {
+    pub(super) id: u32,
+    pub(super) client: u32,
+    pub(super) class: u16,
+    pub(super) arrival_ns: u64,
+    pub(super) enqueued_ns: u64,
+    pub(super) prompt: u32,
+    pub(super) output: u32,
+    pub(super) num_tokens: u32,
+    pub(super) computed: u32,
+    pub(super) generated: u32,
     /// KV blocks held for computed tokens.
-    blocks: u32,
+    pub(super) blocks: u32,
     /// Whether the per-sequence reserved blocks (linear state, sliding window) are held.
-    reserved: bool,
-    first_sched_ns: u64,
-    first_token_ns: u64,
+    pub(super) reserved: bool,
+    pub(super) first_sched_ns: u64,
+    pub(super) first_token_ns: u64,
     /// When its latest token was produced (the client sees the gaps between them).
-    last_token_ns: u64,
+    pub(super) last_token_ns: u64,
     /// Inside the workload's measured window: its token gaps go into the pooled ITL.
-    measured: bool,
-    preemptions: u32,
-    admitted_seq: u64,
+    pub(super) measured: bool,
+    pub(super) preemptions: u32,
+    pub(super) admitted_seq: u64,
 }
 
-struct Engine<'a> {
-    p: &'a Profile,
-    model: StepModel,
-    reqs: Vec<Live>,
-    free_slots: Vec<u32>,
-    running: Vec<u32>,
-    waiting: VecDeque<u32>,
+pub(super) struct Engine<'a> {
+    pub(super) p: &'a Profile,
+    pub(super) model: StepModel,
+    pub(super) reqs: Vec<Live>,
+    pub(super) free_slots: Vec<u32>,
+    pub(super) running: Vec<u32>,
+    pub(super) waiting: VecDeque<u32>,
     /// SGLang: the request being chunked (not in `running`).
-    chunked: Option<u32>,
-    free_blocks: u64,
-    capacity_blocks: u64,
-    block: u32,
-    reserved_blocks: u32,
-    scheduled: Vec<(u32, u32)>,
-    admit_seq: u64,
-    new_token_ratio: f64,
-    ratio_decay: f64,
+    pub(super) chunked: Option<u32>,
+    pub(super) free_blocks: u64,
+    pub(super) capacity_blocks: u64,
+    pub(super) block: u32,
+    pub(super) reserved_blocks: u32,
+    pub(super) scheduled: Vec<(u32, u32)>,
+    pub(super) admit_seq: u64,
+    pub(super) new_token_ratio: f64,
+    pub(super) ratio_decay: f64,
     /// SGLang: whether the previous iteration was a prefill batch.
-    last_was_prefill: bool,
+    pub(super) last_was_prefill: bool,
     /// SGLang: decode steps run back to back since the last prefill batch.
-    decode_streak: u32,
-    preemptions: u64,
+    pub(super) decode_streak: u32,
+    pub(super) preemptions: u64,
 }
 
 #[inline]
-fn div_ceil(a: u64, b: u64) -> u64 {
+pub(super) fn div_ceil(a: u64, b: u64) -> u64 {
     a.div_ceil(b)
 }
 
 impl<'a> Engine<'a> {
-    fn blocks_for(&self, tokens: u32) -> u32 {
+    pub(super) fn blocks_for(&self, tokens: u32) -> u32 {
         div_ceil(tokens as u64, self.block as u64) as u32
     }
     /// Blocks a request still needs to hold `tokens` tokens of KV (plus its reserved blocks, if it
     /// does not hold them yet).
     #[inline]
-    fn extra_blocks(&self, r: &Live, tokens: u32) -> u64 {
+    pub(super) fn extra_blocks(&self, r: &Live, tokens: u32) -> u64 {
         // Fast path: most decode steps stay inside the last block (no division).
         if r.reserved && tokens as u64 <= r.blocks as u64 * self.block as u64 {
             return 0;
@@ -154,7 +83,7 @@ impl<'a> Engine<'a> {
         (self.blocks_for(tokens).saturating_sub(r.blocks) + reserved) as u64
     }
     #[inline]
-    fn alloc(&mut self, idx: u32, tokens: u32) {
+    pub(super) fn alloc(&mut self, idx: u32, tokens: u32) {
         let r = &self.reqs[idx as usize];
         let extra = self.extra_blocks(r, tokens);
         if extra == 0 && r.reserved {
@@ -167,7 +96,7 @@ impl<'a> Engine<'a> {
         r.blocks = r.blocks.max(kv);
         r.reserved = true;
     }
-    fn free(&mut self, idx: u32) {
+    pub(super) fn free(&mut self, idx: u32) {
         let reserved = self.reserved_blocks as u64;
         let r = &mut self.reqs[idx as usize];
         self.free_blocks += r.blocks as u64 + if r.reserved { reserved } else { 0 };
@@ -175,18 +104,25 @@ impl<'a> Engine<'a> {
         r.reserved = false;
     }
     /// Nothing running, waiting or being chunked.
-    fn is_idle(&self) -> bool {
+    pub(super) fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none()
     }
     /// Blocks in use (for invariant checks).
-    fn used_blocks(&self) -> u64 {
+    pub(super) fn used_blocks(&self) -> u64 {
         self.capacity_blocks - self.free_blocks
     }
     /// Whether a request could ever run: its whole sequence fits the empty cache.
-    fn fits_ever(&self, r: &Live) -> bool {
+    pub(super) fn fits_ever(&self, r: &Live) -> bool {
         (self.blocks_for(r.prompt + r.output) + self.reserved_blocks) as u64 <= self.capacity_blocks
     }
-    fn preempt(&mut self, idx: u32) {
+    /// Whether the engine would ever accept this request: the whole sequence fits the empty cache,
+    /// and (TensorRT-LLM without chunked prefill) its prompt fits max_num_tokens, as the engine
+    /// refuses a prompt longer than max_num_tokens.
+    pub(super) fn accepts(&self, r: &Live) -> bool {
+        let e = &self.p.engine;
+        self.fits_ever(r) && (e.chunked_prefill || r.prompt <= e.max_num_batched_tokens)
+    }
+    pub(super) fn preempt(&mut self, idx: u32) {
         self.free(idx);
         let r = &mut self.reqs[idx as usize];
         r.computed = 0;
@@ -194,7 +130,7 @@ impl<'a> Engine<'a> {
         self.preemptions += 1;
         self.waiting.push_front(idx);
     }
-    fn mark_scheduled(&mut self, idx: u32, now: u64, shape: &mut BatchShape, n: u32) {
+    pub(super) fn mark_scheduled(&mut self, idx: u32, now: u64, shape: &mut BatchShape, n: u32) {
         let r = &mut self.reqs[idx as usize];
         if r.first_sched_ns == NONE {
             r.first_sched_ns = now;
@@ -202,288 +138,11 @@ impl<'a> Engine<'a> {
         shape.add_chunk(r.computed, n);
         self.scheduled.push((idx, n));
     }
-
-    /// vLLM V1 scheduling of one step.
-    fn schedule_vllm(&mut self, now: u64, shape: &mut BatchShape) {
-        let e = &self.p.engine;
-        let mut budget = e.max_num_batched_tokens;
-        let mut preempted = false;
-        let mut i = 0;
-        while i < self.running.len() && budget > 0 {
-            let idx = self.running[i];
-            let r = &self.reqs[idx as usize];
-            let n = (r.num_tokens - r.computed).min(budget);
-            let target = r.computed + n;
-            let mut self_preempted = false;
-            while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
-                let victim = *self.running.last().expect("running is non-empty here");
-                self.running.pop();
-                self.preempt(victim);
-                preempted = true;
-                if victim == idx {
-                    self_preempted = true;
-                    break;
-                }
-            }
-            if self_preempted {
-                break;
-            }
-            self.alloc(idx, target);
-            self.mark_scheduled(idx, now, shape, n);
-            budget -= n;
-            i += 1;
-        }
-        if preempted {
-            return;
-        }
-        while budget > 0 && (self.running.len() as u32) < e.max_num_seqs {
-            let Some(&idx) = self.waiting.front() else {
-                break;
-            };
-            let r = &self.reqs[idx as usize];
-            let n = (r.num_tokens - r.computed).min(budget);
-            if self.extra_blocks(r, r.computed + n) > self.free_blocks {
-                break;
-            }
-            self.waiting.pop_front();
-            self.alloc(idx, self.reqs[idx as usize].computed + n);
-            self.admit_seq += 1;
-            self.reqs[idx as usize].admitted_seq = self.admit_seq;
-            self.running.push(idx);
-            self.mark_scheduled(idx, now, shape, n);
-            budget -= n;
-        }
-    }
-
-    /// Tokens SGLang reserves for the future output of a request.
-    fn sglang_reserve(&self, r: &Live) -> f64 {
-        (r.output - r.generated).min(4096) as f64 * self.new_token_ratio
-    }
-
-    fn sglang_admissible(&self, idx: u32, reserved_running: f64) -> bool {
-        let r = &self.reqs[idx as usize];
-        let need = self.extra_blocks(r, r.num_tokens) as f64;
-        let avail = self.free_blocks as f64 - reserved_running;
-        if self.running.is_empty() && self.chunked.is_none() {
-            // Alone on the engine, the reservation is moot: admit whatever fits.
-            return need <= self.free_blocks as f64;
-        }
-        need + self.sglang_reserve(r) <= avail
-    }
-
-    /// SGLang scheduling of one iteration.
-    fn schedule_sglang(&mut self, now: u64, shape: &mut BatchShape) {
-        let e = &self.p.engine;
-        let reserved_running: f64 = self.running.iter().map(|&i| self.sglang_reserve(&self.reqs[i as usize])).sum();
-        let head_ok = match self.waiting.front() {
-            Some(&idx) => (self.running.len() as u32) < e.max_num_seqs && self.sglang_admissible(idx, reserved_running),
-            None => false,
-        };
-        let in_decode_run = self.decode_streak > 0 && self.decode_streak < e.num_continuous_decode_steps;
-        let decode_turn = !self.running.is_empty() && ((e.interleave_decode && self.last_was_prefill) || in_decode_run);
-        if (self.chunked.is_some() || head_ok) && !decode_turn {
-            let mut rem = e.max_num_batched_tokens;
-            // Mixed chunks: the running decodes ride along (collected before new admissions).
-            if e.enable_mixed_chunk {
-                let mut k = 0;
-                while k < self.running.len() {
-                    let idx = self.running[k];
-                    let target = self.reqs[idx as usize].computed + 1;
-                    if self.extra_blocks(&self.reqs[idx as usize], target) <= self.free_blocks {
-                        self.alloc(idx, target);
-                        self.mark_scheduled(idx, now, shape, 1);
-                    }
-                    k += 1;
-                }
-            }
-            if let Some(idx) = self.chunked {
-                let r = &self.reqs[idx as usize];
-                let n = (r.num_tokens - r.computed).min(rem);
-                let target = r.computed + n;
-                if self.extra_blocks(r, target) <= self.free_blocks {
-                    self.alloc(idx, target);
-                    self.mark_scheduled(idx, now, shape, n);
-                    rem -= n;
-                } else {
-                    rem = 0;
-                }
-            }
-            let mut reserved = reserved_running;
-            while rem > 0 && self.chunked.is_none() && (self.running.len() as u32) < e.max_num_seqs {
-                let Some(&idx) = self.waiting.front() else {
-                    break;
-                };
-                if !self.sglang_admissible(idx, reserved) {
-                    break;
-                }
-                self.waiting.pop_front();
-                let r = &self.reqs[idx as usize];
-                let need = r.num_tokens - r.computed;
-                let n = need.min(rem);
-                reserved += self.sglang_reserve(r);
-                self.alloc(idx, self.reqs[idx as usize].computed + n);
-                self.admit_seq += 1;
-                self.reqs[idx as usize].admitted_seq = self.admit_seq;
-                self.mark_scheduled(idx, now, shape, n);
-                rem -= n;
-                if n < need {
-                    self.chunked = Some(idx);
-                } else {
-                    self.running.push(idx);
-                }
-            }
-            if !self.scheduled.is_empty() {
-                self.last_was_prefill = true;
-                self.decode_streak = 0;
-                return;
-            }
-        }
-        self.last_was_prefill = false;
-        self.decode_streak += 1;
-        // Decode batch; retract until every running request can grow by one token.
-        loop {
-            let need: u64 = self
-                .running
-                .iter()
-                .map(|&i| {
-                    let r = &self.reqs[i as usize];
-                    self.extra_blocks(r, r.computed + 1)
-                })
-                .sum();
-            if need <= self.free_blocks || self.running.is_empty() {
-                break;
-            }
-            let (pos, _) = self
-                .running
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, &i)| {
-                    let r = &self.reqs[i as usize];
-                    (r.generated, Reverse(r.prompt), Reverse(r.admitted_seq))
-                })
-                .expect("running non-empty");
-            let victim = self.running.remove(pos);
-            self.preempt(victim);
-            self.new_token_ratio = e.new_token_ratio_init;
-        }
-        for k in 0..self.running.len() {
-            let idx = self.running[k];
-            let target = self.reqs[idx as usize].computed + 1;
-            self.alloc(idx, target);
-            self.mark_scheduled(idx, now, shape, 1);
-        }
-        if !self.running.is_empty() {
-            self.new_token_ratio = (self.new_token_ratio - self.ratio_decay).max(e.new_token_ratio_min);
-        }
-    }
-}
-
-/// Pending arrivals: open-loop arrivals drawn one ahead, closed-loop sends in a heap. Both keyed by
-/// engine arrival time; ties leave in insertion order.
-struct Pending<'w> {
-    w: &'w Workload,
-    gen: Generator,
-    heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
-    seq: u64,
-    sent: u64,
-    limit: u64,
-    send_until_ns: u64,
-    next_open: Option<u64>,
-    trace_pos: usize,
-}
-
-impl<'w> Pending<'w> {
-    fn new(w: &'w Workload, seed: u64) -> Self {
-        let limit = w.planned_requests().unwrap_or(u64::MAX);
-        let send_until_ns = w.spec.duration_s.map_or(u64::MAX, |d| SimTime::from_secs(d).0);
-        let mut a = Pending {
-            w,
-            gen: Generator::new(w, seed),
-            heap: BinaryHeap::new(),
-            seq: 0,
-            sent: 0,
-            limit,
-            send_until_ns,
-            next_open: None,
-            trace_pos: 0,
-        };
-        match &w.spec.arrivals {
-            Arrivals::ClosedLoop { clients, .. } => {
-                for c in 0..(*clients as u64).min(limit) {
-                    a.push_send(0, c as u32);
-                }
-            }
-            Arrivals::Burst { n } => {
-                for c in 0..*n {
-                    a.push_send(0, c);
-                }
-            }
-            Arrivals::OpenLoop { .. } => a.draw_open(),
-            Arrivals::Trace { .. } => {}
-        }
-        a
-    }
-    fn push_send(&mut self, send_ns: u64, client: u32) {
-        if send_ns > self.send_until_ns {
-            return;
-        }
-        self.heap.push(Reverse((send_ns, self.seq, client)));
-        self.seq += 1;
-    }
-    fn draw_open(&mut self) {
-        if let Arrivals::OpenLoop { process, rate, .. } = &self.w.spec.arrivals {
-            let t = self.gen.next_open_arrival_s(*process, rate);
-            let ns = if t.is_finite() && t < 1e12 { SimTime::from_secs(t).0 } else { u64::MAX };
-            self.next_open = if ns <= self.send_until_ns { Some(ns) } else { None };
-        }
-    }
-    /// Send time of the next arrival, if any remains.
-    fn peek_send(&self) -> Option<u64> {
-        if self.sent >= self.limit {
-            return None;
-        }
-        match &self.w.spec.arrivals {
-            Arrivals::OpenLoop { .. } => self.next_open,
-            Arrivals::Trace { records } => records.get(self.trace_pos).map(|r| SimTime::from_secs(r.arrival_s).0),
-            _ => self.heap.peek().map(|Reverse((t, _, _))| *t),
-        }
-    }
-    /// Pop the next arrival: (send ns, client, input, output, class).
-    fn pop(&mut self) -> (u64, u32, u32, u32, u16) {
-        self.sent += 1;
-        match &self.w.spec.arrivals {
-            Arrivals::OpenLoop { .. } => {
-                let t = self.next_open.take().expect("peeked");
-                let (i, o, c) = self.gen.lengths();
-                self.draw_open();
-                (t, 0, i, o, c)
-            }
-            Arrivals::Trace { records } => {
-                let r = records[self.trace_pos];
-                self.trace_pos += 1;
-                (SimTime::from_secs(r.arrival_s).0, 0, r.input_tokens, r.output_tokens, 0)
-            }
-            _ => {
-                let Reverse((t, _, client)) = self.heap.pop().expect("peeked");
-                let (i, o, c) = self.gen.lengths();
-                (t, client, i, o, c)
-            }
-        }
-    }
-    /// A closed-loop client's request finished at `now`.
-    fn on_finish(&mut self, now: u64, client: u32) {
-        if let Arrivals::ClosedLoop { think_time_s, think_exponential, .. } = self.w.spec.arrivals {
-            if self.sent + (self.heap.len() as u64) < self.limit {
-                let think = SimTime::from_secs(self.gen.think_s(think_time_s, think_exponential)).0;
-                self.push_send(now + think, client);
-            }
-        }
-    }
 }
 
 /// What an observer sees after each step: for invariant checks in tests and for diagnostics.
 pub struct StepView<'e> {
-    eng: &'e Engine<'e>,
+    pub(super) eng: &'e Engine<'e>,
     /// Simulated time at the end of the step.
     pub now_ns: u64,
     pub step_ns: u64,
@@ -524,470 +183,4 @@ impl StepView<'_> {
             r.blocks as u64 * self.eng.block as u64 >= r.computed as u64
         })
     }
-}
-
-/// How a fleet spreads requests over its replicas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Routing {
-    /// Request i goes to replica i mod K.
-    RoundRobin,
-    /// Each request goes to the replica with the fewest requests sent to it and not yet finished when
-    /// it is sent (ties: the lowest index), as a least-outstanding-requests load balancer does.
-    LeastOutstanding,
-}
-
-/// A request on its way to a replica: sent, and when its engine will see it.
-#[derive(Debug, Clone, Copy)]
-struct Arrived {
-    id: u32,
-    send: u64,
-    enqueued: u64,
-    client: u32,
-    input: u32,
-    output: u32,
-    class: u16,
-}
-
-/// One serving engine with its own front-end, clock and output: the event loop of a single replica,
-/// advanced one step at a time by [`drive`].
-struct Replica<'a> {
-    eng: Engine<'a>,
-    out: SimOutput,
-    now: u64,
-    inbox: VecDeque<Arrived>,
-    frontend_free: u64,
-    serial_ns: u64,
-    overhead_ns: u64,
-    kv_area: f64,
-    series_interval_ns: u64,
-    next_sample_ns: u64,
-    series_points: usize,
-    /// Requests routed here, and the finish times not yet counted as done (least-outstanding routing).
-    routed: u64,
-    done: u64,
-    finish_times: VecDeque<u64>,
-    window: MeasureWindow,
-}
-
-/// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
-/// [`crate::metrics::summarize`] leaves them out of the per-request metrics. Cool-down needs the
-/// planned request count; a run bounded only by its duration counts its last requests' gaps too.
-#[derive(Debug, Clone, Copy)]
-struct MeasureWindow {
-    first_id: u64,
-    end_id: u64,
-    from_ns: u64,
-}
-
-impl MeasureWindow {
-    fn of(w: &Workload) -> MeasureWindow {
-        MeasureWindow {
-            first_id: w.spec.warmup_requests,
-            end_id: w.planned_requests().map_or(u64::MAX, |n| n.saturating_sub(w.spec.cooldown_requests)),
-            from_ns: SimTime::from_secs(w.spec.warmup_s.max(0.0)).0,
-        }
-    }
-    fn contains(&self, id: u32, send_ns: u64) -> bool {
-        (id as u64) >= self.first_id && (id as u64) < self.end_id && send_ns >= self.from_ns
-    }
-}
-
-impl<'a> Replica<'a> {
-    fn new(p: &'a Profile, opts: &SimOptions, expected_requests: usize, window: MeasureWindow) -> Replica<'a> {
-        let e = &p.engine;
-        let capacity_blocks = e.kv_capacity_blocks();
-        Replica {
-            eng: Engine {
-                p,
-                model: StepModel::new(p),
-                reqs: Vec::new(),
-                free_slots: Vec::new(),
-                running: Vec::new(),
-                waiting: VecDeque::new(),
-                chunked: None,
-                free_blocks: capacity_blocks,
-                capacity_blocks,
-                block: e.block_size_tokens,
-                reserved_blocks: e.per_seq_reserved_blocks,
-                scheduled: Vec::with_capacity(e.max_num_seqs as usize + 1),
-                admit_seq: 0,
-                new_token_ratio: e.new_token_ratio_init,
-                last_was_prefill: false,
-                decode_streak: 0,
-                ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
-                preemptions: 0,
-            },
-            out: SimOutput {
-                records: Vec::with_capacity(expected_requests),
-                requests_sent: 0,
-                requests_rejected: 0,
-                requests_unfinished: 0,
-                steps: 0,
-                preemptions: 0,
-                end: SimTime::ZERO,
-                last_send: SimTime::ZERO,
-                outstanding_at_last_send: 0,
-                busy_ns: 0,
-                kv_util_time_weighted_mean: 0.0,
-                kv_util_max: 0.0,
-                max_waiting: 0,
-                series: Vec::new(),
-                prefill_tokens: 0,
-                decode_tokens: 0,
-                itl_gaps: GapHistogram::default(),
-            },
-            now: 0,
-            inbox: VecDeque::new(),
-            frontend_free: 0,
-            serial_ns: SimTime::from_secs(p.coefficients.frontend_serial_s).0,
-            overhead_ns: SimTime::from_secs(p.coefficients.request_overhead_s).0,
-            kv_area: 0.0,
-            series_interval_ns: 1_000_000, // 1 ms, doubled whenever the buffer fills
-            next_sample_ns: 0,
-            series_points: opts.series_points.max(2),
-            routed: 0,
-            done: 0,
-            finish_times: VecDeque::new(),
-            window,
-        }
-    }
-
-    /// A request sent at `a.send` reaches this replica's serial front-end, then the engine at
-    /// max(send, front-end free) + serial + overhead.
-    fn accept(&mut self, mut a: Arrived) {
-        a.enqueued = a.send.max(self.frontend_free).saturating_add(self.serial_ns).saturating_add(self.overhead_ns);
-        self.frontend_free = a.send.max(self.frontend_free) + self.serial_ns;
-        self.routed += 1;
-        self.inbox.push_back(a);
-    }
-
-    /// Requests routed here and not finished by time `t` (queries come in non-decreasing `t`).
-    fn outstanding_at(&mut self, t: u64) -> u64 {
-        while self.finish_times.front().is_some_and(|&f| f <= t) {
-            self.finish_times.pop_front();
-            self.done += 1;
-        }
-        self.routed - self.done
-    }
-
-    fn busy(&self) -> bool {
-        !self.eng.is_idle()
-    }
-
-    /// When this replica next acts: now if it has work, else when its next request reaches the engine.
-    fn next_event(&self) -> Option<u64> {
-        if self.busy() {
-            Some(self.now)
-        } else {
-            self.inbox.front().map(|a| a.enqueued.max(self.now))
-        }
-    }
-
-    /// Admit what has reached the engine, then run one step. `on_finish(time, client)` is told of every
-    /// request that completes or is rejected. Returns false when the replica cannot make progress.
-    fn advance<F: FnMut(&StepView)>(&mut self, observer: &mut F, on_finish: &mut dyn FnMut(u64, u32)) -> bool {
-        let eng = &mut self.eng;
-        let out = &mut self.out;
-        let now = self.now;
-        while self.inbox.front().is_some_and(|a| a.enqueued <= now) {
-            let a = self.inbox.pop_front().expect("front exists");
-            let live = Live {
-                id: a.id,
-                client: a.client,
-                class: a.class,
-                arrival_ns: a.send,
-                enqueued_ns: a.enqueued,
-                prompt: a.input,
-                output: a.output,
-                num_tokens: a.input,
-                computed: 0,
-                generated: 0,
-                blocks: 0,
-                reserved: false,
-                first_sched_ns: NONE,
-                first_token_ns: NONE,
-                last_token_ns: NONE,
-                measured: self.window.contains(a.id, a.send),
-                preemptions: 0,
-                admitted_seq: 0,
-            };
-            if !eng.fits_ever(&live) {
-                out.requests_rejected += 1;
-                self.finish_times.push_back(now);
-                on_finish(now, a.client);
-                continue;
-            }
-            let idx = match eng.free_slots.pop() {
-                Some(i) => {
-                    eng.reqs[i as usize] = live;
-                    i
-                }
-                None => {
-                    eng.reqs.push(live);
-                    (eng.reqs.len() - 1) as u32
-                }
-            };
-            eng.waiting.push_back(idx);
-        }
-        out.max_waiting = out.max_waiting.max(eng.waiting.len() as u32);
-        if eng.is_idle() {
-            // Idle: wait for the next request to reach the engine.
-            if let Some(a) = self.inbox.front() {
-                self.now = self.now.max(a.enqueued);
-            }
-            return true;
-        }
-        let mut shape = BatchShape::default();
-        eng.scheduled.clear();
-        let preempted_before = eng.preemptions;
-        match eng.p.engine.kind {
-            EngineKind::Vllm => eng.schedule_vllm(now, &mut shape),
-            EngineKind::Sglang => eng.schedule_sglang(now, &mut shape),
-        }
-        if eng.scheduled.is_empty() {
-            if eng.preemptions > preempted_before {
-                // Only preemptions this round: the freed requests are scheduled next round.
-                return true;
-            }
-            // Queued work that cannot start until something arrives (fits_ever() guarantees the head
-            // runs once the engine is empty).
-            return match self.inbox.front() {
-                Some(a) if a.enqueued > now => {
-                    self.now = a.enqueued;
-                    true
-                }
-                _ => false,
-            };
-        }
-        let capacity_blocks = eng.capacity_blocks;
-        let dt = eng.model.step_ns(&shape);
-        let used = (capacity_blocks - eng.free_blocks) as f64 / capacity_blocks as f64;
-        self.kv_area += used * dt as f64;
-        out.kv_util_max = out.kv_util_max.max(used);
-        if now >= self.next_sample_ns {
-            if out.series.len() >= self.series_points {
-                // Keep every other sample and double the interval.
-                let kept: Vec<Sample> = out.series.iter().step_by(2).copied().collect();
-                out.series = kept;
-                self.series_interval_ns *= 2;
-            }
-            out.series.push(Sample {
-                t_s: now as f64 * 1e-9,
-                kv_util: used,
-                running: eng.running.len() as u32 + eng.chunked.is_some() as u32,
-                waiting: eng.waiting.len() as u32,
-            });
-            self.next_sample_ns = now + self.series_interval_ns;
-        }
-        let step_start = now;
-        let now = now + dt;
-        self.now = now;
-        // Gaps of requests that also got a token from the previous step are this step's duration:
-        // counted once per step, not per token.
-        let mut gaps_of_one_step = 0u64;
-        out.busy_ns += dt;
-        out.steps += 1;
-        let mut finished_any = false;
-        let mut chunk_done = false;
-        for k in 0..eng.scheduled.len() {
-            let (idx, n) = eng.scheduled[k];
-            let r = &mut eng.reqs[idx as usize];
-            if n == 1 && r.generated > 0 && r.computed + 1 == r.num_tokens {
-                out.decode_tokens += 1;
-            } else {
-                out.prefill_tokens += n as u64;
-            }
-            r.computed += n;
-            if r.computed == r.num_tokens {
-                if eng.chunked == Some(idx) {
-                    // The chunked prompt is complete: it joins the decode batch.
-                    chunk_done = true;
-                }
-                let r = &mut eng.reqs[idx as usize];
-                r.generated += 1;
-                if r.generated == 1 {
-                    r.first_token_ns = now;
-                } else if r.measured {
-                    if r.last_token_ns == step_start {
-                        gaps_of_one_step += 1;
-                    } else {
-                        out.itl_gaps.add(now - r.last_token_ns);
-                    }
-                }
-                r.last_token_ns = now;
-                if r.generated == r.output {
-                    finished_any = true;
-                } else {
-                    r.num_tokens += 1;
-                }
-            }
-        }
-        out.itl_gaps.add_n(dt, gaps_of_one_step);
-        if chunk_done {
-            let c = eng.chunked.take().expect("chunk_done implies a chunked request");
-            eng.running.push(c);
-        }
-        if finished_any {
-            // Compact `running` in place, keeping admission order.
-            let mut kept = 0;
-            for k in 0..eng.running.len() {
-                let idx = eng.running[k];
-                let r = &eng.reqs[idx as usize];
-                if r.generated == r.output {
-                    out.records.push(RequestRecord {
-                        id: r.id,
-                        class: r.class,
-                        input_tokens: r.prompt,
-                        output_tokens: r.output,
-                        arrival: SimTime(r.arrival_ns),
-                        enqueued: SimTime(r.enqueued_ns),
-                        first_scheduled: SimTime(r.first_sched_ns),
-                        first_token: SimTime(r.first_token_ns),
-                        finish: SimTime(now),
-                        preemptions: r.preemptions,
-                    });
-                    let client = r.client;
-                    eng.free(idx);
-                    eng.free_slots.push(idx);
-                    self.finish_times.push_back(now);
-                    on_finish(now, client);
-                } else {
-                    eng.running[kept] = idx;
-                    kept += 1;
-                }
-            }
-            eng.running.truncate(kept);
-        }
-        debug_assert!(eng.used_blocks() <= eng.capacity_blocks);
-        observer(&StepView { eng, now_ns: now, step_ns: dt, shape });
-        true
-    }
-
-    fn finish(mut self) -> SimOutput {
-        let eng = &self.eng;
-        self.out.requests_unfinished = eng.running.len() as u64
-            + eng.waiting.len() as u64
-            + eng.chunked.is_some() as u64
-            + self.inbox.len() as u64;
-        self.out.preemptions = eng.preemptions;
-        self.out.end = SimTime(self.now);
-        self.out.kv_util_time_weighted_mean =
-            if self.out.busy_ns > 0 { self.kv_area / self.out.busy_ns as f64 } else { 0.0 };
-        self.out
-    }
-}
-
-/// Run one simulation. Pure: the same (profile, workload, seed, options) give the same output.
-pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
-    simulate_observed(p, w, seed, opts, &mut |_: &StepView| {})
-}
-
-/// [`simulate`] with an observer called after every step.
-pub fn simulate_observed<F: FnMut(&StepView)>(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    observer: &mut F,
-) -> SimOutput {
-    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, observer);
-    outs.pop().expect("one replica")
-}
-
-/// A fleet of `replicas` identical engines behind a router, simulated jointly in time order: the
-/// router sees each replica's outstanding requests as of the moment a request is sent. Returns one
-/// output per replica; request ids are global send order.
-pub fn simulate_fleet(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    replicas: u32,
-    routing: Routing,
-) -> Vec<SimOutput> {
-    drive(p, w, seed, opts, replicas.max(1), routing, &mut |_: &StepView| {})
-}
-
-fn drive<F: FnMut(&StepView)>(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    replicas: u32,
-    routing: Routing,
-    observer: &mut F,
-) -> Vec<SimOutput> {
-    let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
-    let window = MeasureWindow::of(w);
-    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window)).collect();
-    let mut arr = Pending::new(w, seed);
-    let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
-    let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
-    let mut finished: Vec<(u64, u32)> = Vec::new();
-    loop {
-        // The replica that acts next (ties: the lowest index).
-        let mut next: Option<(u64, usize)> = None;
-        for (i, r) in reps.iter().enumerate() {
-            if let Some(t) = r.next_event() {
-                if next.is_none_or(|(bt, _)| t < bt) {
-                    next = Some((t, i));
-                }
-            }
-        }
-        // Requests sent no later than that are routed first.
-        if let Some(send) = arr.peek_send() {
-            if next.is_none_or(|(t, _)| send <= t) {
-                let (send, client, input, output, class) = arr.pop();
-                let k = match routing {
-                    Routing::RoundRobin => (sent % replicas as u64) as usize,
-                    Routing::LeastOutstanding => {
-                        let mut best = 0;
-                        let mut best_n = u64::MAX;
-                        for (i, r) in reps.iter_mut().enumerate() {
-                            let n = r.outstanding_at(send);
-                            if n < best_n {
-                                best = i;
-                                best_n = n;
-                            }
-                        }
-                        best
-                    }
-                };
-                reps[k].accept(Arrived { id: sent as u32, send, enqueued: 0, client, input, output, class });
-                sent += 1;
-                last_send = send;
-                outstanding_at_last_send = sent - completed;
-                continue;
-            }
-        }
-        let Some((t, i)) = next else { break };
-        if t >= horizon_ns {
-            break;
-        }
-        finished.clear();
-        let progressed = reps[i].advance(observer, &mut |at, client| finished.push((at, client)));
-        completed += finished.len() as u64;
-        for &(at, client) in &finished {
-            arr.on_finish(at, client);
-        }
-        if !progressed {
-            break;
-        }
-    }
-    let mut outs: Vec<SimOutput> = reps.into_iter().map(Replica::finish).collect();
-    for o in &mut outs {
-        o.requests_sent = sent;
-        o.last_send = SimTime(last_send);
-        o.outstanding_at_last_send = outstanding_at_last_send;
-    }
-    if replicas > 1 {
-        // Per-replica outputs carry only their own requests; the fleet-level counts are in the first.
-        let mine: Vec<u64> =
-            outs.iter().map(|o| o.records.len() as u64 + o.requests_rejected + o.requests_unfinished).collect();
-        for (o, m) in outs.iter_mut().zip(mine) {
-            o.requests_sent = m;
-        }
-    }
-    outs
 }

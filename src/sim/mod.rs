@@ -8,12 +8,17 @@
 //! Invariants, as absences: this module does no I/O, reads no clock and draws randomness only from
 //! streams derived from the seed it is given. A run is a pure function of (profile, workload, seed).
 
-pub mod engine;
+mod engine;
 pub mod gaps;
+mod run;
+mod sglang;
 pub mod step;
+mod trtllm;
+mod vllm;
 
-pub use engine::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput, StepView};
+pub use engine::StepView;
 pub use gaps::GapHistogram;
+pub use run::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput};
 pub use step::{BatchShape, StepModel};
 
 use crate::units::SimTime;

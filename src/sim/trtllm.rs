@@ -1,0 +1,121 @@
+//! TensorRT-LLM's in-flight batching (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp and
+//! microBatchScheduler.cpp, kvCacheManager.cpp; defaults from tensorrt_llm/llmapi/llm_args.py;
+//! ENGINES.md).
+//!
+//! Each iteration the capacity scheduler decides which requests may hold memory, then the micro-batch
+//! scheduler fills max_num_tokens: requests already running first (one token per generating request,
+//! the next chunk of a chunked context), then waiting requests in arrival order, stopping at the first
+//! that does not fit (head-of-line). Context and generation requests share an iteration. Without
+//! chunked prefill (the default) a context runs whole, so a prompt longer than max_num_tokens can never
+//! start: the engine refuses it, and so does capsim (counted as rejected).
+//!
+//! - GUARANTEED_NO_EVICT (default): a request starts only when the blocks for its whole sequence
+//!   (prompt + output) fit beside what every running request still needs to finish
+//!   (getRemainingBlocksToCompletion). Nothing is ever paused.
+//! - MAX_UTILIZATION: a request starts when the blocks of its next step fit (getNeededBlocksOneStep);
+//!   when a running request cannot get its next block, the most recently started request is paused
+//!   (its KV freed, recomputed later), as vLLM preempts. No request starts in an iteration that paused
+//!   one.
+
+use super::engine::{Engine, Live};
+use super::step::BatchShape;
+use crate::profile::CapacityPolicy;
+
+impl Engine<'_> {
+    /// Blocks a request still needs to hold its whole sequence, prompt and every output token.
+    fn blocks_to_completion(&self, r: &Live) -> u64 {
+        self.extra_blocks(r, r.prompt + r.output)
+    }
+
+    /// Tokens of a request's context to run now with `budget` tokens left, or None if it must wait:
+    /// the rest of it, or a block-aligned chunk of it when chunking is on.
+    fn trtllm_context_tokens(&self, r: &Live, budget: u32, alone: bool) -> Option<u32> {
+        let rest = r.num_tokens - r.computed;
+        if rest <= budget {
+            return Some(rest);
+        }
+        if self.p.engine.chunked_prefill {
+            let chunk = budget / self.block * self.block;
+            return (chunk > 0).then_some(chunk);
+        }
+        // A context resumed after a pause may outgrow the budget; it runs when nothing else does.
+        alone.then_some(rest)
+    }
+
+    pub(super) fn schedule_trtllm(&mut self, now: u64, shape: &mut BatchShape) {
+        let e = &self.p.engine;
+        let policy = e.capacity_policy.unwrap_or(CapacityPolicy::GuaranteedNoEvict);
+        let mut budget = e.max_num_batched_tokens;
+        let mut paused = false;
+        // Blocks free beyond what the running requests still need to finish (GUARANTEED_NO_EVICT).
+        let mut spare = match policy {
+            CapacityPolicy::GuaranteedNoEvict => {
+                let owed: u64 = self.running.iter().map(|&i| self.blocks_to_completion(&self.reqs[i as usize])).sum();
+                self.free_blocks.saturating_sub(owed)
+            }
+            CapacityPolicy::MaxUtilization => 0,
+        };
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let idx = self.running[i];
+            let r = &self.reqs[idx as usize];
+            let Some(n) = self.trtllm_context_tokens(r, budget, self.scheduled.is_empty()) else {
+                i += 1;
+                continue;
+            };
+            let target = r.computed + n;
+            if policy == CapacityPolicy::MaxUtilization {
+                let mut self_paused = false;
+                while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
+                    let victim = self.running.pop().expect("running is non-empty here");
+                    self.preempt(victim);
+                    paused = true;
+                    if victim == idx {
+                        self_paused = true;
+                        break;
+                    }
+                }
+                if self_paused {
+                    break;
+                }
+            }
+            self.alloc(idx, target);
+            self.mark_scheduled(idx, now, shape, n);
+            budget -= n;
+            i += 1;
+        }
+        if paused {
+            return;
+        }
+        while budget > 0 && (self.running.len() as u32) < e.max_num_seqs {
+            let Some(&idx) = self.waiting.front() else {
+                break;
+            };
+            let r = &self.reqs[idx as usize];
+            let Some(n) = self.trtllm_context_tokens(r, budget, self.scheduled.is_empty()) else {
+                break;
+            };
+            match policy {
+                CapacityPolicy::GuaranteedNoEvict => {
+                    let need = self.blocks_to_completion(r);
+                    if need > spare {
+                        break;
+                    }
+                    spare -= need;
+                }
+                CapacityPolicy::MaxUtilization => {
+                    if self.extra_blocks(r, r.computed + n) > self.free_blocks {
+                        break;
+                    }
+                }
+            }
+            self.waiting.pop_front();
+            self.alloc(idx, self.reqs[idx as usize].computed + n);
+            self.admit_seq += 1;
+            self.reqs[idx as usize].admitted_seq = self.admit_seq;
+            self.running.push(idx);
+            self.mark_scheduled(idx, now, shape, n);
+            budget -= n;
+        }
+    }
+}

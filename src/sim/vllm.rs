@@ -1,0 +1,72 @@
+//! vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py `schedule`, read at 0.33.0; ENGINES.md).
+//!
+//! One token budget per step; running requests first, in admission order, each taking
+//! min(remaining, budget) tokens; then waiting requests FCFS while budget, max_num_seqs and KV blocks
+//! allow, stopping at the first that cannot be allocated (head-of-line). Blocks are allocated for the
+//! tokens computed in the step only; when a running request cannot get its blocks, the most recently
+//! admitted running request is preempted (recompute) and goes back to the front of the queue, and no
+//! waiting request starts that step. From 0.19 (`scheduler_reserve_full_isl`) a waiting request starts
+//! only when blocks for all its tokens so far are free, not just for its first chunk: without that
+//! check, long prompts admitted a chunk at a time fill the cache and preempt each other before their
+//! prefills end.
+
+use super::engine::Engine;
+use super::step::BatchShape;
+
+impl Engine<'_> {
+    /// vLLM V1 scheduling of one step.
+    pub(super) fn schedule_vllm(&mut self, now: u64, shape: &mut BatchShape) {
+        let e = &self.p.engine;
+        let mut budget = e.max_num_batched_tokens;
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let idx = self.running[i];
+            let r = &self.reqs[idx as usize];
+            let n = (r.num_tokens - r.computed).min(budget);
+            let target = r.computed + n;
+            let mut self_preempted = false;
+            while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
+                let victim = *self.running.last().expect("running is non-empty here");
+                self.running.pop();
+                self.preempt(victim);
+                preempted = true;
+                if victim == idx {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if self_preempted {
+                break;
+            }
+            self.alloc(idx, target);
+            self.mark_scheduled(idx, now, shape, n);
+            budget -= n;
+            i += 1;
+        }
+        if preempted {
+            return;
+        }
+        while budget > 0 && (self.running.len() as u32) < e.max_num_seqs {
+            let Some(&idx) = self.waiting.front() else {
+                break;
+            };
+            let r = &self.reqs[idx as usize];
+            let n = (r.num_tokens - r.computed).min(budget);
+            // kv_cache_manager.py allocate_slots: the watermark applies to waiting and preempted
+            // requests while others run; with full_sequence_must_fit every token so far must fit.
+            let watermark = if self.running.is_empty() { 0 } else { e.watermark_blocks };
+            let admit_tokens = if e.reserve_full_prompt { r.num_tokens } else { r.computed + n };
+            if self.extra_blocks(r, admit_tokens) + watermark > self.free_blocks {
+                break;
+            }
+            self.waiting.pop_front();
+            self.alloc(idx, self.reqs[idx as usize].computed + n);
+            self.admit_seq += 1;
+            self.reqs[idx as usize].admitted_seq = self.admit_seq;
+            self.running.push(idx);
+            self.mark_scheduled(idx, now, shape, n);
+            budget -= n;
+        }
+    }
+}
