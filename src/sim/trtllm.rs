@@ -35,8 +35,9 @@ impl Engine<'_> {
             return Some(rest);
         }
         if self.p.engine.chunked_prefill {
-            let chunk = budget / self.block * self.block;
-            return (chunk > 0).then_some(chunk);
+            // Chunks are whole blocks, unless the budget left is below one block.
+            let aligned = budget / self.block * self.block;
+            return Some(if aligned > 0 { aligned } else { budget });
         }
         // A context resumed after a pause may outgrow the budget; it runs when nothing else does.
         alone.then_some(rest)

@@ -5,6 +5,7 @@ mod capacity;
 mod catalog;
 mod cli;
 mod data;
+mod engines;
 mod measured;
 mod physics;
 mod sim;
