@@ -404,27 +404,24 @@ pub fn search(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<(f6
 
 /// The profile moved one sigma towards slower (`sign` = -1) or faster (+1) service.
 ///
-/// With the fit's covariance: one sigma along the speed direction u (+1 for the rates, -1 for the
-/// costs, in log space) accounting for correlations, delta = sign x Cov u / sqrt(u' Cov u): the 1-sigma
-/// band of the speed functional u'theta. Without one (profiles moved to another deployment carry
-/// only marginal sigmas): every coefficient one marginal sigma in the slow or fast direction.
+/// With the fit's covariance: one sigma of the predicted time of a reference request along the
+/// coefficients' joint uncertainty (the delta method). g is the gradient of log(reference time) in
+/// the coefficients (log space; the overlap, a share, linear), and delta = -sign x Cov g /
+/// sqrt(g' Cov g) moves the reference time by one sigma, accounting for correlations. A fixed
+/// "rates up, costs down" direction could make the slow profile faster on decode when, say, the
+/// bandwidth and the per-sequence cost are strongly correlated. Without a covariance (profiles moved
+/// to another deployment carry only marginal sigmas): every coefficient one marginal sigma in the
+/// slow or fast direction.
 pub fn perturbed(p: &Profile, sign: f64) -> Profile {
     let mut q = p.clone();
     if let Some(cov) = p.file.covariance.as_ref().filter(|c| c.matrix.len() == c.names.len() && !c.names.is_empty()) {
-        let dir = |name: &str| match name {
-            "bandwidth_eff_bytes_s" | "matmul_flops_eff_s" | "attention_flops_eff_s" | "mem_compute_overlap" => 1.0,
-            "expert_spread" | "step_overhead_s" | "per_seq_overhead_s" | "request_overhead_s" | "frontend_serial_s" => {
-                -1.0
-            }
-            _ => 0.0,
-        };
-        let u: Vec<f64> = cov.names.iter().map(|n| dir(n)).collect();
+        let u = reference_time_gradient(p, &cov.names);
         let cu: Vec<f64> = cov.matrix.iter().map(|row| row.iter().zip(&u).map(|(a, b)| a * b).sum()).collect();
         let var: f64 = cu.iter().zip(&u).map(|(a, b)| a * b).sum();
         if var > 0.0 && var.is_finite() {
             let c = &mut q.coefficients;
             for (name, d) in cov.names.iter().zip(&cu) {
-                let delta = (sign * d / var.sqrt()).clamp(-2.0, 2.0);
+                let delta = (-sign * d / var.sqrt()).clamp(-2.0, 2.0);
                 if let Some(v) = c.named_mut(name) {
                     // The overlap is a share, linear in the covariance; the rest are logs.
                     *v = if name == "mem_compute_overlap" { (*v + delta).clamp(0.0, 1.0) } else { *v * delta.exp() };
@@ -451,6 +448,38 @@ pub fn perturbed(p: &Profile, sign: f64) -> Profile {
     c.frontend_serial_s = down(c.frontend_serial_s, sg.frontend_serial_s);
     q.file.coefficients = *c;
     q
+}
+
+/// The reference request of the band: a 2,048-token prefill chunk beside 8 decodes, then 256 decode
+/// steps of 16 sequences at 2,000 tokens of context, plus the request's fixed costs.
+fn reference_time_s(p: &Profile) -> f64 {
+    use crate::sim::{BatchShape, StepModel};
+    let m = StepModel::new(p);
+    let mut prefill = BatchShape::default();
+    prefill.add_chunk(0, 2048);
+    let mut decode = BatchShape::default();
+    for _ in 0..16 {
+        decode.add_chunk(2000, 1);
+    }
+    for _ in 0..8 {
+        prefill.add_chunk(2000, 1);
+    }
+    let c = &p.coefficients;
+    c.request_overhead_s + c.frontend_serial_s + m.step_s(&prefill) + 256.0 * m.step_s(&decode)
+}
+
+/// d log(reference time) / d log(coefficient) for each named coefficient (d / d overlap for the
+/// overlap), by central differences of 1%.
+fn reference_time_gradient(p: &Profile, names: &[String]) -> Vec<f64> {
+    let at = |name: &str, h: f64| {
+        let mut q = p.clone();
+        if let Some(v) = q.coefficients.named_mut(name) {
+            *v = if name == "mem_compute_overlap" { (*v + h).clamp(0.0, 1.0) } else { *v * h.exp() };
+        }
+        q.file.coefficients = q.coefficients;
+        reference_time_s(&q).ln()
+    };
+    names.iter().map(|n| (at(n, 0.01) - at(n, -0.01)) / 0.02).collect()
 }
 
 /// Capacity with its band: the nominal profile and the profiles one sigma slower and faster.

@@ -2,10 +2,238 @@
 //! it, and the KV capacity derived from memory with each engine's own formula (ENGINES.md cites the
 //! source lines of every default and formula used here).
 
-use super::{CapacityPolicy, EngineConfig, EngineKind, EngineSettings, KvMemory, ModelRef};
+use super::{ModelRef, Profile};
 use crate::catalog::{GpuSpec, ModelArch};
 use crate::error::{Error, Result};
 use crate::units::Dtype;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    Vllm,
+    Sglang,
+    /// TensorRT-LLM's in-flight batching (PyTorch backend, as trtllm-serve, NIM and Dynamo run it).
+    Trtllm,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Vllm => "vllm",
+            EngineKind::Sglang => "sglang",
+            EngineKind::Trtllm => "trtllm",
+        }
+    }
+}
+
+/// Engine settings as written; None means "the engine's default on this GPU" (FACTS.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    pub kind: Option<EngineKind>,
+    pub max_num_batched_tokens: Option<u32>,
+    pub max_num_seqs: Option<u32>,
+    pub block_size_tokens: Option<u32>,
+    pub gpu_memory_utilization: Option<f64>,
+    /// Set the KV capacity directly instead of deriving it from memory.
+    pub kv_capacity_tokens: Option<u64>,
+    pub chunked_prefill_size: Option<u32>,
+    pub max_prefill_tokens: Option<u32>,
+    pub max_running_requests: Option<u32>,
+    pub enable_mixed_chunk: Option<bool>,
+    /// SGLang: run a decode batch between consecutive prefill batches while requests are decoding
+    /// (decode-friendly interleaving), instead of prefill-first.
+    pub interleave_decode: Option<bool>,
+    /// SGLang --num-continuous-decode-steps: decode steps run back to back before new requests are
+    /// considered (default 1).
+    pub num_continuous_decode_steps: Option<u32>,
+    pub new_token_ratio_init: Option<f64>,
+    pub new_token_ratio_min: Option<f64>,
+    pub new_token_ratio_decay_steps: Option<u32>,
+    /// The engine release whose defaults and scheduler apply (ENGINES.md lists what changes with it);
+    /// default: the newest release capsim was checked against.
+    pub version: Option<String>,
+    /// vLLM scheduler_reserve_full_isl: admit a waiting request only when its whole prompt fits the
+    /// free blocks (default from 0.19), not just its first chunk.
+    pub reserve_full_prompt: Option<bool>,
+    /// vLLM --scheduler-watermark: share of KV blocks kept free when admitting (default 0).
+    pub watermark: Option<f64>,
+    /// SGLang: the clients send ignore_eos (sglang bench_serving's default), so from 0.5.22 the
+    /// admission reserves the whole remaining output instead of new_token_ratio of it.
+    pub ignore_eos: Option<bool>,
+    /// TensorRT-LLM capacity_scheduler_policy.
+    pub capacity_scheduler_policy: Option<CapacityPolicy>,
+    /// TensorRT-LLM enable_chunked_prefill (default false: a prompt must fit max_num_tokens).
+    pub enable_chunked_prefill: Option<bool>,
+    /// TensorRT-LLM kv_cache_config.free_gpu_memory_fraction: share of the memory free after weights
+    /// and activations that becomes KV cache (default 0.9).
+    pub free_gpu_memory_fraction: Option<f64>,
+}
+
+/// TensorRT-LLM's capacity scheduler policies (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacityPolicy {
+    /// Admit a request only when the blocks for its whole sequence (prompt + max new tokens) fit
+    /// beside what the running requests still need to finish; never pause.
+    GuaranteedNoEvict,
+    /// Admit when the next step fits; when memory runs out, pause the most recently started request
+    /// (its KV freed, recomputed later).
+    MaxUtilization,
+}
+
+impl CapacityPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityPolicy::GuaranteedNoEvict => "guaranteed_no_evict",
+            CapacityPolicy::MaxUtilization => "max_utilization",
+        }
+    }
+}
+
+impl EngineSettings {
+    /// Settings in `over` replace those here.
+    pub fn merge(&mut self, over: &EngineSettings) {
+        macro_rules! m { ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f.clone(); } )* } }
+        m!(
+            kind,
+            max_num_batched_tokens,
+            max_num_seqs,
+            block_size_tokens,
+            gpu_memory_utilization,
+            kv_capacity_tokens,
+            chunked_prefill_size,
+            max_prefill_tokens,
+            max_running_requests,
+            enable_mixed_chunk,
+            interleave_decode,
+            num_continuous_decode_steps,
+            new_token_ratio_init,
+            new_token_ratio_min,
+            new_token_ratio_decay_steps,
+            version,
+            reserve_full_prompt,
+            watermark,
+            ignore_eos,
+            capacity_scheduler_policy,
+            enable_chunked_prefill,
+            free_gpu_memory_fraction
+        );
+    }
+}
+
+/// Resolved engine configuration: every setting has a value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineConfig {
+    pub kind: EngineKind,
+    /// The engine release whose defaults apply.
+    pub version: String,
+    /// vLLM: per-step token budget. SGLang: chunked_prefill_size (the chunk budget of a prefill batch).
+    pub max_num_batched_tokens: u32,
+    /// vLLM max_num_seqs / SGLang max_running_requests.
+    pub max_num_seqs: u32,
+    /// KV allocation granularity in tokens (vLLM 16, SGLang page size 1).
+    pub block_size_tokens: u32,
+    pub gpu_memory_utilization: f64,
+    pub kv_capacity_tokens: u64,
+    /// Blocks each running sequence holds besides its KV (linear-attention state, sliding windows).
+    pub per_seq_reserved_blocks: u32,
+    pub max_prefill_tokens: u32,
+    pub enable_mixed_chunk: bool,
+    pub interleave_decode: bool,
+    pub num_continuous_decode_steps: u32,
+    pub new_token_ratio_init: f64,
+    pub new_token_ratio_min: f64,
+    pub new_token_ratio_decay_steps: u32,
+    /// vLLM: a waiting request starts only when blocks for all its tokens so far are free.
+    pub reserve_full_prompt: bool,
+    /// vLLM: blocks kept free when admitting a waiting request while others run.
+    pub watermark_blocks: u64,
+    /// SGLang: admission reserves the whole remaining output (fixed-length requests, >= 0.5.22).
+    pub reserve_full_output: bool,
+    /// TensorRT-LLM capacity policy (None for the other engines).
+    pub capacity_policy: Option<CapacityPolicy>,
+    /// Prompts may be split over steps (always for vLLM V1 and SGLang; TensorRT-LLM only when enabled).
+    pub chunked_prefill: bool,
+    /// How the KV capacity was derived from memory (None when set directly).
+    pub memory: Option<KvMemory>,
+}
+
+impl EngineConfig {
+    pub fn kv_capacity_blocks(&self) -> u64 {
+        self.kv_capacity_tokens / self.block_size_tokens as u64
+    }
+}
+
+/// The engine's memory arithmetic for one replica (all its GPUs), in bytes, as its start-up log
+/// itemizes it: compare `kv_bytes` and the capacity in tokens with the engine's "GPU KV cache size"
+/// line. Each engine leaves different parts outside its budget (ENGINES.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvMemory {
+    /// Device memory the engine sees (torch's total, per GPU x GPUs).
+    pub total_bytes: f64,
+    /// vLLM: total x gpu_memory_utilization. SGLang: total x mem_fraction_static. TensorRT-LLM: total.
+    pub budget_bytes: f64,
+    pub weights_bytes: f64,
+    /// Peak activations of the engine's profiling run (vLLM, TensorRT-LLM; inside SGLang's reserve).
+    pub activation_bytes: f64,
+    /// CUDA context, NCCL and cuBLAS buffers, allocator slack.
+    pub non_torch_bytes: f64,
+    /// CUDA graphs, where the engine subtracts them from its budget (vLLM >= 0.20).
+    pub cuda_graph_bytes: f64,
+    /// What the KV cache gets.
+    pub kv_bytes: f64,
+    /// The formula, in words, with the engine version it follows.
+    pub formula: String,
+}
+
+/// The KV cache as the engine's start-up log states it: capacity in tokens and how many requests of
+/// the model's full context length it holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvCapacity {
+    pub kv_capacity_tokens: u64,
+    pub kv_block_size_tokens: u32,
+    pub kv_capacity_blocks: u64,
+    /// The model's context length (max_model_len when the engine is not told otherwise).
+    pub max_model_len_tokens: u64,
+    /// Requests of max_model_len tokens the cache holds at once (vLLM's "Maximum concurrency for N
+    /// tokens per request"), counting each sequence's reserved blocks (linear state, windows).
+    pub max_len_requests: f64,
+    /// How the capacity came from memory; None when kv_capacity_tokens was set directly.
+    pub memory: Option<KvMemory>,
+    /// The engine's log line to compare `kv_capacity_tokens` with.
+    pub engine_log_line: &'static str,
+}
+
+impl Profile {
+    /// The KV cache's capacity, for the user to check against the engine's own start-up log.
+    pub fn kv_capacity(&self) -> KvCapacity {
+        let e = &self.engine;
+        let block = e.block_size_tokens as u64;
+        let max_len = self.arch.max_context;
+        let per_request = max_len.div_ceil(block) + e.per_seq_reserved_blocks as u64;
+        KvCapacity {
+            kv_capacity_tokens: e.kv_capacity_tokens,
+            kv_block_size_tokens: e.block_size_tokens,
+            kv_capacity_blocks: e.kv_capacity_blocks(),
+            max_model_len_tokens: max_len,
+            max_len_requests: e.kv_capacity_blocks() as f64 / per_request as f64,
+            memory: e.memory.clone(),
+            engine_log_line: match e.kind {
+                EngineKind::Vllm => {
+                    "vLLM: \"GPU KV cache size: N tokens\" and \"Maximum concurrency for L tokens per request: Xx\""
+                }
+                EngineKind::Sglang => {
+                    "SGLang: \"KV Cache is allocated. #tokens: N\" (and max_total_num_tokens in the server info)"
+                }
+                EngineKind::Trtllm => {
+                    "TensorRT-LLM: \"[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N)\""
+                }
+            },
+        }
+    }
+}
 
 /// An engine release, compared numerically ("0.9" < "0.19").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -8,6 +8,7 @@
 //! Invariants, as absences: this module does no I/O, reads no clock and draws randomness only from
 //! streams derived from the seed it is given. A run is a pure function of (profile, workload, seed).
 
+mod arrivals;
 mod engine;
 pub mod gaps;
 mod run;

@@ -50,6 +50,43 @@ fn simulate_json_contract_is_stable_and_deterministic() {
     }
     assert_eq!(v["scenario"]["workload"]["arrivals"]["kind"], "closed_loop");
     assert_eq!(v["scenario"]["seed"], 1);
+    // The KV capacity a user checks against the engine's start-up log.
+    let k = &v["kv_capacity"];
+    assert_eq!(k["kv_capacity_tokens"], v["scenario"]["engine"]["kv_capacity_tokens"]);
+    assert!(k["max_len_requests"].as_f64().is_some_and(|x| x > 1.0));
+    for part in ["total_bytes", "budget_bytes", "weights_bytes", "activation_bytes", "kv_bytes"] {
+        assert!(k["memory"][part].as_f64().is_some_and(|x| x > 0.0), "{part}");
+    }
+    assert!(k["engine_log_line"].as_str().unwrap().contains("GPU KV cache size"));
+    assert_eq!(v["scenario"]["engine"]["version"], "0.33.0");
+}
+
+#[test]
+fn engine_versions_and_tensorrt_llm_from_the_cli() {
+    let run = |extra: &[&str]| {
+        let mut args =
+            vec!["simulate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "H100 SXM", "--burst", "4", "--json"];
+        args.extend_from_slice(extra);
+        let o = capsim(&args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let v = run(&["--engine-version", "0.18.1"]);
+    let e = &v["scenario"]["engine"];
+    assert_eq!((e["version"].as_str(), e["gpu_memory_utilization"].as_f64()), (Some("0.18.1"), Some(0.9)));
+    assert_eq!(e["reserve_full_prompt"], false);
+    let v = run(&["--engine", "trtllm", "--capacity-scheduler-policy", "max-utilization", "--enable-chunked-prefill"]);
+    let e = &v["scenario"]["engine"];
+    assert_eq!((e["kind"].as_str(), e["capacity_policy"].as_str()), (Some("trtllm"), Some("max_utilization")));
+    assert_eq!((e["chunked_prefill"].as_bool(), e["block_size_tokens"].as_u64()), (Some(true), Some(32)));
+    assert!(v["kv_capacity"]["engine_log_line"].as_str().unwrap().contains("paged KV cache"));
+    // Switching engines drops the profile's fitted settings of the other engine.
+    let v = run(&["--engine", "sglang"]);
+    assert_eq!(v["scenario"]["engine"]["gpu_memory_utilization"], 0.834);
+    let e = stderr(&capsim(&["simulate", "--burst", "1", "--engine-version", "next"]));
+    assert!(e.contains("engine.version"), "{e}");
+    let e = stderr(&capsim(&["simulate", "--burst", "1", "--capacity-scheduler-policy", "max-utilization"]));
+    assert!(e.contains("capacity_scheduler_policy") && e.contains("trtllm"), "{e}");
 }
 
 #[test]

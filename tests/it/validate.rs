@@ -20,6 +20,19 @@ fn in_sample_validation_covers_every_point() {
     let q: Vec<_> = rows.iter().filter(|r| r.metric == "max_safe_queue_depth" && r.report.starts_with("002")).collect();
     assert_eq!(q.len(), 4);
     assert!(q.iter().all(|r| r.predicted.is_some_and(|v| v >= 1.0)));
+    // Issue 10's target, within 10% of 131/84/19/8. Chatbot and RAG meet it with the running-sequence
+    // cap fitted as 100 in flight (memory never binds: 256 chatbot requests use under half the KV
+    // blocks). Agentic and tool calling resist: the bursts need a faster long prefill than the
+    // report's own tool-calling closed loop at 32 users (TTFT 6.18 s, fitted 4.7 s) allows; they
+    // are predicted 17 and 7, and this test fails when that changes, to be looked at.
+    let depth = |scenario: &str| q.iter().find(|r| r.scenario == scenario).unwrap().predicted.unwrap();
+    for (scenario, reported) in [("chatbot", 131.0), ("rag_qa", 84.0)] {
+        assert!((depth(scenario) / reported - 1.0).abs() <= 0.10, "{scenario}: {}", depth(scenario));
+    }
+    for (scenario, reported) in [("agentic", 19.0), ("tool_calling", 8.0)] {
+        let miss = (depth(scenario) / reported - 1.0).abs();
+        assert!(miss > 0.10 && miss < 0.15, "{scenario}: {} (resisting; update the note above)", depth(scenario));
+    }
 }
 
 #[test]
