@@ -257,7 +257,8 @@ impl ProfileArgs {
             return Ok(p);
         }
         let mut f = p.file.clone();
-        if over.kind.is_some() && over.kind.unwrap_or(EngineKind::Vllm) != p.engine.kind {
+        let switched = over.kind.filter(|&k| k != p.engine.kind);
+        if switched.is_some() {
             // Another engine: none of the profile's engine settings (a fitted memory fraction, a
             // running-sequence cap) means the same thing there; start from that engine's defaults.
             f.engine = EngineSettings::default();
@@ -266,6 +267,21 @@ impl ProfileArgs {
         let mut r = f.resolve("command line", catalog)?;
         r.retargeted_from = p.retargeted_from.clone();
         r.retarget_method = p.retarget_method.clone();
+        if let Some(k) = switched {
+            // The step costs were measured under the profile's engine; another engine's scheduler runs
+            // on them, its own kernels and overheads unmeasured: an extrapolation, said as such.
+            let why = format!(
+                "engine switched from {} to {}: its scheduler and memory formula, on step costs measured under {}",
+                p.engine.kind.as_str(),
+                k.as_str(),
+                p.engine.kind.as_str()
+            );
+            r.retargeted_from.get_or_insert_with(|| p.name().to_string());
+            r.retarget_method = Some(match r.retarget_method.take() {
+                Some(m) => format!("{m}; {why}"),
+                None => why,
+            });
+        }
         Ok(r)
     }
 }

@@ -80,6 +80,11 @@ fn engine_versions_and_tensorrt_llm_from_the_cli() {
     assert_eq!((e["kind"].as_str(), e["capacity_policy"].as_str()), (Some("trtllm"), Some("max_utilization")));
     assert_eq!((e["chunked_prefill"].as_bool(), e["block_size_tokens"].as_u64()), (Some(true), Some(32)));
     assert!(v["kv_capacity"]["engine_log_line"].as_str().unwrap().contains("paged KV cache"));
+    // On the default profile's own model, another engine is an extrapolation and says so.
+    let o = capsim(&["simulate", "--engine", "trtllm", "--burst", "2", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["scenario"]["extrapolation"], true);
+    assert!(v["scenario"]["retarget_method"].as_str().unwrap().contains("engine switched from vllm to trtllm"));
     // Switching engines drops the profile's fitted settings of the other engine.
     let v = run(&["--engine", "sglang"]);
     assert_eq!(v["scenario"]["engine"]["gpu_memory_utilization"], 0.834);
