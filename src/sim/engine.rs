@@ -130,6 +130,28 @@ impl<'a> Engine<'a> {
         self.preemptions += 1;
         self.waiting.push_front(idx);
     }
+    /// Preempt the most recently admitted running requests (vLLM's `self.running.pop()`,
+    /// TensorRT-LLM's pause of the last started) until `idx` can hold `target` tokens. Returns false
+    /// when `idx` itself had to go.
+    pub(super) fn preempt_newest_until_fits(&mut self, idx: u32, target: u32) -> bool {
+        while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
+            let victim = self.running.pop().expect("running holds idx");
+            self.preempt(victim);
+            if victim == idx {
+                return false;
+            }
+        }
+        true
+    }
+    /// Move the head of the waiting queue into the running batch with `n` of its tokens scheduled.
+    pub(super) fn admit_head(&mut self, now: u64, shape: &mut BatchShape, n: u32) {
+        let idx = self.waiting.pop_front().expect("a waiting request");
+        self.alloc(idx, self.reqs[idx as usize].computed + n);
+        self.admit_seq += 1;
+        self.reqs[idx as usize].admitted_seq = self.admit_seq;
+        self.running.push(idx);
+        self.mark_scheduled(idx, now, shape, n);
+    }
     pub(super) fn mark_scheduled(&mut self, idx: u32, now: u64, shape: &mut BatchShape, n: u32) {
         let r = &mut self.reqs[idx as usize];
         if r.first_sched_ns == NONE {

@@ -66,17 +66,10 @@ impl Engine<'_> {
             };
             let target = r.computed + n;
             if policy == CapacityPolicy::MaxUtilization {
-                let mut self_paused = false;
-                while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
-                    let victim = self.running.pop().expect("running is non-empty here");
-                    self.preempt(victim);
-                    paused = true;
-                    if victim == idx {
-                        self_paused = true;
-                        break;
-                    }
-                }
-                if self_paused {
+                let before = self.preemptions;
+                let fits = self.preempt_newest_until_fits(idx, target);
+                paused |= self.preemptions > before;
+                if !fits {
                     break;
                 }
             }
@@ -110,12 +103,7 @@ impl Engine<'_> {
                     }
                 }
             }
-            self.waiting.pop_front();
-            self.alloc(idx, self.reqs[idx as usize].computed + n);
-            self.admit_seq += 1;
-            self.reqs[idx as usize].admitted_seq = self.admit_seq;
-            self.running.push(idx);
-            self.mark_scheduled(idx, now, shape, n);
+            self.admit_head(now, shape, n);
             budget -= n;
         }
     }

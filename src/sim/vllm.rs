@@ -25,18 +25,10 @@ impl Engine<'_> {
             let r = &self.reqs[idx as usize];
             let n = (r.num_tokens - r.computed).min(budget);
             let target = r.computed + n;
-            let mut self_preempted = false;
-            while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
-                let victim = *self.running.last().expect("running is non-empty here");
-                self.running.pop();
-                self.preempt(victim);
-                preempted = true;
-                if victim == idx {
-                    self_preempted = true;
-                    break;
-                }
-            }
-            if self_preempted {
+            let before = self.preemptions;
+            let fits = self.preempt_newest_until_fits(idx, target);
+            preempted |= self.preemptions > before;
+            if !fits {
                 break;
             }
             self.alloc(idx, target);
@@ -60,12 +52,7 @@ impl Engine<'_> {
             if self.extra_blocks(r, admit_tokens) + watermark > self.free_blocks {
                 break;
             }
-            self.waiting.pop_front();
-            self.alloc(idx, self.reqs[idx as usize].computed + n);
-            self.admit_seq += 1;
-            self.reqs[idx as usize].admitted_seq = self.admit_seq;
-            self.running.push(idx);
-            self.mark_scheduled(idx, now, shape, n);
+            self.admit_head(now, shape, n);
             budget -= n;
         }
     }
