@@ -295,8 +295,14 @@ fn build(v: &[f64; N_PARAMS]) -> Built {
 }
 
 fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile {
-    let mut engine =
-        EngineSettings { kind: Some(t.engine), gpu_memory_utilization: Some(b.mem_fraction), ..Default::default() };
+    // The profile names the engine release it assumes (the newest capsim read, unless the runs' or the
+    // flags' settings say otherwise), so that a later default does not change what it means.
+    let mut engine = EngineSettings {
+        kind: Some(t.engine),
+        gpu_memory_utilization: Some(b.mem_fraction),
+        version: Some(crate::profile::latest_version(t.engine).to_string()),
+        ..Default::default()
+    };
     engine.merge(variant);
     ProfileFile {
         name: t.profile_name.clone(),
