@@ -5,6 +5,13 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // `capsim ... | head` closes the pipe early: end quietly as other Unix tools do (the default
+    // SIGPIPE action), instead of Rust's ignored SIGPIPE turning the next print into a panic.
+    #[cfg(unix)]
+    // SAFETY: called first in main, before any thread exists; restores the default disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match cli::run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

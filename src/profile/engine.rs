@@ -349,6 +349,14 @@ pub fn sglang_default_mem_fraction_static(gpu: &GpuSpec, chunk: u32, tp: u32) ->
     ((gpu_mib - reserved) / gpu_mib * 1000.0).round() / 1000.0
 }
 
+/// SGLang's max_running_requests when not set (srt/model_executor/pool_configurator.py
+/// `_resolve_max_running_requests_per_worker`, approximating ModelRunner._resolve_max_num_reqs): pool
+/// tokens / context length x 512, clamped to 2048..4096, at most half the pool's tokens.
+pub fn sglang_default_max_running_requests(pool_tokens: u64, context_len: u64) -> u32 {
+    let estimated = (pool_tokens as f64 / context_len.max(1) as f64 * 512.0) as u64;
+    estimated.clamp(2048, 4096).min(pool_tokens / 2).max(1) as u32
+}
+
 pub(super) fn resolve_engine(
     source: &str,
     s: &EngineSettings,
@@ -373,9 +381,8 @@ pub(super) fn resolve_engine(
             s.gpu_memory_utilization.unwrap_or(if version >= EngineVersion(0, 20, 0) { 0.92 } else { 0.9 }),
         ),
         EngineKind::Sglang => (
-            // FACTS.md does not list SGLang's max_running_requests default (derived from memory); 1024 is
-            // capsim's stated choice, overridable.
-            s.max_running_requests.or(s.max_num_seqs).unwrap_or(1024),
+            // Derived from the pool once its size is known (below); 2048 only sizes the estimate.
+            s.max_running_requests.or(s.max_num_seqs).unwrap_or(2048),
             s.block_size_tokens.unwrap_or(1),
             s.gpu_memory_utilization.unwrap_or_else(|| sglang_default_mem_fraction_static(gpu, budget, tp)),
         ),
@@ -461,7 +468,12 @@ pub(super) fn resolve_engine(
         kind,
         version: version.to_string(),
         max_num_batched_tokens: budget,
-        max_num_seqs: seqs,
+        max_num_seqs: match kind {
+            EngineKind::Sglang if s.max_running_requests.or(s.max_num_seqs).is_none() => {
+                sglang_default_max_running_requests(kv_capacity_tokens, arch.max_context)
+            }
+            _ => seqs,
+        },
         block_size_tokens: block,
         gpu_memory_utilization: util,
         kv_capacity_tokens,
