@@ -34,6 +34,19 @@ pub enum Error {
     Unknown { kind: &'static str, name: String, known: Vec<String> },
     /// A request that is well-formed but cannot be answered (e.g. a model that does not fit the GPU).
     Infeasible(String),
+    /// The run completed, but no request was measured: its results (printed) hold no latencies.
+    NothingMeasured(String),
+}
+
+impl Error {
+    /// The process exit code the CLI maps this error to: 3 for a run that measured nothing (its
+    /// output is printed), 2 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::NothingMeasured(_) => 3,
+            _ => 2,
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -56,6 +69,7 @@ impl fmt::Display for Error {
                 write!(f, "unknown {kind} `{name}`; known: {}", known.join(", "))
             }
             Error::Infeasible(msg) => write!(f, "{msg}"),
+            Error::NothingMeasured(msg) => write!(f, "{msg}"),
         }
     }
 }
@@ -82,4 +96,14 @@ pub fn check_range(source: &str, field: &str, v: f64, lo: f64, hi: f64) -> Resul
 pub fn toml_error(source: &str, text: &str, err: toml::de::Error) -> Error {
     let line = err.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
     Error::input(source, line, None, err.message().to_string())
+}
+
+/// A number as a message shows it: plain where that is short, scientific for the huge and the tiny
+/// (a user's 1e300 stays 1e300, not three hundred digits).
+pub fn fmt_num(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && (x.abs() >= 1e9 || x.abs() < 1e-4) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
 }

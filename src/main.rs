@@ -14,9 +14,13 @@ fn main() -> ExitCode {
     }
     match cli::run() {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ capsim::error::Error::NothingMeasured(_)) => {
+            eprintln!("capsim: warning: {e}");
+            ExitCode::from(e.exit_code())
+        }
         Err(e) => {
             eprintln!("capsim: error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -39,10 +39,13 @@ pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
 }
 
 impl Stats {
-    /// Summary of values (sorted in place). Empty input gives zeros, reported with a zero count.
+    /// No values: every statistic is NaN, which the JSON contract writes as `null` and tables as `-`
+    /// (a run that measured nothing has no latency, not a latency of zero).
+    pub const EMPTY: Stats = Stats { mean: f64::NAN, p50: f64::NAN, p90: f64::NAN, p95: f64::NAN, p99: f64::NAN };
+    /// Summary of values (sorted in place); [`Stats::EMPTY`] for none.
     pub fn of(values: &mut [f64]) -> Stats {
         if values.is_empty() {
-            return Stats::default();
+            return Stats::EMPTY;
         }
         values.sort_by(f64::total_cmp);
         let mean = values.iter().sum::<f64>() / values.len() as f64;
@@ -158,7 +161,7 @@ pub struct Summary {
 /// The pooled ITL in ms; zeros when no request produced a second token.
 pub fn pooled_itl_ms(h: &crate::sim::GapHistogram) -> Stats {
     if h.count() == 0 {
-        return Stats::default();
+        return Stats::EMPTY;
     }
     let ms = |q: f64| h.percentile_s(q) * 1e3;
     Stats { mean: h.mean_s() * 1e3, p50: ms(50.0), p90: ms(90.0), p95: ms(95.0), p99: ms(99.0) }

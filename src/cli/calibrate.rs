@@ -169,6 +169,8 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     if max_evals < 10 {
         return Err(Error::flag("--max-evals", "must be at least 10"));
     }
+    // The output folder is checked before the fit, not after minutes of it.
+    super::check_output_dir("--out", &a.out)?;
     let catalog = a.deployment.catalog()?;
     let (points, metas, targets, sha, command): (Vec<Point>, Vec<ReportMeta>, Vec<Target>, String, String) = if a
         .runs

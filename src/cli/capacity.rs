@@ -122,23 +122,16 @@ fn question(a: &CapacityArgs) -> Result<Question> {
     Ok(Question { axis, template, slos, max_load, seeds, seed: a.seed, rate_rel_tol: a.rate_tol })
 }
 
-/// The profile on `gpu`, with the smallest tensor-parallel degree the model fits.
-fn on_gpu(a: &CapacityArgs, catalog: &capsim::catalog::Catalog, gpu: Option<&str>) -> Result<Profile> {
-    let mut last = None;
-    for tp in [a.profile.tp.unwrap_or(1), 2, 4, 8] {
-        let mut pa = a.profile.clone();
-        pa.gpu = gpu.map(str::to_string).or(pa.gpu);
-        pa.tp = (tp > 1).then_some(tp);
-        match pa.resolve(catalog) {
-            Ok(p) => return Ok(p),
-            Err(e @ Error::Infeasible(_)) => last = Some(e),
-            Err(e) => return Err(e),
-        }
-        if a.profile.tp.is_some() {
-            break;
-        }
-    }
-    Err(last.expect("at least one attempt"))
+/// The profile on `gpu` at the tensor-parallel degree asked for (`--tp`, else the profile's own), the
+/// same deployment `simulate` resolves: a model that does not fit is refused with the engine's memory
+/// arithmetic, never moved to more GPUs behind the user's back. The workload's requests must fit
+/// the model's context.
+fn on_gpu(a: &CapacityArgs, catalog: &capsim::catalog::Catalog, gpu: Option<&str>, q: &Question) -> Result<Profile> {
+    let mut pa = a.profile.clone();
+    pa.gpu = gpu.map(str::to_string).or(pa.gpu);
+    let p = pa.resolve(catalog)?;
+    capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
+    Ok(p)
 }
 
 fn points_rows(points: &[TriedPoint]) -> (Vec<String>, Vec<Vec<String>>) {
@@ -205,6 +198,9 @@ fn verdict_text(c: &Capacity, q: &Question) -> String {
 }
 
 pub fn run(a: CapacityArgs) -> Result<()> {
+    if let Some(path) = &a.svg {
+        super::check_output_file("--svg", path)?;
+    }
     let catalog = a.profile.catalog()?;
     let q = question(&a)?;
     if let Some(rate) = a.target_rate {
@@ -218,7 +214,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     let tick = || pb.inc(1);
     let mut results = Vec::new();
     for g in &gpus {
-        let p = on_gpu(&a, &catalog, g.as_deref())?;
+        let p = on_gpu(&a, &catalog, g.as_deref(), &q)?;
         pb.set_message(p.gpu.name.clone());
         let c = capacity::capacity(&p, &q, &tick)?;
         results.push((p, c));
@@ -320,7 +316,7 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
     }
     let mut out = Vec::new();
     for g in &gpus {
-        let p = on_gpu(a, catalog, g.as_deref())?;
+        let p = on_gpu(a, catalog, g.as_deref(), q)?;
         let ok = |k: u32| -> Result<(bool, capsim::metrics::Summary)> {
             let (s, stability) = capacity::simulate_fleet(&p, &t, rate, k, routing, q.seed)?;
             Ok((q.slos.iter().all(|x| x.met(&s)) && stability != capacity::Stability::Overloaded, s))

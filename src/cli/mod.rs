@@ -15,7 +15,7 @@ use capsim::profile::{CapacityPolicy, EngineKind, EngineSettings, Profile, Retar
 use capsim::units::Dtype;
 use capsim::workload::trace::read_trace;
 use capsim::workload::{LengthDist, LoadTemplate, Process, RequestClass, Workload, WorkloadSpec};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -51,7 +51,9 @@ pub enum Cmd {
 }
 
 pub fn run() -> Result<()> {
-    let cli = Cli::parse();
+    // Negative numbers are values to check ("must be positive"), not unknown flags.
+    let matches = Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true)).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.cmd {
         Cmd::Calibrate(a) => calibrate::run(a),
         Cmd::Simulate(a) => simulate::run(a),
@@ -421,6 +423,40 @@ pub fn trace_workload(path: &std::path::Path, warmup: u64, cooldown: u64) -> Res
 }
 
 /// `--slo` items such as ttft_mean_s=3.0 as per-request goodput limits where they are per-request.
-pub fn goodput_slo(ttft_s: Option<f64>, itl_ms: Option<f64>, e2e_s: Option<f64>) -> RequestSlo {
-    RequestSlo { ttft_s_max: ttft_s, itl_ms_max: itl_ms, e2e_s_max: e2e_s }
+pub fn goodput_slo(ttft_s: Option<f64>, itl_ms: Option<f64>, e2e_s: Option<f64>) -> Result<RequestSlo> {
+    for (flag, v) in [("--goodput-ttft-s", ttft_s), ("--goodput-itl-ms", itl_ms), ("--goodput-e2e-s", e2e_s)] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::flag(flag, format!("must be a positive number, got {v}")));
+            }
+        }
+    }
+    Ok(RequestSlo { ttft_s_max: ttft_s, itl_ms_max: itl_ms, e2e_s_max: e2e_s })
+}
+
+/// An output file can be written: its folder exists and the path is not a folder. Checked before any
+/// computation so that a typo fails at once.
+pub fn check_output_file(flag: &str, path: &std::path::Path) -> Result<()> {
+    if path.is_dir() {
+        return Err(Error::flag(flag, format!("{} is a folder, not a file", path.display())));
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        return Err(Error::flag(
+            flag,
+            format!("cannot write {}: folder {} does not exist", path.display(), parent.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// An output folder exists or can be created (its parent exists), and is not a file.
+pub fn check_output_dir(flag: &str, path: &std::path::Path) -> Result<()> {
+    if path.exists() && !path.is_dir() {
+        return Err(Error::flag(flag, format!("{} exists and is not a folder", path.display())));
+    }
+    if !path.exists() {
+        check_output_file(flag, path)?;
+    }
+    Ok(())
 }

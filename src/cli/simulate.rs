@@ -146,7 +146,7 @@ pub fn summary_table(s: &Summary) -> String {
         ("simulated time s", num(s.sim_time_s, 4)),
     ];
     if s.requests_rejected > 0 {
-        kv.push(("rejected (never fit)", s.requests_rejected.to_string()));
+        kv.push(("rejected (context, memory)", s.requests_rejected.to_string()));
     }
     if s.requests_unfinished > 0 {
         kv.push(("unfinished at horizon", s.requests_unfinished.to_string()));
@@ -161,14 +161,20 @@ pub fn summary_table(s: &Summary) -> String {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
+    for (flag, path) in [("--per-request", &a.per_request), ("--save-vllm-result", &a.save_vllm_result)] {
+        if let Some(path) = path {
+            super::check_output_file(flag, path)?;
+        }
+    }
     let catalog = a.profile.catalog()?;
     let p = a.profile.resolve(&catalog)?;
     let w = workload_of(&a)?;
+    w.check_context(p.arch.max_context, &p.arch.name)?;
     if !(a.horizon.is_finite() && a.horizon > 0.0) {
         return Err(Error::flag("--horizon", "must be a positive number of seconds"));
     }
     let out = simulate(&p, &w, a.seed, SimOptions { horizon_s: a.horizon, ..Default::default() });
-    let slo = goodput_slo(a.goodput_ttft_s, a.goodput_itl_ms, a.goodput_e2e_s);
+    let slo = goodput_slo(a.goodput_ttft_s, a.goodput_itl_ms, a.goodput_e2e_s)?;
     let s = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, &slo);
     if let Some(path) = &a.per_request {
         let rows: Vec<Vec<String>> = out
@@ -232,6 +238,17 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         print!("{}", kv_capacity_text(&p));
         println!();
         print!("{}", summary_table(&s));
+    }
+    if s.requests_measured == 0 {
+        return Err(Error::NothingMeasured(format!(
+            "no request was measured ({} sent, {} completed, {} rejected, {} unfinished at the horizon, warm-up {} and cool-down {} left out): the latency statistics are empty (null in JSON, - in the table)",
+            s.requests_sent,
+            s.requests_completed,
+            s.requests_rejected,
+            s.requests_unfinished,
+            w.spec.warmup_requests,
+            w.spec.cooldown_requests
+        )));
     }
     Ok(())
 }

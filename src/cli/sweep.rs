@@ -53,6 +53,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
     let catalog = a.profile.catalog()?;
     let p = a.profile.resolve(&catalog)?;
     let t = a.lengths.template()?;
+    capsim::workload::check_context(&t.classes, p.arch.max_context, &p.arch.name)?;
     let (axis, loads) = match (&a.concurrency, &a.burst, &a.rate) {
         (Some(v), _, _) => (LoadAxis::Concurrency, v.clone()),
         (_, Some(v), _) => (LoadAxis::Burst, v.clone()),

@@ -220,6 +220,21 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     }
     let points = data::load_points(None)?;
     let metas = data::report_metas()?;
+    if let Some(prefix) = &a.report {
+        if !points.iter().any(|p| p.report.starts_with(prefix.as_str())) {
+            let mut known: Vec<&str> = points.iter().map(|p| p.report.as_str()).collect();
+            known.dedup();
+            return Err(Error::flag(
+                "--report",
+                format!("no report starts with `{prefix}`; known: {}", known.join(", ")),
+            ));
+        }
+    }
+    if let Some(path) = &a.markdown {
+        // Fail on the output paths before minutes of computing, not after.
+        super::check_output_file("--markdown", path)?;
+        super::check_output_dir("--plots", &a.plots)?;
+    }
     let override_profile = match &a.profile {
         Some(p) => Some(ProfileArgs { profile: Some(p.clone()), ..Default::default() }.resolve(&catalog)?),
         None => None,

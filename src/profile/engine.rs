@@ -396,8 +396,11 @@ pub(super) fn resolve_engine(
     if budget == 0 {
         return Err(err("engine.max_num_batched_tokens", "must be positive".into()));
     }
-    if seqs == 0 {
-        return Err(err("engine.max_num_seqs", "must be positive".into()));
+    if seqs == 0 || seqs > 1 << 20 {
+        return Err(err("engine.max_num_seqs", format!("must be in 1..={}, got {seqs}", 1 << 20)));
+    }
+    if budget > 1 << 24 {
+        return Err(err("engine.max_num_batched_tokens", format!("must be at most {}, got {budget}", 1 << 24)));
     }
     if block == 0 || block > 1024 {
         return Err(err("engine.block_size_tokens", format!("must be in 1..=1024, got {block}")));

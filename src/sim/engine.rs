@@ -115,12 +115,15 @@ impl<'a> Engine<'a> {
     pub(super) fn fits_ever(&self, r: &Live) -> bool {
         (self.blocks_for(r.prompt + r.output) + self.reserved_blocks) as u64 <= self.capacity_blocks
     }
-    /// Whether the engine would ever accept this request: the whole sequence fits the empty cache,
+    /// Whether the engine would ever accept this request: prompt + output within the model's context
+    /// (vLLM, SGLang and TensorRT-LLM all refuse longer ones), the whole sequence fits the empty cache,
     /// and (TensorRT-LLM without chunked prefill) its prompt fits max_num_tokens, as the engine
     /// refuses a prompt longer than max_num_tokens.
     pub(super) fn accepts(&self, r: &Live) -> bool {
         let e = &self.p.engine;
-        self.fits_ever(r) && (e.chunked_prefill || r.prompt <= e.max_num_batched_tokens)
+        r.prompt as u64 + r.output as u64 <= self.p.arch.max_context
+            && self.fits_ever(r)
+            && (e.chunked_prefill || r.prompt <= e.max_num_batched_tokens)
     }
     pub(super) fn preempt(&mut self, idx: u32) {
         self.free(idx);

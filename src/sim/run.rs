@@ -150,7 +150,7 @@ impl<'a> Replica<'a> {
                 capacity_blocks,
                 block: e.block_size_tokens,
                 reserved_blocks: e.per_seq_reserved_blocks,
-                scheduled: Vec::with_capacity(e.max_num_seqs as usize + 1),
+                scheduled: Vec::with_capacity(e.max_num_seqs.min(4096) as usize + 1),
                 admit_seq: 0,
                 new_token_ratio: e.new_token_ratio_init,
                 last_was_prefill: false,

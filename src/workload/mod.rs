@@ -52,6 +52,19 @@ pub enum LengthDist {
     },
 }
 
+/// Work bounds, checked before a run starts so that a typo cannot run until killed: at most 100
+/// million requests (about four minutes of simulation at the benchmark's pace), times up to 1e9 s
+/// (31 years), rates up to 1e6 requests/s, burstiness down to 1e-3 (gamma inter-arrival shapes below
+/// it put nearly every request at one instant). Runs beyond them are split into several.
+pub const MAX_REQUESTS: u64 = 100_000_000;
+pub const MAX_TIME_S: f64 = 1e9;
+pub const MAX_RATE_PER_S: f64 = 1e6;
+pub const MIN_BURSTINESS: f64 = 1e-3;
+
+/// The longest prompt or output a workload may name: 2^24 tokens, above every catalog model's context
+/// (Llama 4 Scout: 10M). Keeps prompt + output far inside 32 bits.
+pub const MAX_REQUEST_TOKENS: u32 = 1 << 24;
+
 impl LengthDist {
     pub fn fixed(value: u32) -> Self {
         LengthDist::Fixed { value }
@@ -59,31 +72,52 @@ impl LengthDist {
     /// Check the parameters; `field` names the distribution in the error.
     pub fn validate(&self, field: &str) -> Result<()> {
         let bad = |msg: String| Err(Error::input("workload", None, Some(field), msg));
-        match self {
-            LengthDist::Fixed { value } if *value == 0 => bad("length must be at least 1".into()),
-            LengthDist::Uniform { min, max } if *min == 0 || min > max => {
-                bad(format!("need 1 <= min <= max, got {min}..{max}"))
+        let max = MAX_REQUEST_TOKENS;
+        let out = match self {
+            LengthDist::Fixed { value } if *value == 0 || *value > max => {
+                bad(format!("length must be in 1..={max}, got {value}"))
+            }
+            LengthDist::Uniform { min, max: hi } if *min == 0 || min > hi || *hi > max => {
+                bad(format!("need 1 <= min <= max <= {max}, got {min}..{hi}"))
             }
             LengthDist::Normal { mean, sd } | LengthDist::Lognormal { mean, sd }
-                if !(mean.is_finite() && sd.is_finite() && *mean > 0.0 && *sd >= 0.0) =>
+                if !(mean.is_finite()
+                    && sd.is_finite()
+                    && *mean > 0.0
+                    && *sd >= 0.0
+                    && *mean <= max as f64
+                    && *sd <= max as f64) =>
             {
-                bad(format!("need mean > 0 and sd >= 0, finite; got mean {mean}, sd {sd}"))
+                bad(format!(
+                    "need 0 < mean <= {max} and 0 <= sd <= {max}; got mean {}, sd {}",
+                    crate::error::fmt_num(*mean),
+                    crate::error::fmt_num(*sd)
+                ))
             }
             LengthDist::Empirical { values, weights } => {
-                if values.is_empty() || values.contains(&0) {
-                    return bad("values must be non-empty and each at least 1".into());
+                if values.is_empty() || values.iter().any(|&v| v == 0 || v > max) {
+                    return bad(format!("values must be non-empty and each in 1..={max}"));
                 }
+                let total: f64 = weights.iter().sum();
                 if !weights.is_empty()
                     && (weights.len() != values.len()
                         || weights.iter().any(|w| !w.is_finite() || *w < 0.0)
-                        || weights.iter().sum::<f64>() <= 0.0)
+                        || !(total.is_finite() && total > 0.0))
                 {
-                    return bad("weights must match values in number, be finite, non-negative, and not all zero".into());
+                    return bad(
+                        "weights must match values in number, be finite, non-negative, not all zero, with a finite sum"
+                            .into(),
+                    );
                 }
                 Ok(())
             }
             _ => Ok(()),
-        }
+        };
+        out?;
+        // The sampler's own checks (a lognormal whose variance overflows, weights it cannot index).
+        LengthSampler::new(self)
+            .map(|_| ())
+            .ok_or_else(|| Error::input("workload", None, Some(field), format!("{self:?} cannot be sampled")))
     }
     pub fn mean(&self) -> f64 {
         match self {
@@ -98,6 +132,15 @@ impl LengthDist {
                     values.iter().zip(weights).map(|(&v, w)| v as f64 * w).sum::<f64>() / s
                 }
             }
+        }
+    }
+    /// The shortest length it can draw.
+    pub fn min(&self) -> u32 {
+        match self {
+            LengthDist::Fixed { value } => *value,
+            LengthDist::Uniform { min, .. } => *min,
+            LengthDist::Normal { .. } | LengthDist::Lognormal { .. } => 1,
+            LengthDist::Empirical { values, .. } => *values.iter().min().unwrap_or(&1),
         }
     }
     pub fn max(&self) -> u32 {
@@ -121,24 +164,25 @@ enum LengthSampler {
 }
 
 impl LengthSampler {
-    fn new(d: &LengthDist) -> LengthSampler {
-        match d {
+    /// None when the distribution library refuses the parameters ([`LengthDist::validate`] reports it).
+    fn new(d: &LengthDist) -> Option<LengthSampler> {
+        Some(match d {
             LengthDist::Fixed { value } => LengthSampler::Fixed(*value),
             LengthDist::Uniform { min, max } => LengthSampler::Uniform(*min, *max),
-            LengthDist::Normal { mean, sd } => LengthSampler::Normal(Normal::new(*mean, *sd).expect("validated")),
+            LengthDist::Normal { mean, sd } => LengthSampler::Normal(Normal::new(*mean, *sd).ok()?),
             LengthDist::Lognormal { mean, sd } => {
                 // Moments of the lengths -> parameters of the underlying normal.
                 let s2 = (1.0 + (sd / mean).powi(2)).ln();
-                LengthSampler::LogNormal(LogNormal::new(mean.ln() - s2 / 2.0, s2.sqrt()).expect("validated"))
+                LengthSampler::LogNormal(LogNormal::new(mean.ln() - s2 / 2.0, s2.sqrt()).ok()?)
             }
             LengthDist::Empirical { values, weights } => LengthSampler::Empirical(
                 values.clone(),
-                if weights.is_empty() { None } else { Some(WeightedIndex::new(weights).expect("validated")) },
+                if weights.is_empty() { None } else { Some(WeightedIndex::new(weights).ok()?) },
             ),
-        }
+        })
     }
     fn sample(&self, rng: &mut SimRng) -> u32 {
-        let clamp = |x: f64| x.round().clamp(1.0, u32::MAX as f64 / 4.0) as u32;
+        let clamp = |x: f64| x.round().clamp(1.0, MAX_REQUEST_TOKENS as f64) as u32;
         match self {
             LengthSampler::Fixed(v) => *v,
             LengthSampler::Uniform(a, b) => rng.gen_range(*a..=*b),
@@ -206,8 +250,10 @@ impl RateSchedule {
         }
         let mut last = -1.0;
         for &(t, r) in &self.segments {
-            if !(t.is_finite() && r.is_finite()) || r < 0.0 || t <= last {
-                return bad(format!("segments need increasing finite start times and rates >= 0; got ({t}, {r})"));
+            if !(t.is_finite() && r.is_finite()) || r < 0.0 || t <= last || t > MAX_TIME_S || r > MAX_RATE_PER_S {
+                return bad(format!(
+                    "segments need increasing start times in 0..={MAX_TIME_S:e} s and rates in 0..={MAX_RATE_PER_S:e} per s; got ({t}, {r})"
+                ));
             }
             last = t;
         }
@@ -328,37 +374,69 @@ impl WorkloadSpec {
             return bad("classes", "class weights must not all be zero".into());
         }
         if let Some(d) = self.duration_s {
-            if !(d.is_finite() && d > 0.0) {
-                return bad("duration_s", format!("must be a positive number of seconds, got {d}"));
+            if !(d.is_finite() && d > 0.0 && d <= MAX_TIME_S) {
+                return bad(
+                    "duration_s",
+                    format!("must be a number of seconds in (0, {MAX_TIME_S:e}], got {}", crate::error::fmt_num(d)),
+                );
             }
         }
-        if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0) {
-            return bad("warmup_s", format!("must be >= 0, got {}", self.warmup_s));
+        if !(self.warmup_s.is_finite() && self.warmup_s >= 0.0 && self.warmup_s <= MAX_TIME_S) {
+            return bad("warmup_s", format!("must be in 0..={MAX_TIME_S:e} s, got {}", self.warmup_s));
+        }
+        if let Some(n) = self.requests {
+            if n == 0 {
+                return bad("requests", "must be at least 1".into());
+            }
+            if n > MAX_REQUESTS {
+                return bad(
+                    "requests",
+                    format!("{n} requests exceed capsim's bound of {MAX_REQUESTS} per run; split the run"),
+                );
+            }
         }
         match &self.arrivals {
             Arrivals::ClosedLoop { clients, think_time_s, .. } => {
                 if *clients == 0 {
                     return bad("clients", "a closed loop needs at least one client".into());
                 }
-                if !(think_time_s.is_finite() && *think_time_s >= 0.0) {
-                    return bad("think_time_s", format!("must be >= 0, got {think_time_s}"));
+                if !(think_time_s.is_finite() && *think_time_s >= 0.0 && *think_time_s <= MAX_TIME_S) {
+                    return bad(
+                        "think_time_s",
+                        format!("must be in 0..={MAX_TIME_S:e} s, got {}", crate::error::fmt_num(*think_time_s)),
+                    );
                 }
                 if self.requests.is_none() && self.duration_s.is_none() {
                     return bad("requests", "a closed loop needs a request count or a duration".into());
                 }
             }
             Arrivals::Burst { n } => {
-                if *n == 0 {
-                    return bad("burst", "a burst needs at least one request".into());
+                if *n == 0 || *n as u64 > MAX_REQUESTS {
+                    return bad("burst", format!("a burst needs 1..={MAX_REQUESTS} requests, got {n}"));
                 }
             }
             Arrivals::OpenLoop { rate, burstiness, .. } => {
                 rate.validate()?;
-                if !(burstiness.is_finite() && *burstiness > 0.0) {
-                    return bad("burstiness", format!("must be a positive number, got {burstiness}"));
+                if !(burstiness.is_finite() && *burstiness >= MIN_BURSTINESS && *burstiness <= 1e6) {
+                    return bad(
+                        "burstiness",
+                        format!("must be in {MIN_BURSTINESS}..=1e6, got {}", crate::error::fmt_num(*burstiness)),
+                    );
                 }
-                if self.requests.is_none() && self.duration_s.is_none() {
-                    return bad("requests", "an open loop needs a request count or a duration".into());
+                match (self.requests, self.duration_s) {
+                    (None, None) => {
+                        return bad("requests", "an open loop needs a request count or a duration".into());
+                    }
+                    (None, Some(d)) if rate.cumulative(d) > MAX_REQUESTS as f64 => {
+                        return bad(
+                            "duration_s",
+                            format!(
+                                "{d} s at this rate sends about {:.3e} requests, over capsim's bound of {MAX_REQUESTS} per run; shorten the duration or set a request count",
+                                rate.cumulative(d)
+                            ),
+                        );
+                    }
+                    _ => {}
                 }
             }
             Arrivals::Trace { records } => {
@@ -375,11 +453,49 @@ impl WorkloadSpec {
                 }
             }
         }
-        Ok(Workload { spec: self })
+        let w = Workload { spec: self };
+        if let Some(n) = w.planned_requests() {
+            let left_out = w.spec.warmup_requests.saturating_add(w.spec.cooldown_requests);
+            if left_out >= n {
+                return bad(
+                    "warmup_requests",
+                    format!(
+                        "warm-up {} plus cool-down {} leave none of the {n} requests to measure",
+                        w.spec.warmup_requests, w.spec.cooldown_requests
+                    ),
+                );
+            }
+        }
+        Ok(w)
     }
 }
 
+/// Refuse request classes every request of which would exceed the model's context (prompt + output
+/// over max_model_len): the engine would reject them all. Classes that can draw a few such requests
+/// run, and the engine rejects those (counted, shown, left out of the latency statistics).
+pub fn check_context(classes: &[RequestClass], max_context: u64, model: &str) -> Result<()> {
+    for (i, c) in classes.iter().enumerate() {
+        let shortest = c.input.min() as u64 + c.output.min() as u64;
+        if shortest > max_context {
+            return Err(Error::input(
+                "workload",
+                None,
+                Some(&format!("classes[{i}]")),
+                format!(
+                    "every request has at least {shortest} tokens (input + output), over {model}'s context of {max_context}: the engine rejects them all"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Workload {
+    /// [`check_context`] for this workload's classes (traces are checked request by request at
+    /// arrival).
+    pub fn check_context(&self, max_context: u64, model: &str) -> Result<()> {
+        check_context(&self.spec.classes, max_context, model)
+    }
     /// Total requests the workload sends, when it is known in advance.
     pub fn planned_requests(&self) -> Option<u64> {
         match &self.spec.arrivals {
@@ -449,10 +565,14 @@ pub struct Generator {
     gamma: Option<Gamma<f64>>,
 }
 
+/// A sampler of a validated workload's lengths ([`LengthDist::validate`] built one already).
+fn sampler(d: &LengthDist) -> LengthSampler {
+    LengthSampler::new(d).expect("validated with the workload")
+}
+
 impl Generator {
     pub fn new(w: &Workload, seed: u64) -> Generator {
-        let classes: Vec<_> =
-            w.spec.classes.iter().map(|c| (LengthSampler::new(&c.input), LengthSampler::new(&c.output))).collect();
+        let classes: Vec<_> = w.spec.classes.iter().map(|c| (sampler(&c.input), sampler(&c.output))).collect();
         let class_index = if classes.len() > 1 {
             Some(WeightedIndex::new(w.spec.classes.iter().map(|c| c.weight)).expect("validated"))
         } else {
@@ -585,6 +705,15 @@ impl LoadTemplate {
     pub fn at(&self, axis: LoadAxis, value: f64) -> Result<Workload> {
         if !(value.is_finite() && value > 0.0) {
             return Err(Error::flag(axis.as_str(), format!("load must be a positive number, got {value}")));
+        }
+        // Clients and burst sizes are whole numbers of requests within the work bound.
+        if matches!(axis, LoadAxis::Concurrency | LoadAxis::Burst)
+            && (value.fract() != 0.0 || value > MAX_REQUESTS as f64)
+        {
+            return Err(Error::flag(
+                axis.as_str(),
+                format!("must be a whole number in 1..={MAX_REQUESTS}, got {}", crate::error::fmt_num(value)),
+            ));
         }
         let arrivals = match axis {
             LoadAxis::Concurrency => Arrivals::ClosedLoop {

@@ -52,7 +52,8 @@ fn no_load_and_search_limit_verdicts() {
     let q = question(LoadAxis::Burst, LoadTemplate::fixed(1, 1), &["ttft_mean_s=0.005"], 100.0);
     assert_eq!(search(&p, &q, &|| {}).unwrap().1, Verdict::NoLoadMeetsSlo);
     let q = question(LoadAxis::Burst, LoadTemplate::fixed(1, 1), &["ttft_mean_s=100"], 64.0);
-    assert_eq!(search(&p, &q, &|| {}).unwrap(), search(&p, &q, &|| {}).unwrap());
+    // Deterministic (compared as text: statistics of one-token outputs are NaN, no ITL to measure).
+    assert_eq!(format!("{:?}", search(&p, &q, &|| {}).unwrap()), format!("{:?}", search(&p, &q, &|| {}).unwrap()));
     let (cap, v, _) = search(&p, &q, &|| {}).unwrap();
     assert_eq!((cap, v), (64.0, Verdict::AtSearchLimit));
 }

@@ -309,20 +309,17 @@ fn capacity_json_contract_side_by_side_and_fleet() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let f = &v["fleet"][0];
     assert!(f["replicas"].as_u64().unwrap() >= 1 && f["cost_per_million_output_tokens"].as_f64().unwrap() > 0.0);
-    // A model that needs more than one GPU gets a tensor-parallel degree.
-    let o = capsim(&[
-        "capacity",
-        "--model",
-        "Llama-3.3-70B-Instruct",
-        "--gpu",
-        "H100 SXM",
-        "--preset",
-        "code-completion",
-        "--json",
-    ]);
+    // A model that does not fit one GPU is refused as simulate refuses it, never moved to more GPUs
+    // unasked; with --tp it runs there.
+    let args =
+        ["capacity", "--model", "Llama-3.3-70B-Instruct", "--gpu", "H100 SXM", "--preset", "code-completion", "--json"];
+    let o = capsim(&args);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("does not fit") && stderr(&o).contains("tensor_parallel"), "{}", stderr(&o));
+    let o = capsim(&[&args[..], &["--tp", "2"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(v["tensor_parallel"].as_u64().unwrap() >= 2);
+    assert_eq!(v["tensor_parallel"].as_u64(), Some(2));
     let e = stderr(&capsim(&["capacity", "--slo", "ttft_forever=3"]));
     assert!(e.contains("--slo"), "{e}");
 }

@@ -6,6 +6,7 @@ mod catalog;
 mod cli;
 mod data;
 mod engines;
+mod hardening;
 mod measured;
 mod physics;
 mod sim;

@@ -1,0 +1,121 @@
+//! Issue 16's reproducers: each exits cleanly and quickly, with the documented code and a message that
+//! names its source.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Run capsim; (exit code, stderr). Fails the test if it panics or takes more than 20 s.
+fn capsim(args: &[&str]) -> (i32, String) {
+    let start = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(start.elapsed() < Duration::from_secs(20), "{args:?} took {:?}", start.elapsed());
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    (o.status.code().unwrap_or(-1), err)
+}
+
+/// Exit code 2 and a message naming `needle` (a flag, field or the reason).
+fn refused(args: &[&str], needle: &str) {
+    let (code, err) = capsim(args);
+    assert_eq!(code, 2, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?} should name `{needle}`: {err}");
+}
+
+#[test]
+fn bad_numbers_are_refused_naming_the_input() {
+    // Panics and overflows before issue 16.
+    refused(&["simulate", "--concurrency", "1", "--requests", "4", "--input-len", "lognormal:100:1e160"], "--input-len");
+    refused(&["simulate", "--burst", "1", "--input-len", "4294967295", "--output-len", "10"], "--input-len");
+    refused(&["simulate", "--max-num-seqs", "4294967295", "--burst", "1"], "max_num_seqs");
+    // Unbounded work.
+    refused(&["sweep", "--burst", "1e300"], "burst");
+    refused(&["simulate", "--concurrency", "1", "--requests", "4294967296"], "requests");
+    refused(&["simulate", "--rate", "1", "--duration", "1e300"], "duration");
+    refused(&["simulate", "--rate", "5", "--burstiness", "1e-300", "--duration", "10"], "burstiness");
+    refused(&["simulate", "--concurrency", "1", "--requests", "2", "--think-time", "1e300"], "think_time");
+    // Negative numbers are values to check, not unknown flags.
+    refused(&["simulate", "--burst", "1", "--goodput-ttft-s", "-1"], "--goodput-ttft-s");
+    refused(&["simulate", "--concurrency", "1", "--think-time", "-1"], "--think-time");
+    // Nothing to measure.
+    refused(&["simulate", "--concurrency", "2", "--requests", "0"], "requests");
+    refused(&["simulate", "--concurrency", "2", "--requests", "5", "--warmup-requests", "5"], "warmup_requests");
+}
+
+#[test]
+fn answers_that_must_be_refusals() {
+    // A model that does not fit one GPU: capacity refuses as simulate does.
+    refused(&["capacity", "--model", "Qwen3-235B-A22B", "--max-load", "8", "--slo", "ttft_mean_s=2"], "does not fit");
+    refused(&["simulate", "--model", "Qwen3-235B-A22B", "--burst", "1"], "does not fit");
+    // Requests beyond the model's context.
+    refused(&["simulate", "--burst", "1", "--input-len", "300000"], "context of 262144");
+    refused(&["simulate", "--model", "Mistral-7B-Instruct-v0.3", "--burst", "1", "--input-len", "40000"], "context of 32768");
+    refused(&["capacity", "--input-len", "300000", "--slo", "ttft_mean_s=2"], "context");
+    refused(&["validate", "--report", "999"], "no report starts with `999`");
+    // Output paths are checked before any computation.
+    refused(&["validate", "--markdown", "/nonexistent/x.md"], "/nonexistent");
+    let file = std::env::temp_dir().join("capsim-hardening-a-file");
+    std::fs::write(&file, "x").unwrap();
+    refused(&["calibrate", "--out", file.to_str().unwrap()], "not a folder");
+}
+
+#[test]
+fn drawn_requests_beyond_the_context_are_rejected_and_counted() {
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args([
+            "simulate",
+            "--model",
+            "Mistral-7B-Instruct-v0.3",
+            "--concurrency",
+            "2",
+            "--requests",
+            "20",
+            "--input-len",
+            "uniform:30000:34000",
+            "--output-len",
+            "100",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (done, rejected) = (v["requests_completed"].as_u64().unwrap(), v["requests_rejected"].as_u64().unwrap());
+    assert!(rejected > 0 && done + rejected == 20, "{done} + {rejected}");
+}
+
+#[test]
+fn a_run_that_measures_nothing_prints_nulls_and_exits_3() {
+    // Every request over the KV capacity: all rejected, nothing measured.
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["simulate", "--burst", "3", "--input-len", "100", "--kv-capacity-tokens", "64", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning: no request was measured"));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["ttft_s"]["mean"].is_null() && v["itl_ms"]["p99"].is_null(), "{}", v["ttft_s"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["simulate", "--burst", "3", "--input-len", "100", "--kv-capacity-tokens", "64"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    let ttft = table.lines().find(|l| l.starts_with("ttft_s")).unwrap();
+    assert!(ttft.split_whitespace().skip(1).all(|c| c == "-"), "{ttft}");
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["simulate", "--concurrency", "2", "--requests", "10", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 10];
+    out.read_exact(&mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+}
