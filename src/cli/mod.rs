@@ -419,7 +419,17 @@ pub fn read_workload_file(path: &std::path::Path) -> Result<Workload> {
 
 /// A trace file as a workload.
 pub fn trace_workload(path: &std::path::Path, warmup: u64, cooldown: u64) -> Result<Workload> {
-    Workload::trace(read_trace(path)?.records, warmup, cooldown)
+    let t = read_trace(path)?;
+    if t.skipped_failures > 0 {
+        // Nothing dropped without a word: BurstGPT marks failed requests with 0 response tokens.
+        eprintln!(
+            "note: {}: {} of {} rows skipped for 0 input or output tokens (failed requests cannot be replayed)",
+            path.display(),
+            t.skipped_failures,
+            t.records.len() + t.skipped_failures
+        );
+    }
+    Workload::trace(t.records, warmup, cooldown)
 }
 
 /// `--slo` items such as ttft_mean_s=3.0 as per-request goodput limits where they are per-request.

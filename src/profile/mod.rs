@@ -402,6 +402,8 @@ impl Profile {
     pub fn load(name_or_path: Option<&str>, catalog: &Catalog) -> Result<Profile> {
         let (source, text) = match name_or_path {
             None => (format!("<builtin>/{}", BUILTIN_PROFILES[0].0), BUILTIN_PROFILES[0].1.to_string()),
+            // A file the user names wins over an embedded profile of the same name.
+            Some(n) if Path::new(n).is_file() => (n.to_string(), read_file(Path::new(n))?),
             Some(n) => {
                 let stem = n.trim_end_matches(".toml");
                 if let Some((f, t)) = BUILTIN_PROFILES.iter().find(|(f, t)| {
@@ -409,8 +411,6 @@ impl Profile {
                         || ProfileFile::parse(f, t).map(|p| p.name == n).unwrap_or(false)
                 }) {
                     (format!("<builtin>/{f}"), t.to_string())
-                } else if Path::new(n).is_file() {
-                    (n.to_string(), read_file(Path::new(n))?)
                 } else {
                     return Err(Error::Unknown {
                         kind: "profile (name or file)",

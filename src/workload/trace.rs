@@ -104,6 +104,12 @@ fn finish(mut raw: Vec<(f64, u32, u32)>, skipped: usize, format: &'static str, s
 pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
     let mut rdr = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
     let headers = rdr.headers().map_err(|e| Error::input(src, Some(1), None, format!("bad header: {e}")))?.clone();
+    // A column named twice would be read from its first occurrence only: refuse instead of choosing.
+    for (i, h) in headers.iter().enumerate() {
+        if headers.iter().take(i).any(|g| g == h) {
+            return Err(Error::input(src, Some(1), Some(h), "column named twice"));
+        }
+    }
     let find = |keys: &[&'static str]| -> Option<(usize, &'static str)> {
         keys.iter().find_map(|k| headers.iter().position(|h| h == *k).map(|i| (i, *k)))
     };

@@ -24,7 +24,10 @@ fn refused(args: &[&str], needle: &str) {
 #[test]
 fn bad_numbers_are_refused_naming_the_input() {
     // Panics and overflows before issue 16.
-    refused(&["simulate", "--concurrency", "1", "--requests", "4", "--input-len", "lognormal:100:1e160"], "--input-len");
+    refused(
+        &["simulate", "--concurrency", "1", "--requests", "4", "--input-len", "lognormal:100:1e160"],
+        "--input-len",
+    );
     refused(&["simulate", "--burst", "1", "--input-len", "4294967295", "--output-len", "10"], "--input-len");
     refused(&["simulate", "--max-num-seqs", "4294967295", "--burst", "1"], "max_num_seqs");
     // Unbounded work.
@@ -48,7 +51,10 @@ fn answers_that_must_be_refusals() {
     refused(&["simulate", "--model", "Qwen3-235B-A22B", "--burst", "1"], "does not fit");
     // Requests beyond the model's context.
     refused(&["simulate", "--burst", "1", "--input-len", "300000"], "context of 262144");
-    refused(&["simulate", "--model", "Mistral-7B-Instruct-v0.3", "--burst", "1", "--input-len", "40000"], "context of 32768");
+    refused(
+        &["simulate", "--model", "Mistral-7B-Instruct-v0.3", "--burst", "1", "--input-len", "40000"],
+        "context of 32768",
+    );
     refused(&["capacity", "--input-len", "300000", "--slo", "ttft_mean_s=2"], "context");
     refused(&["validate", "--report", "999"], "no report starts with `999`");
     // Output paths are checked before any computation.
@@ -118,4 +124,35 @@ fn a_closed_pipe_ends_quietly() {
     drop(out);
     let o = child.wait_with_output().unwrap();
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+}
+
+#[test]
+fn lossy_input_is_refused_or_reported() {
+    let dir = std::env::temp_dir();
+    let dup = dir.join("capsim-hardening-dup.csv");
+    std::fs::write(&dup, "arrival_s,input_tokens,output_tokens,input_tokens\n0,10,10,5\n").unwrap();
+    refused(&["simulate", "--trace", dup.to_str().unwrap()], "column named twice");
+    let zero = dir.join("capsim-hardening-zero.csv");
+    std::fs::write(&zero, "arrival_s,input_tokens,output_tokens\n0,10,10\n1,0,5\n2,10,0\n3,10,10\n").unwrap();
+    let (code, err) = capsim(&["simulate", "--trace", zero.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(err.contains("2 of 4 rows skipped"), "{err}");
+}
+
+#[test]
+fn a_profile_file_wins_over_an_embedded_profile_of_the_same_name() {
+    let dir = std::env::temp_dir().join("capsim-hardening-profile");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The embedded default profile with one setting changed, saved under the embedded file's name.
+    let text = capsim::profile::BUILTIN_PROFILES[0].1.replacen("[engine]\n", "[engine]\nmax_num_seqs = 3\n", 1);
+    let name = capsim::profile::BUILTIN_PROFILES[0].0;
+    std::fs::write(dir.join(name), text).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["simulate", "--profile", name, "--burst", "2", "--json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["scenario"]["engine"]["max_num_seqs"], 3);
 }

@@ -358,3 +358,58 @@ fn sglang_continuous_decode_steps_hold_new_requests_back() {
         assert_eq!(r[1].first_token.0 - r[1].arrival.0, ttft_ms * MS, "k = {k}");
     }
 }
+
+/// One scenario of the swarm, drawn from `seed`: an engine policy and its settings, request lengths,
+/// a load; every invariant of [`check_invariants`] is checked at every step.
+fn swarm_case(seed: u64) {
+    use rand::{Rng, SeedableRng};
+    let mut g = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let engines = [
+        ("vllm", String::new()),
+        ("vllm", "version = \"0.18.1\"".to_string()),
+        ("sglang", format!("enable_mixed_chunk = {}", g.gen_bool(0.5))),
+        ("trtllm", format!("enable_chunked_prefill = {}", g.gen_bool(0.5))),
+        ("trtllm", "capacity_scheduler_policy = \"max_utilization\"\nenable_chunked_prefill = true".to_string()),
+    ];
+    let (kind, engine_extra) = engines[g.gen_range(0..engines.len())].clone();
+    let extra = format!(
+        "max_num_batched_tokens = {}\nmax_num_seqs = {}\nkv_capacity_tokens = {}\n{engine_extra}",
+        g.gen_range(16..4096),
+        g.gen_range(1..64),
+        g.gen_range(256..65536),
+    );
+    let p = const_profile(kind, g.gen_range(0.0005..0.02), &extra);
+    let mut t = LoadTemplate::fixed(1, 1);
+    let length = |g: &mut rand_chacha::ChaCha8Rng, hi: u32| {
+        if g.gen_bool(0.5) {
+            capsim::workload::LengthDist::Uniform { min: 1, max: g.gen_range(1..hi) }
+        } else {
+            capsim::workload::LengthDist::Lognormal {
+                mean: g.gen_range(10.0..hi as f64),
+                sd: g.gen_range(0.0..hi as f64),
+            }
+        }
+    };
+    t.classes[0].input = length(&mut g, 3000);
+    t.classes[0].output = length(&mut g, 300);
+    t.requests = Some(g.gen_range(1..200));
+    let w = match g.gen_range(0..3) {
+        0 => t.at(LoadAxis::Concurrency, g.gen_range(1..40) as f64),
+        1 => t.at(LoadAxis::Burst, g.gen_range(1..60) as f64),
+        _ => t.at(LoadAxis::Rate, g.gen_range(0.5..200.0)),
+    }
+    .unwrap();
+    check_invariants(&p, &w, seed);
+}
+
+/// A seeded swarm of random scenarios over every engine policy. A failure names its seed;
+/// CAPSIM_SWARM_SEEDS=10000 cargo test --release swarm for the long run.
+#[test]
+fn swarm_of_random_scenarios_keeps_every_invariant() {
+    let seeds: u64 = std::env::var("CAPSIM_SWARM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    for seed in 0..seeds {
+        if std::panic::catch_unwind(|| swarm_case(seed)).is_err() {
+            panic!("swarm: reproduce with seed={seed} (swarm_case({seed}) in tests/it/sim.rs)");
+        }
+    }
+}
