@@ -6,6 +6,7 @@ mod catalog;
 mod cli;
 mod data;
 mod engines;
+mod fuzz;
 mod hardening;
 mod measured;
 mod physics;
