@@ -222,6 +222,8 @@ pub struct Capacity {
     /// Open loops: the stability of the capacity point.
     pub stability: Option<Stability>,
     pub points: Vec<TriedPoint>,
+    /// Loads above the capacity that meet the SLO again: the metric is not monotone there.
+    pub non_monotone_loads: Vec<f64>,
     pub profile: String,
     pub retargeted_from: Option<String>,
 }
@@ -362,44 +364,67 @@ pub fn search(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<(f6
             tried.sort_by(|a, b| a.load.total_cmp(&b.load));
             return Ok((q.max_load, Verdict::AtSearchLimit, tried));
         }
-        // A failure below a success (noise): keep the lowest failure above the highest success.
-        if !hi.is_nan() && hi < lo {
-            hi = tried.iter().filter(|t| !t.meets_slo && t.load > lo).map(|t| t.load).fold(f64::NAN, |a: f64, b| {
-                if a.is_nan() {
-                    b
-                } else {
-                    a.min(b)
-                }
-            });
-        }
     }
-    // Split [lo, hi] in four per round until the bracket is one integer (or the rate tolerance).
-    loop {
-        let done = if integer { hi - lo <= 1.0 } else { (hi - lo) <= q.rate_rel_tol * hi.max(1e-9) };
-        if done {
-            break;
-        }
-        let mut cands: Vec<f64> = (1..4).map(|k| lo + (hi - lo) * k as f64 / 4.0).collect();
-        if integer {
-            cands.iter_mut().for_each(|c| *c = c.round());
-            cands.retain(|c| *c > lo && *c < hi);
-            cands.dedup();
-            if cands.is_empty() {
-                break;
+    // A failure below a success (the metric is not monotone, or noise): the bracket is the lowest
+    // failure and the largest success below it, not the highest success.
+    hi = tried.iter().filter(|t| !t.meets_slo).map(|t| t.load).fold(hi, f64::min);
+    lo = tried.iter().filter(|t| t.meets_slo && t.load < hi).map(|t| t.load).fold(0.0, f64::max);
+    let refine = |mut lo: f64, mut hi: f64, tried: &mut Vec<TriedPoint>| -> Result<(f64, f64)> {
+        // Split [lo, hi] in four per round until the bracket is one integer (or the rate tolerance).
+        loop {
+            let done = if integer { hi - lo <= 1.0 } else { (hi - lo) <= q.rate_rel_tol * hi.max(1e-9) };
+            if done {
+                return Ok((lo, hi));
             }
+            let mut cands: Vec<f64> = (1..4).map(|k| lo + (hi - lo) * k as f64 / 4.0).collect();
+            if integer {
+                cands.iter_mut().for_each(|c| *c = c.round());
+                cands.retain(|c| *c > lo && *c < hi);
+                cands.dedup();
+                if cands.is_empty() {
+                    return Ok((lo, hi));
+                }
+            }
+            let res = eval(&cands)?;
+            tried.extend(res.clone());
+            // The new lo is the largest passing candidate below the smallest failing one.
+            let first_fail = res.iter().filter(|r| !r.meets_slo).map(|r| r.load).fold(hi, f64::min);
+            lo = res.iter().filter(|r| r.meets_slo && r.load < first_fail).map(|r| r.load).fold(lo, f64::max);
+            hi = first_fail;
         }
-        let res = eval(&cands)?;
-        tried.extend(res.clone());
-        // Monotone reading: the new lo is the largest passing candidate below the smallest failing one.
-        let first_fail = res.iter().filter(|r| !r.meets_slo).map(|r| r.load).fold(hi, f64::min);
-        lo = res.iter().filter(|r| r.meets_slo && r.load < first_fail).map(|r| r.load).fold(lo, f64::max);
-        hi = first_fail;
+    };
+    (lo, _) = refine(lo, hi, &mut tried)?;
+    // Scan below the bracket on a geometric grid (4 points per doubling): a metric that is not
+    // monotone in the load (a closed loop can phase-lock with the engine's steps) may fail between
+    // loads the bisection passed. The capacity is the largest load below the lowest failure, so
+    // every load up to it meets the SLO; the bracket is refined again when the scan finds one.
+    let mut grid = Vec::new();
+    let mut x = start;
+    while x < lo {
+        let g = if integer { x.round() } else { x };
+        if g > 0.0 && g < lo && !tried.iter().any(|t| t.load == g) && grid.last() != Some(&g) {
+            grid.push(g);
+        }
+        x *= 2f64.powf(0.25);
+    }
+    tried.extend(eval(&grid)?);
+    let lowest_fail = tried.iter().filter(|t| !t.meets_slo).map(|t| t.load).fold(f64::INFINITY, f64::min);
+    if lowest_fail < lo {
+        let below = tried.iter().filter(|t| t.meets_slo && t.load < lowest_fail).map(|t| t.load).fold(0.0, f64::max);
+        (lo, _) = refine(below, lowest_fail, &mut tried)?;
     }
     tried.sort_by(|a, b| a.load.total_cmp(&b.load));
     if lo <= 0.0 {
         return Ok((0.0, Verdict::NoLoadMeetsSlo, tried));
     }
     Ok((lo, Verdict::Found, tried))
+}
+
+/// Loads that meet the SLO above a load that does not: where the metric is not monotone in the load
+/// (the capacity stops below the lowest failure).
+pub fn non_monotone_loads(tried: &[TriedPoint]) -> Vec<f64> {
+    let lowest_fail = tried.iter().filter(|t| !t.meets_slo).map(|t| t.load).fold(f64::INFINITY, f64::min);
+    tried.iter().filter(|t| t.meets_slo && t.load > lowest_fail).map(|t| t.load).collect()
 }
 
 /// The profile moved one sigma towards slower (`sign` = -1) or faster (+1) service.
@@ -496,6 +521,7 @@ pub fn capacity(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<C
         band: (lo_cap.min(cap), hi_cap.max(cap)),
         verdict,
         stability,
+        non_monotone_loads: non_monotone_loads(&points),
         points,
         profile: p.name().to_string(),
         retargeted_from: p.retargeted_from.clone(),

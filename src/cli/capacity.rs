@@ -191,10 +191,15 @@ fn verdict_text(c: &Capacity, q: &Question) -> String {
             format!("SLO still met at the search limit {}", q.max_load)
         }
     };
-    match c.stability {
+    let v = match c.stability {
         Some(s) => format!("{v}; {} at capacity", format!("{s:?}").to_lowercase()),
         None => v,
+    };
+    if c.non_monotone_loads.is_empty() {
+        return v;
     }
+    let loads: Vec<String> = c.non_monotone_loads.iter().map(|l| num(*l, 4)).collect();
+    format!("{v}; not monotone: the SLO holds again at {}", loads.join(", "))
 }
 
 pub fn run(a: CapacityArgs) -> Result<()> {
@@ -247,6 +252,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             .map(|(p, c)| {
                 json!({
                     "capacity": c.capacity, "band": {"low": c.band.0, "high": c.band.1}, "verdict": c.verdict, "stability": c.stability,
+                    "non_monotone_loads": c.non_monotone_loads,
                     "points": c.points, "load": q.axis.as_str(), "slos": q.slos.iter().map(|s| json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
                     "profile": c.profile, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
                     "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from, "seeds": q.seeds, "seed": q.seed,

@@ -144,3 +144,24 @@ fn fleet_of_one_is_the_single_engine_and_routing_is_simulated() {
     let lor = simulate_fleet(&p, &w, 5, SimOptions::default(), 4, Routing::LeastOutstanding);
     assert!(mean_wait(&lor) <= mean_wait(&rr) * 1.05, "LOR {} vs RR {}", mean_wait(&lor), mean_wait(&rr));
 }
+
+/// Issue 16: the capacity search on a metric that is not monotone in the load. With this profile the
+/// closed-loop mean TTFT at 1024/256 rises to 0.136 s at 64-68 clients, falls to 0.126 s at 76-80
+/// and rises again. Whatever the SLO, every load the search tried up to the capacity meets it (the
+/// capacity stops below the lowest failure), and loads that meet it again above a failure are
+/// reported.
+#[test]
+fn capacity_on_a_non_monotone_metric_stops_below_the_lowest_failure() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/profiles/phase_lock_h100_pcie.toml");
+    let p = capsim::profile::Profile::load(Some(path), &capsim::catalog::Catalog::builtin()).unwrap();
+    for slo in ["ttft_mean_s=0.125", "ttft_mean_s=0.13", "ttft_mean_s=0.137"] {
+        let q = question(LoadAxis::Concurrency, LoadTemplate::fixed(1024, 256), &[slo], 128.0);
+        let (cap, _, tried) = search(&p, &q, &|| {}).unwrap();
+        assert!(cap > 0.0);
+        let lowest_fail = tried.iter().filter(|t| !t.meets_slo).map(|t| t.load).fold(f64::INFINITY, f64::min);
+        assert!(cap < lowest_fail, "{slo}: capacity {cap} at or above a failing load {lowest_fail}");
+        assert!(tried.iter().filter(|t| t.load <= cap).all(|t| t.meets_slo), "{slo}");
+        let above: Vec<f64> = capsim::capacity::non_monotone_loads(&tried);
+        assert!(above.iter().all(|&l| l > lowest_fail));
+    }
+}
