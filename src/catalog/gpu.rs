@@ -191,8 +191,11 @@ struct GpuFile {
 
 pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
     let file: GpuFile = toml::from_str(text).map_err(|e| toml_error(source, text, e))?;
-    for g in &file.gpu {
+    for (i, g) in file.gpu.iter().enumerate() {
         let ctx = format!("{source} [gpu `{}`]", g.name);
+        if file.gpu[..i].iter().any(|h| h.name == g.name) {
+            return Err(Error::input(&ctx, None, Some("name"), "named twice in this file"));
+        }
         for (field, v) in [
             ("memory_gb", g.memory_gb),
             ("hbm_bandwidth_tb_s", g.hbm_bandwidth_tb_s),

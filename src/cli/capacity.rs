@@ -303,6 +303,9 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
     if !(rate.is_finite() && rate > 0.0) {
         return Err(Error::flag("--target-rate", format!("must be a positive rate, got {rate}")));
     }
+    if a.max_replicas == 0 || a.max_replicas > 100_000 {
+        return Err(Error::flag("--max-replicas", format!("must be in 1..=100000, got {}", a.max_replicas)));
+    }
     if let Some(pr) = a.gpu_price_per_hour {
         if !(pr.is_finite() && pr >= 0.0) {
             return Err(Error::flag("--gpu-price-per-hour", "must be a non-negative number"));

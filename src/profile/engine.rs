@@ -447,6 +447,9 @@ pub(super) fn resolve_engine(
             format!("must hold at least one block, got {kv_capacity_tokens}"),
         ));
     }
+    if s.max_prefill_tokens == Some(0) {
+        return Err(err("engine.max_prefill_tokens", "must be at least 1".into()));
+    }
     let ratio_init = s.new_token_ratio_init.unwrap_or(0.7);
     // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14 x init (environ.py).
     let ratio_min = s.new_token_ratio_min.unwrap_or(0.098);

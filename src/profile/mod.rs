@@ -306,24 +306,26 @@ impl ProfileFile {
             ));
         }
         let c = &self.coefficients;
-        for (field, v, lo) in [
-            ("coefficients.step_overhead_s", c.step_overhead_s, 0.0),
-            ("coefficients.per_seq_overhead_s", c.per_seq_overhead_s, 0.0),
-            ("coefficients.bandwidth_eff_bytes_s", c.bandwidth_eff_bytes_s, 1e9),
-            ("coefficients.matmul_flops_eff_s", c.matmul_flops_eff_s, 1e9),
-            ("coefficients.attention_flops_eff_s", c.attention_flops_eff_s, 1e9),
-            ("coefficients.request_overhead_s", c.request_overhead_s, 0.0),
-            ("coefficients.mem_compute_overlap", c.mem_compute_overlap, 0.0),
-            ("coefficients.expert_spread", c.expert_spread, 0.0),
-            ("coefficients.frontend_serial_s", c.frontend_serial_s, 0.0),
-            ("coefficients.grouped_gemm_rel", c.grouped_gemm_rel, 1e-3),
+        // Physical ranges: a cost of 1e300 s or a rate below 1 GB/s is a typo, not a deployment (the
+        // bandwidth and FLOP/s bounds are far above any GPU; the 1e30 of test profiles stays in).
+        for (field, v, lo, hi) in [
+            ("coefficients.step_overhead_s", c.step_overhead_s, 0.0, 10.0),
+            ("coefficients.per_seq_overhead_s", c.per_seq_overhead_s, 0.0, 1.0),
+            ("coefficients.bandwidth_eff_bytes_s", c.bandwidth_eff_bytes_s, 1e9, 1e30),
+            ("coefficients.matmul_flops_eff_s", c.matmul_flops_eff_s, 1e9, 1e30),
+            ("coefficients.attention_flops_eff_s", c.attention_flops_eff_s, 1e9, 1e30),
+            ("coefficients.request_overhead_s", c.request_overhead_s, 0.0, 600.0),
+            ("coefficients.mem_compute_overlap", c.mem_compute_overlap, 0.0, 1.0),
+            ("coefficients.expert_spread", c.expert_spread, 0.0, 1e3),
+            ("coefficients.frontend_serial_s", c.frontend_serial_s, 0.0, 60.0),
+            ("coefficients.grouped_gemm_rel", c.grouped_gemm_rel, 1e-3, 1e3),
         ] {
-            if !v.is_finite() || v < lo {
+            if !(v.is_finite() && v >= lo && v <= hi) {
                 return Err(Error::input(
                     source,
                     None,
                     Some(field),
-                    format!("must be a finite number >= {lo}, got {v}"),
+                    format!("must be in {lo:e}..={hi:e}, got {}", crate::error::fmt_num(v)),
                 ));
             }
         }

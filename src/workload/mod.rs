@@ -357,7 +357,12 @@ pub struct Workload {
 }
 
 impl WorkloadSpec {
-    pub fn validate(self) -> Result<Workload> {
+    pub fn validate(mut self) -> Result<Workload> {
+        // Inline trace records replay in time order, as CSV and JSONL traces do (a stable sort keeps
+        // the file's order among equal times).
+        if let Arrivals::Trace { records } = &mut self.arrivals {
+            records.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        }
         let bad = |field: &str, msg: String| Err(Error::input("workload", None, Some(field), msg));
         let is_trace = matches!(self.arrivals, Arrivals::Trace { .. });
         if self.classes.is_empty() && !is_trace {

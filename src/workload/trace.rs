@@ -28,6 +28,10 @@ const TIME_KEYS: &[(&str, f64)] = &[
     ("TIMESTAMP", 1.0),
     ("timestamp", 1e-3),
 ];
+/// The seconds per unit of a time key's numbers (1 when the key is not a time key).
+fn scale_of(key: &str) -> f64 {
+    TIME_KEYS.iter().find(|(k, _)| *k == key).map_or(1.0, |(_, s)| *s)
+}
 const INPUT_KEYS: &[&str] = &["input_tokens", "ContextTokens", "Request tokens", "input_length", "prompt_tokens"];
 const OUTPUT_KEYS: &[&str] =
     &["output_tokens", "GeneratedTokens", "Response tokens", "output_length", "completion_tokens"];
@@ -68,6 +72,21 @@ fn parse_time(s: &str, scale: f64) -> Option<f64> {
     let h: f64 = t.next()?.parse().ok()?;
     let mi: f64 = t.next()?.parse().ok()?;
     let sec: f64 = t.next()?.parse().ok()?;
+    // A calendar date and a clock time, or nothing: 2023-13-45 99:99:99 is not a time, and a year far
+    // outside the traces' era would wrap the day count.
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let valid = (1970..=2200).contains(&y)
+        && (1..=12).contains(&mo)
+        && (1..=month_days[(mo.clamp(1, 12) - 1) as usize]).contains(&da)
+        && (0.0..24.0).contains(&h)
+        && (0.0..60.0).contains(&mi)
+        && (0.0..61.0).contains(&sec)
+        && t.next().is_none()
+        && d.next().is_none();
+    if !valid {
+        return None;
+    }
     Some(days_from_civil(y, mo, da) as f64 * 86400.0 + h * 3600.0 + mi * 60.0 + sec)
 }
 
@@ -192,6 +211,11 @@ pub fn parse_jsonl(src: &str, text: &str) -> Result<Trace> {
                 serde_json::Value::Number(n) => {
                     n.as_f64().ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number"))
                 }
+                // A date string is seconds since the epoch, whatever unit the key's numbers are in:
+                // the caller's scale applies to numbers only.
+                serde_json::Value::String(s) if s.trim().parse::<f64>().is_err() => parse_time(s, 1.0)
+                    .map(|secs| secs / scale_of(k))
+                    .ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number or a date")),
                 serde_json::Value::String(s) => {
                     parse_time(s, 1.0).ok_or_else(|| Error::input(src, Some(line_no), Some(k), "not a number"))
                 }

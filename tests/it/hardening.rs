@@ -156,3 +156,56 @@ fn a_profile_file_wins_over_an_embedded_profile_of_the_same_name() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["scenario"]["engine"]["max_num_seqs"], 3);
 }
+
+#[test]
+fn settings_dates_and_catalog_entries_out_of_range_are_refused() {
+    let dir = std::env::temp_dir();
+    refused(&["simulate", "--burst", "1", "--max-prefill-tokens", "0"], "max_prefill_tokens");
+    refused(&["capacity", "--target-rate", "5", "--slo", "ttft_mean_s=2", "--max-replicas", "0"], "--max-replicas");
+    let big = dir.join("capsim-hardening-big.toml");
+    let text = capsim::profile::BUILTIN_PROFILES[0].1;
+    let line = text.lines().find(|l| l.starts_with("step_overhead_s")).unwrap();
+    std::fs::write(&big, text.replacen(line, "step_overhead_s = 1e300", 1)).unwrap();
+    refused(&["simulate", "--profile", big.to_str().unwrap(), "--burst", "1"], "coefficients.step_overhead_s");
+    let azure = dir.join("capsim-hardening-azure.csv");
+    std::fs::write(&azure, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-45 99:99:99,10,10\n").unwrap();
+    refused(&["simulate", "--trace", azure.to_str().unwrap()], "TIMESTAMP");
+    let gpus = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/models/gpus.toml")).unwrap();
+    let first = &gpus[gpus.find("[[gpu]]").unwrap()..];
+    let first = &first[..first[7..].find("[[gpu]]").unwrap() + 7];
+    let dup = dir.join("capsim-hardening-gpus.toml");
+    std::fs::write(&dup, format!("{first}{first}")).unwrap();
+    refused(&["simulate", "--gpus-file", dup.to_str().unwrap(), "--burst", "1"], "named twice");
+}
+
+#[test]
+fn trace_times_keep_their_meaning() {
+    let dir = std::env::temp_dir();
+    // A date string in a Mooncake `timestamp` (a key whose numbers are milliseconds) is a date.
+    let mc = dir.join("capsim-hardening-mooncake.jsonl");
+    std::fs::write(
+        &mc,
+        "{\"timestamp\": \"2024-01-01 00:00:00\", \"input_length\": 10, \"output_length\": 5}\n{\"timestamp\": \"2024-01-01 00:00:02\", \"input_length\": 10, \"output_length\": 5}\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["simulate", "--trace", mc.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["sim_time_s"].as_f64().unwrap() > 2.0, "{}", v["sim_time_s"]);
+    // Inline trace records are replayed in time order.
+    let inline = dir.join("capsim-hardening-inline.toml");
+    std::fs::write(
+        &inline,
+        "[arrivals]\nkind = \"trace\"\nrecords = [ { arrival_s = 5.0, input_tokens = 100, output_tokens = 10 }, { arrival_s = 0.0, input_tokens = 100, output_tokens = 10 } ]\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["simulate", "--workload", inline.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["requests_completed"], 2);
+    assert!(v["ttft_s"]["p99"].as_f64().unwrap() < 1.0, "{}", v["ttft_s"]);
+}
