@@ -266,7 +266,8 @@ fn quantization(c: &Cfg) -> Result<Quant> {
 
 /// Parse a Hugging Face config.json. `source` names the file in errors.
 pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
-    let root: Value = serde_json::from_str(text)
+    let root: Value = crate::measured::json::reject_duplicate_keys(text)
+        .and_then(|_| serde_json::from_str(text))
         .map_err(|e| Error::input(source, Some(e.line()), None, format!("invalid JSON: {e}")))?;
     if !root.is_object() {
         return Err(Error::input(source, None, None, "config.json must be a JSON object"));

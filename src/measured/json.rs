@@ -39,7 +39,64 @@ pub fn parse_json_lenient(text: &str) -> std::result::Result<Value, serde_json::
         out.push(c);
         rest = &rest[c.len_utf8()..];
     }
+    reject_duplicate_keys(&out)?;
     serde_json::from_str(&out)
+}
+
+/// An error at the first object key that appears twice in one object: serde_json would keep the last
+/// one silently, and a file that says two things is refused rather than read as one of them.
+pub fn reject_duplicate_keys(text: &str) -> std::result::Result<(), serde_json::Error> {
+    serde_json::from_str::<NoDuplicates>(text).map(|_| ())
+}
+
+/// Walks a document and fails on a repeated key (a Deserialize that keeps nothing).
+struct NoDuplicates;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicates {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicatesVisitor)
+    }
+}
+
+struct NoDuplicatesVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicatesVisitor {
+    type Value = NoDuplicates;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> std::result::Result<NoDuplicates, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(k) = m.next_key::<String>()? {
+            if !seen.insert(k.clone()) {
+                return Err(serde::de::Error::custom(format!("key `{k}` appears twice in one object")));
+            }
+            m.next_value::<NoDuplicates>()?;
+        }
+        Ok(NoDuplicates)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> std::result::Result<NoDuplicates, A::Error> {
+        while s.next_element::<NoDuplicates>()?.is_some() {}
+        Ok(NoDuplicates)
+    }
+    fn visit_bool<E>(self, _: bool) -> std::result::Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_i64<E>(self, _: i64) -> std::result::Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_u64<E>(self, _: u64) -> std::result::Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_f64<E>(self, _: f64) -> std::result::Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_str<E>(self, _: &str) -> std::result::Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_unit<E>(self) -> std::result::Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
 }
 
 /// The documents of a file with the line each starts on: the whole text if it parses as one document,

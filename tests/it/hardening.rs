@@ -209,3 +209,20 @@ fn trace_times_keep_their_meaning() {
     assert_eq!(v["requests_completed"], 2);
     assert!(v["ttft_s"]["p99"].as_f64().unwrap() < 1.0, "{}", v["ttft_s"]);
 }
+
+#[test]
+fn a_json_key_given_twice_is_refused() {
+    let dir = std::env::temp_dir();
+    let cfg = dir.join("capsim-hardening-dup-config.json");
+    std::fs::write(&cfg, "{\"model_type\": \"llama\", \"hidden_size\": 4096, \"hidden_size\": 8192}").unwrap();
+    refused(&["simulate", "--model", cfg.to_str().unwrap(), "--burst", "1"], "appears twice");
+    let run =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vllm/sweep/low/c1_in1024.json"))
+            .unwrap();
+    let dup = dir.join("capsim-hardening-dup-run.json");
+    std::fs::write(&dup, run.replacen('{', "{\"duration\": 1.0, ", 1)).unwrap();
+    refused(
+        &["validate", "--runs", dup.to_str().unwrap(), "--profile", "qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm"],
+        "appears twice",
+    );
+}
