@@ -109,8 +109,15 @@ fn question(a: &CapacityArgs) -> Result<Question> {
         LoadAxis::Concurrency => 1024.0,
         LoadAxis::Rate => 1000.0,
     });
-    if !(max_load.is_finite() && max_load >= 1.0) {
-        return Err(Error::flag("--max-load", format!("must be at least 1, got {max_load}")));
+    let bound = match axis {
+        LoadAxis::Rate => capsim::workload::MAX_RATE_PER_S,
+        _ => capsim::workload::MAX_REQUESTS as f64,
+    };
+    if !(max_load.is_finite() && max_load >= 1.0 && max_load <= bound) {
+        return Err(Error::flag(
+            "--max-load",
+            format!("must be in 1..={bound:e}, got {}", capsim::error::fmt_num(max_load)),
+        ));
     }
     if !(a.rate_tol.is_finite() && a.rate_tol > 0.0 && a.rate_tol < 0.5) {
         return Err(Error::flag("--rate-tol", "must be in (0, 0.5)"));
