@@ -36,6 +36,8 @@ pub enum Error {
     Infeasible(String),
     /// The run completed, but no request was measured: its results (printed) hold no latencies.
     NothingMeasured(String),
+    /// The question was asked well and has no answer (no load meets the SLO); the output is printed.
+    NoAnswer(String),
 }
 
 impl Error {
@@ -43,7 +45,7 @@ impl Error {
     /// output is printed), 2 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::NothingMeasured(_) => 3,
+            Error::NothingMeasured(_) | Error::NoAnswer(_) => 3,
             _ => 2,
         }
     }
@@ -69,7 +71,7 @@ impl fmt::Display for Error {
                 write!(f, "unknown {kind} `{name}`; known: {}", known.join(", "))
             }
             Error::Infeasible(msg) => write!(f, "{msg}"),
-            Error::NothingMeasured(msg) => write!(f, "{msg}"),
+            Error::NothingMeasured(msg) | Error::NoAnswer(msg) => write!(f, "{msg}"),
         }
     }
 }

@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     }
     match cli::run() {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ capsim::error::Error::NothingMeasured(_)) => {
+        Err(e @ (capsim::error::Error::NothingMeasured(_) | capsim::error::Error::NoAnswer(_))) => {
             eprintln!("capsim: warning: {e}");
             ExitCode::from(e.exit_code())
         }

@@ -181,13 +181,24 @@ fn side_by_side_rows(results: &[(Profile, Capacity)], q: &Question) -> Vec<Vec<S
                 p.gpu.name.clone(),
                 p.tensor_parallel.to_string(),
                 p.retargeted_from.as_ref().map_or("no (calibrated)".into(), |f| format!("yes (from {f})")),
-                capsim::data::format_value(c.capacity),
-                capsim::data::format_value(c.band.0),
-                capsim::data::format_value(c.band.1),
+                capsim::data::format_value(resolved(q, c.capacity)),
+                capsim::data::format_value(resolved(q, c.band.0)),
+                capsim::data::format_value(resolved(q, c.band.1)),
                 verdict_text(c, q),
             ]
         })
         .collect()
+}
+
+/// A load as precise as the search that found it: whole numbers for clients and bursts, and for rates
+/// the significant digits the relative tolerance resolves (13.18359375 at 1% prints 13.2).
+fn resolved(q: &Question, x: f64) -> f64 {
+    if q.axis.is_integer() || x == 0.0 || !x.is_finite() {
+        return x.round();
+    }
+    let digits = (-q.rate_rel_tol.log10()).ceil() as i32 + 1;
+    let scale = 10f64.powi(digits - 1 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
 }
 
 fn verdict_text(c: &Capacity, q: &Question) -> String {
@@ -209,7 +220,18 @@ fn verdict_text(c: &Capacity, q: &Question) -> String {
     format!("{v}; not monotone: the SLO holds again at {}", loads.join(", "))
 }
 
+/// The capacity question; exit code 3 (a warning, the output printed) when it has no answer: no load
+/// meets the SLO on any GPU asked about, or no fleet up to --max-replicas does.
 pub fn run(a: CapacityArgs) -> Result<()> {
+    if answer(a)? {
+        Ok(())
+    } else {
+        Err(Error::NoAnswer("no load meets the SLO (or no fleet up to --max-replicas does)".into()))
+    }
+}
+
+/// Prints the answer; false when there is none.
+fn answer(a: CapacityArgs) -> Result<bool> {
     if let Some(path) = &a.svg {
         super::check_output_file("--svg", path)?;
     }
@@ -232,6 +254,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         results.push((p, c));
     }
     pb.finish_and_clear();
+    let answered = results.iter().any(|(_, c)| c.verdict != capacity::Verdict::NoLoadMeetsSlo);
     if let Some(path) = &a.svg {
         let (p, c) = &results[0];
         let slo = q.slos[0];
@@ -258,7 +281,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             .iter()
             .map(|(p, c)| {
                 json!({
-                    "capacity": c.capacity, "band": {"low": c.band.0, "high": c.band.1}, "verdict": c.verdict, "stability": c.stability,
+                    "capacity": resolved(&q, c.capacity), "band": {"low": resolved(&q, c.band.0), "high": resolved(&q, c.band.1)}, "verdict": c.verdict, "stability": c.stability,
                     "non_monotone_loads": c.non_monotone_loads,
                     "points": c.points, "load": q.axis.as_str(), "slos": q.slos.iter().map(|s| json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
                     "profile": c.profile, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
@@ -268,7 +291,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
             .collect();
         let out = if v.len() == 1 { v.into_iter().next().expect("one") } else { json!({"side_by_side": v}) };
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));
-        return Ok(());
+        return Ok(answered);
     }
     if a.csv {
         let (h, rows) = points_rows(&results[0].1.points);
@@ -278,7 +301,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         } else {
             print!("{}", csv(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, &q)));
         }
-        return Ok(());
+        return Ok(answered);
     }
     let slo_desc: Vec<String> = q
         .slos
@@ -288,25 +311,25 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     println!("question: largest {} with {} (seeds {})", q.axis.as_str(), slo_desc.join(" and "), q.seeds);
     if results.len() > 1 {
         print!("{}", table(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, &q)));
-        return Ok(());
+        return Ok(answered);
     }
     let (p, c) = &results[0];
     println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p));
     println!(
         "capacity: {} {}  (band {} .. {} from the profile's fitted uncertainty; {})\n",
-        capsim::data::format_value(c.capacity),
+        capsim::data::format_value(resolved(&q, c.capacity)),
         q.axis.as_str(),
-        capsim::data::format_value(c.band.0),
-        capsim::data::format_value(c.band.1),
+        capsim::data::format_value(resolved(&q, c.band.0)),
+        capsim::data::format_value(resolved(&q, c.band.1)),
         verdict_text(c, &q)
     );
     let (h, rows) = points_rows(&c.points);
     let h: Vec<&str> = h.iter().map(String::as_str).collect();
     print!("{}", table(&h, &rows));
-    Ok(())
+    Ok(answered)
 }
 
-fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rate: f64) -> Result<()> {
+fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rate: f64) -> Result<bool> {
     if !(rate.is_finite() && rate > 0.0) {
         return Err(Error::flag("--target-rate", format!("must be a positive rate, got {rate}")));
     }
@@ -392,9 +415,10 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
             }
         })
         .collect();
+    let answered = rows.iter().all(|r| !r["replicas"].is_null());
     if a.json {
         println!("{}", serde_json::to_string_pretty(&json!({"fleet": rows})).expect("json"));
-        return Ok(());
+        return Ok(answered);
     }
     let t_rows: Vec<Vec<String>> = rows
         .iter()
@@ -436,5 +460,5 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
     } else {
         print!("{}", table(&headers, &t_rows));
     }
-    Ok(())
+    Ok(answered)
 }

@@ -85,7 +85,7 @@ fn names_source(e: &Error, source: &str) -> bool {
         Error::Input { at, .. } => at.source.contains(source),
         Error::Io { path, .. } => path.contains(source),
         Error::Unknown { name, .. } => !name.is_empty() || !e.to_string().is_empty(),
-        Error::Infeasible(msg) | Error::NothingMeasured(msg) => !msg.is_empty(),
+        Error::Infeasible(msg) | Error::NothingMeasured(msg) | Error::NoAnswer(msg) => !msg.is_empty(),
     }
 }
 

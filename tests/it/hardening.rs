@@ -227,3 +227,31 @@ fn a_json_key_given_twice_is_refused() {
         "appears twice",
     );
 }
+
+#[test]
+fn capacity_answers_with_the_search_resolution_and_exit_3_without_an_answer() {
+    let (code, err) = capsim(&["capacity", "--load", "burst", "--slo", "ttft_mean_s=0.001"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("warning: no load meets the SLO"), "{err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args([
+            "capacity",
+            "--load",
+            "rate",
+            "--input-len",
+            "2048",
+            "--output-len",
+            "256",
+            "--slo",
+            "ttft_p95_s=2.0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // 1% rate tolerance: three significant digits, not 13.18359375.
+    let c = v["capacity"].as_f64().unwrap();
+    let digits = format!("{c}").chars().filter(|ch| ch.is_ascii_digit()).count();
+    assert!(digits <= 3, "{c}");
+}
