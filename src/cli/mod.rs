@@ -420,6 +420,13 @@ pub fn read_workload_file(path: &std::path::Path) -> Result<Workload> {
 /// A trace file as a workload.
 pub fn trace_workload(path: &std::path::Path, warmup: u64, cooldown: u64) -> Result<Workload> {
     let t = read_trace(path)?;
+    eprintln!(
+        "note: {}: {} trace, {} requests over {:.1} s",
+        path.display(),
+        t.format,
+        t.records.len(),
+        t.records.last().map_or(0.0, |r| r.arrival_s)
+    );
     if t.skipped_failures > 0 {
         // Nothing dropped without a word: BurstGPT marks failed requests with 0 response tokens.
         eprintln!(

@@ -143,8 +143,8 @@ pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
                 "no arrival-time column (arrival_s, TIMESTAMP, Timestamp, timestamp)",
             )
         })?;
-    // A CSV `timestamp` column is seconds; only Mooncake's JSONL uses milliseconds.
-    let tscale = if tkey == "timestamp" { 1.0 } else { tscale };
+    // `timestamp` is milliseconds in CSV as in JSONL (Mooncake's unit); seconds are `arrival_s` or
+    // `timestamp_s`. One name, one unit, whatever the file format.
     let (ii, ikey) = find(INPUT_KEYS).ok_or_else(|| {
         Error::input(
             src,

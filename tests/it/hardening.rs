@@ -255,3 +255,17 @@ fn capacity_answers_with_the_search_resolution_and_exit_3_without_an_answer() {
     let digits = format!("{c}").chars().filter(|ch| ch.is_ascii_digit()).count();
     assert!(digits <= 3, "{c}");
 }
+
+#[test]
+fn a_timestamp_column_means_milliseconds_in_csv_and_jsonl() {
+    let csv =
+        capsim::workload::trace::parse_csv("t.csv", "timestamp,input_length,output_length\n0,100,10\n1000,100,10\n")
+            .unwrap();
+    let jsonl = capsim::workload::trace::parse_jsonl(
+        "t.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 10}\n{\"timestamp\": 1000, \"input_length\": 100, \"output_length\": 10}\n",
+    )
+    .unwrap();
+    assert_eq!(csv.records, jsonl.records);
+    assert_eq!(csv.records[1].arrival_s, 1.0);
+}
