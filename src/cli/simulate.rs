@@ -29,6 +29,12 @@ pub struct SimulateArgs {
     /// Replay a trace (CSV or JSONL: arrival time, input tokens, output tokens).
     #[arg(long, group = "load")]
     pub trace: Option<PathBuf>,
+    /// Replay the trace this many times faster (2 halves every gap between arrivals: twice the traffic)
+    #[arg(long, default_value_t = 1.0)]
+    pub trace_rate_scale: f64,
+    /// Replay only the trace's requests sent in START:END seconds of the original trace (before scaling)
+    #[arg(long)]
+    pub trace_window: Option<String>,
     /// A workload TOML file for anything richer (request classes, rate schedules).
     #[arg(long, group = "load")]
     pub workload: Option<PathBuf>,
@@ -64,7 +70,13 @@ pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
         return read_workload_file(path);
     }
     if let Some(path) = &a.trace {
-        return trace_workload(path, t.warmup_requests, t.cooldown_requests);
+        return trace_workload(
+            path,
+            t.warmup_requests,
+            t.cooldown_requests,
+            a.trace_rate_scale,
+            a.trace_window.as_deref(),
+        );
     }
     if let Some(n) = a.concurrency {
         if n == 0 {

@@ -269,3 +269,25 @@ fn a_timestamp_column_means_milliseconds_in_csv_and_jsonl() {
     assert_eq!(csv.records, jsonl.records);
     assert_eq!(csv.records[1].arrival_s, 1.0);
 }
+
+#[test]
+fn a_trace_at_rate_scale_2_has_half_the_gaps_and_a_window_cuts_it() {
+    let dir = std::env::temp_dir();
+    let trace = dir.join("capsim-trace-scale.csv");
+    std::fs::write(&trace, "arrival_s,input_tokens,output_tokens\n0,100,10\n2,100,10\n4,100,10\n6,100,10\n").unwrap();
+    let arrivals = |extra: &[&str]| -> Vec<f64> {
+        let out = dir.join("capsim-trace-scale-requests.csv");
+        let mut args = vec!["simulate", "--trace", trace.to_str().unwrap(), "--per-request", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let (code, err) = capsim(&args);
+        assert_eq!(code, 0, "{err}");
+        let text = std::fs::read_to_string(&out).unwrap();
+        let mut a: Vec<f64> = text.lines().skip(1).map(|l| l.split(',').nth(4).unwrap().parse().unwrap()).collect();
+        a.sort_by(f64::total_cmp);
+        a
+    };
+    assert_eq!(arrivals(&[]), [0.0, 2.0, 4.0, 6.0]);
+    assert_eq!(arrivals(&["--trace-rate-scale", "2"]), [0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(arrivals(&["--trace-window", "2:5"]), [0.0, 2.0]);
+    refused(&["simulate", "--trace", trace.to_str().unwrap(), "--trace-window", "9:10"], "--trace-window");
+}
