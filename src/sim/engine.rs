@@ -136,6 +136,7 @@ impl<'a> Engine<'a> {
     /// Preempt the most recently admitted running requests (vLLM's `self.running.pop()`,
     /// TensorRT-LLM's pause of the last started) until `idx` can hold `target` tokens. Returns false
     /// when `idx` itself had to go.
+    #[inline]
     pub(super) fn preempt_newest_until_fits(&mut self, idx: u32, target: u32) -> bool {
         while self.extra_blocks(&self.reqs[idx as usize], target) > self.free_blocks {
             let victim = self.running.pop().expect("running holds idx");
@@ -147,6 +148,7 @@ impl<'a> Engine<'a> {
         true
     }
     /// Move the head of the waiting queue into the running batch with `n` of its tokens scheduled.
+    #[inline]
     pub(super) fn admit_head(&mut self, now: u64, shape: &mut BatchShape, n: u32) {
         let idx = self.waiting.pop_front().expect("a waiting request");
         self.alloc(idx, self.reqs[idx as usize].computed + n);
@@ -155,6 +157,7 @@ impl<'a> Engine<'a> {
         self.running.push(idx);
         self.mark_scheduled(idx, now, shape, n);
     }
+    #[inline]
     pub(super) fn mark_scheduled(&mut self, idx: u32, now: u64, shape: &mut BatchShape, n: u32) {
         let r = &mut self.reqs[idx as usize];
         if r.first_sched_ns == NONE {
