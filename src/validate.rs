@@ -452,7 +452,7 @@ pub fn run(
                 let shared = SharedModel::fit(&others, "leave-one-report-out");
                 let name =
                     format!("{} (shared model without report {})", t.profile_name, &source[..3.min(source.len())]);
-                let p = unmeasured_profile(catalog, &shared, &name, &t.deployment())?;
+                let p = unmeasured_profile(catalog, &shared, &name, &t.deployment)?;
                 let note = format!("shared model of {} other deployments", others.len());
                 rows.extend(predict_rows(&pts, &p, metas, protocol, &note));
             }

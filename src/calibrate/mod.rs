@@ -40,33 +40,12 @@ pub struct Target {
     pub report: String,
     pub profile_name: String,
     pub description: String,
-    pub model: String,
-    pub gpu: String,
-    pub tensor_parallel: u32,
-    pub expert_parallel: bool,
-    pub engine: EngineKind,
-    pub weight_dtype: Dtype,
-    pub kv_dtype: Dtype,
+    /// What was measured and where: the same type a user's runs and an unmeasured deployment use.
+    pub deployment: crate::profile::Deployment,
     pub assumptions: Vec<String>,
     /// Engine settings the report does not state, tried in turn (a discrete experiment unknown); the
     /// variant with the lower objective is kept and named in the provenance.
     pub variants: Vec<(String, EngineSettings)>,
-}
-
-impl Target {
-    /// The deployment as the target states it, with the engine's defaults.
-    pub fn deployment(&self) -> crate::profile::Deployment {
-        crate::profile::Deployment {
-            model: self.model.clone(),
-            gpu: self.gpu.clone(),
-            tensor_parallel: self.tensor_parallel,
-            expert_parallel: self.expert_parallel,
-            engine: self.engine,
-            weight_dtype: self.weight_dtype,
-            kv_dtype: self.kv_dtype,
-            settings: EngineSettings::default(),
-        }
-    }
 }
 
 fn slug(s: &str) -> String {
@@ -152,13 +131,16 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
                 &m.report[..3]
             ),
             profile_name,
-            model: arch.name.clone(),
-            gpu,
-            tensor_parallel: 1,
-            expert_parallel: false,
-            engine,
-            weight_dtype,
-            kv_dtype,
+            deployment: crate::profile::Deployment {
+                model: arch.name.clone(),
+                gpu,
+                tensor_parallel: 1,
+                expert_parallel: false,
+                engine,
+                weight_dtype,
+                kv_dtype,
+                settings: EngineSettings::default(),
+            },
             assumptions,
             variants,
         });
@@ -298,9 +280,9 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
     // The profile names the engine release it assumes (the newest capsim read, unless the runs' or the
     // flags' settings say otherwise), so that a later default does not change what it means.
     let mut engine = EngineSettings {
-        kind: Some(t.engine),
+        kind: Some(t.deployment.engine),
         gpu_memory_utilization: Some(b.mem_fraction),
-        version: Some(crate::profile::latest_version(t.engine).to_string()),
+        version: Some(crate::profile::latest_version(t.deployment.engine).to_string()),
         ..Default::default()
     };
     engine.merge(variant);
@@ -308,15 +290,15 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
         name: t.profile_name.clone(),
         description: t.description.clone(),
         model: ModelRef {
-            name: t.model.clone(),
-            weight_dtype: t.weight_dtype,
-            kv_dtype: t.kv_dtype,
+            name: t.deployment.model.clone(),
+            weight_dtype: t.deployment.weight_dtype,
+            kv_dtype: t.deployment.kv_dtype,
             state_dtype: None,
         },
         gpu: GpuRef {
-            name: t.gpu.clone(),
-            tensor_parallel: Some(t.tensor_parallel),
-            expert_parallel: t.expert_parallel.then_some(true),
+            name: t.deployment.gpu.clone(),
+            tensor_parallel: Some(t.deployment.tensor_parallel),
+            expert_parallel: t.deployment.expert_parallel.then_some(true),
         },
         engine,
         coefficients: b.coefficients,
@@ -392,8 +374,8 @@ fn calibrate_variant(
     opts: &FitOptions,
     variant: &EngineSettings,
 ) -> Result<(ProfileFile, FitReport)> {
-    let arch = catalog.model(&t.model)?;
-    let gpu = catalog.gpu(&t.gpu)?.clone();
+    let arch = catalog.model(&t.deployment.model)?;
+    let gpu = catalog.gpu(&t.deployment.gpu)?.clone();
     let report_pts: Vec<&Point> = points.iter().filter(|p| p.report == t.report).collect();
     let excluded: Vec<(usize, String)> =
         report_pts.iter().filter(|p| p.is_flagged()).map(|p| (p.line, p.flags.join(" | "))).collect();
@@ -408,11 +390,11 @@ fn calibrate_variant(
     if fit_pts.is_empty() {
         return Err(Error::Infeasible(format!("{}: no usable points to calibrate on", t.report)));
     }
-    let base_budget = crate::profile::default_prefill_budget(t.engine, &EngineSettings::default(), &gpu);
+    let base_budget = crate::profile::default_prefill_budget(t.deployment.engine, &EngineSettings::default(), &gpu);
     let (v0, stage_notes, mut unident, mut physics) = stage_a(&arch, t, &gpu, &fit_pts, base_budget);
 
     let peak_bw = gpu.hbm_bandwidth_bytes_s();
-    let peak_mm = gpu.dense_flops_s(t.weight_dtype);
+    let peak_mm = gpu.dense_flops_s(t.deployment.weight_dtype);
     let peak_attn = gpu.max_dense_flops_s();
     let has = |f: &dyn Fn(&Point) -> bool| fit_pts.iter().any(|p| f(p));
     // A benchmark run states its request count and load: only a report's tests have these unknowns.

@@ -32,10 +32,10 @@ pub(super) fn shared_priors(
     t: &Target,
     chunk: u32,
 ) -> Vec<(usize, f64, f64, String)> {
-    let (c, s) = shared.coefficients_for(arch, gpu, t.weight_dtype, chunk);
+    let (c, s) = shared.coefficients_for(arch, gpu, t.deployment.weight_dtype, chunk);
     // The fit has one matmul rate (dense and grouped GEMMs blended), so its prior is the blend.
     let blend_sigma = shared.blend_sigma_for(arch, chunk);
-    let blend = shared.blend_for(arch, chunk) * gpu.dense_flops_s(t.weight_dtype);
+    let blend = shared.blend_for(arch, chunk) * gpu.dense_flops_s(t.deployment.weight_dtype);
     let log = |i: usize, v: f64, w: f64, name: &str| {
         (i, v.ln(), w.max(0.05), format!("{name} ~ {v:.4e} (x/÷ {:.2}, shared hardware model)", w.max(0.05).exp()))
     };

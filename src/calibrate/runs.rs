@@ -56,13 +56,11 @@ pub fn target_for_runs(
             runs.len()
         ),
         // A config.json path stays a path (the profile reads it again); a catalog model by its name.
-        model: if d.model.ends_with(".json") { d.model.clone() } else { arch.name.clone() },
-        gpu,
-        tensor_parallel: d.tensor_parallel,
-        expert_parallel: d.expert_parallel,
-        engine: d.engine,
-        weight_dtype: d.weight_dtype,
-        kv_dtype: d.kv_dtype,
+        deployment: Deployment {
+            model: if d.model.ends_with(".json") { d.model.clone() } else { arch.name.clone() },
+            gpu,
+            ..d.clone()
+        },
         assumptions,
         variants: vec![("engine settings as given".to_string(), d.settings.clone())],
     })

@@ -77,7 +77,7 @@ pub(super) fn stage_a(
     let mut unident = Vec::new();
     let mut physics = Vec::new();
     let peak_bw = gpu.hbm_bandwidth_bytes_s();
-    let peak_mm = gpu.dense_flops_s(t.weight_dtype);
+    let peak_mm = gpu.dense_flops_s(t.deployment.weight_dtype);
     let peak_attn = gpu.max_dense_flops_s();
     // Decode: step seconds = a + kv_bytes / bw.
     let dec: Vec<(f64, f64)> = pts
@@ -91,12 +91,12 @@ pub(super) fn stage_a(
         })
         .map(|p| {
             let ctx = p.input_tokens.unwrap() as f64 + p.output_tokens.unwrap() as f64 / 2.0;
-            let x = arch.kv_bytes_for_context(t.kv_dtype, ctx);
+            let x = arch.kv_bytes_for_context(t.deployment.kv_dtype, ctx);
             let y = if p.metric == "per_user_tok_s" { 1.0 / p.value } else { p.value / 1e3 };
             (x, y)
         })
         .collect();
-    let w1 = arch.weight_bytes_read(t.weight_dtype, 1.0);
+    let w1 = arch.weight_bytes_read(t.deployment.weight_dtype, 1.0);
     let n_ctx = dedup_count(dec.iter().map(|d| d.0 as u64));
     let mut bw = 0.8 * peak_bw;
     let mut overhead_total = 0.005;

@@ -251,7 +251,7 @@ pub struct ProfileFile {
 
 /// A deployment as a user states it (the runs it was measured on, or one nobody measured): what it
 /// runs, where, and with which engine settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Deployment {
     /// Catalog name or config.json path.
     pub model: String,

@@ -11,7 +11,7 @@ fn one_target_per_independent_report() {
     let reports: Vec<&str> = t.iter().map(|x| &x.report[..3]).collect();
     assert_eq!(reports, ["000", "001", "002", "003"]);
     assert!(t[2].assumptions.iter().any(|a| a.contains("H100 SXM assumed")));
-    assert_eq!(t[3].engine, capsim::profile::EngineKind::Sglang);
+    assert_eq!(t[3].deployment.engine, capsim::profile::EngineKind::Sglang);
 }
 
 #[test]
