@@ -83,15 +83,6 @@ pub enum CapacityPolicy {
     MaxUtilization,
 }
 
-impl CapacityPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapacityPolicy::GuaranteedNoEvict => "guaranteed_no_evict",
-            CapacityPolicy::MaxUtilization => "max_utilization",
-        }
-    }
-}
-
 impl EngineSettings {
     /// Settings in `over` replace those here.
     pub fn merge(&mut self, over: &EngineSettings) {
