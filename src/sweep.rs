@@ -41,6 +41,20 @@ pub fn run_point(
     Ok(SweepPoint { axis, load, seed, summary })
 }
 
+/// Run the loads of `indices` in parallel (each seeded from its index in `loads`, so a slice of a
+/// sweep gives the same points as the whole); results in the order of `indices`.
+pub fn run_sweep_at(
+    p: &Profile,
+    t: &LoadTemplate,
+    axis: LoadAxis,
+    loads: &[f64],
+    indices: &[usize],
+    seed: u64,
+    slo: &RequestSlo,
+) -> Result<Vec<SweepPoint>> {
+    indices.par_iter().map(|&i| run_point(p, t, axis, loads[i], point_seed(seed, i as u64), slo)).collect()
+}
+
 /// Run every load in parallel; results in the order of `loads`.
 pub fn run_sweep(
     p: &Profile,

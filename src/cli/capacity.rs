@@ -1,6 +1,7 @@
 //! `capsim capacity`: the largest load within SLOs, side by side across GPUs, and fleet sizing.
 
-use super::{LengthArgs, ProfileArgs};
+use super::shard::ScaleOutArgs;
+use super::{ProfileArgs, WorkloadArgs};
 use capsim::capacity::{self, preset, Capacity, Question, Routing, Slo, TriedPoint};
 use capsim::error::{Error, Result};
 use capsim::profile::Profile;
@@ -17,6 +18,8 @@ pub enum LoadArg {
     Burst,
     Concurrency,
     Rate,
+    /// A multiple of a trace's or a workload file's own rate.
+    Scale,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -30,10 +33,12 @@ pub struct CapacityArgs {
     #[command(flatten)]
     pub profile: ProfileArgs,
     #[command(flatten)]
-    pub lengths: LengthArgs,
-    /// What to search over: a burst size (max safe queue depth), closed-loop clients, or an open-loop rate.
-    #[arg(long, value_enum, default_value = "concurrency")]
-    pub load: LoadArg,
+    pub workload: WorkloadArgs,
+    /// What to search over: a burst size (max safe queue depth), closed-loop clients, an open-loop rate,
+    /// or the scale of a trace's or workload file's own rate [default: the file's own kind, else
+    /// concurrency]
+    #[arg(long, value_enum)]
+    pub load: Option<LoadArg>,
     /// A limit, NAME=VALUE: ttft_<stat>_s, itl_<stat>_ms, tpot_<stat>_ms, e2e_<stat>_s, queue_wait_<stat>_s
     /// (at most) or per_user_tok_s_<stat> (at least); stat = mean|p50|p90|p95|p99. Repeatable.
     #[arg(long)]
@@ -61,8 +66,14 @@ pub struct CapacityArgs {
     pub target_rate: Option<f64>,
     #[arg(long, value_enum, default_value = "round-robin")]
     pub routing: RoutingArg,
+    /// Fleet sizing: search no further than this many replicas.
     #[arg(long, default_value_t = 512)]
     pub max_replicas: u32,
+    /// Fleet sizing: requests each replica receives in a candidate's run (the run grows with the fleet
+    /// unless --requests or --duration fix it); default: eight running batches of the engine for the
+    /// mean request, 1,000 to 20,000.
+    #[arg(long)]
+    pub requests_per_replica: Option<u64>,
     /// Price of one GPU-hour (any currency), for cost per hour and per million output tokens.
     #[arg(long)]
     pub gpu_price_per_hour: Option<f64>,
@@ -73,6 +84,8 @@ pub struct CapacityArgs {
     /// Write an SVG of the first SLO metric against load, with the limit and the capacity found.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    #[command(flatten)]
+    pub scale_out: ScaleOutArgs,
 }
 
 fn progress(len_hint: u64) -> ProgressBar {
@@ -87,8 +100,21 @@ fn progress(len_hint: u64) -> ProgressBar {
 }
 
 fn question(a: &CapacityArgs) -> Result<Question> {
-    let mut template = a.lengths.template()?;
+    if a.workload.trace_rate_scale.is_some() {
+        return Err(Error::flag(
+            "--trace-rate-scale",
+            "capacity searches the scale of the trace itself (--load scale); drop --trace-rate-scale",
+        ));
+    }
+    let src = a.workload.source()?;
+    let mut template = src.template.clone();
     let mut slo_text = a.slo.clone();
+    if let (Some(_), Some(origin)) = (&a.preset, &src.origin) {
+        return Err(Error::flag(
+            "--preset",
+            format!("a preset sets the request lengths, which {origin} gives; use --slo"),
+        ));
+    }
     if let Some(name) = &a.preset {
         let p = preset(name)?;
         template.classes[0].input = LengthDist::fixed(p.input_tokens);
@@ -99,18 +125,30 @@ fn question(a: &CapacityArgs) -> Result<Question> {
     if slos.is_empty() {
         return Err(Error::flag("--slo", "give at least one SLO (e.g. --slo ttft_mean_s=3.0) or a --preset"));
     }
-    let axis = match a.load {
-        LoadArg::Burst => LoadAxis::Burst,
-        LoadArg::Concurrency => LoadAxis::Concurrency,
-        LoadArg::Rate => LoadAxis::Rate,
+    let axis = match (a.load, a.target_rate, src.own_load) {
+        (Some(LoadArg::Burst), _, _) => LoadAxis::Burst,
+        (Some(LoadArg::Concurrency), _, _) => LoadAxis::Concurrency,
+        (Some(LoadArg::Rate), _, _) | (None, Some(_), _) => LoadAxis::Rate,
+        (Some(LoadArg::Scale), _, _) => LoadAxis::Scale,
+        (None, None, Some((own, _))) => own,
+        (None, None, None) => LoadAxis::Concurrency,
     };
+    if a.target_rate.is_some() && axis != LoadAxis::Rate {
+        return Err(Error::flag(
+            "--load",
+            "fleet sizing (--target-rate) searches replicas at an open-loop rate: drop --load or use --load rate",
+        ));
+    }
+    src.check_axis(axis, if a.target_rate.is_some() { "--target-rate" } else { "--load" })?;
     let max_load = a.max_load.unwrap_or(match axis {
         LoadAxis::Burst => 4096.0,
         LoadAxis::Concurrency => 1024.0,
         LoadAxis::Rate => 1000.0,
+        LoadAxis::Scale => 100.0,
     });
     let bound = match axis {
         LoadAxis::Rate => capsim::workload::MAX_RATE_PER_S,
+        LoadAxis::Scale => 1e6,
         _ => capsim::workload::MAX_REQUESTS as f64,
     };
     if !(max_load.is_finite() && max_load >= 1.0 && max_load <= bound) {
@@ -137,7 +175,9 @@ fn on_gpu(a: &CapacityArgs, catalog: &capsim::catalog::Catalog, gpu: Option<&str
     let mut pa = a.profile.clone();
     pa.gpu = gpu.map(str::to_string).or(pa.gpu);
     let p = pa.resolve(catalog)?;
-    capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
+    if !q.template.is_trace() {
+        capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
+    }
     Ok(p)
 }
 
@@ -220,6 +260,137 @@ fn verdict_text(c: &Capacity, q: &Question) -> String {
     format!("{v}; not monotone: the SLO holds again at {}", loads.join(", "))
 }
 
+/// A capacity question ready to run: every input checked, one profile per GPU asked about.
+pub struct Prepared {
+    pub q: Question,
+    pub profiles: Vec<Profile>,
+    pub fleet: Option<capacity::FleetQuestion>,
+    pub gpu_price_per_hour: Option<f64>,
+}
+
+/// One GPU's answer.
+pub enum Outcome {
+    Loads(Capacity),
+    Fleet(Box<capacity::FleetAnswer>),
+}
+
+pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
+    if let Some(path) = &a.svg {
+        super::check_output_file("--svg", path)?;
+    }
+    let catalog = a.profile.catalog()?;
+    let q = question(a)?;
+    let fleet = match a.target_rate {
+        None => None,
+        Some(rate) => {
+            if !(rate.is_finite() && rate > 0.0 && rate <= capsim::workload::MAX_RATE_PER_S) {
+                return Err(Error::flag("--target-rate", format!("must be a positive rate up to 1e6, got {rate}")));
+            }
+            if a.max_replicas == 0 || a.max_replicas > 100_000 {
+                return Err(Error::flag("--max-replicas", format!("must be in 1..=100000, got {}", a.max_replicas)));
+            }
+            if let Some(n) = a.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
+                return Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}")));
+            }
+            let routing = match a.routing {
+                RoutingArg::RoundRobin => Routing::RoundRobin,
+                RoutingArg::LeastOutstanding => Routing::LeastOutstanding,
+            };
+            Some(capacity::FleetQuestion {
+                rate,
+                routing,
+                max_replicas: a.max_replicas,
+                requests_per_replica: a.requests_per_replica,
+            })
+        }
+    };
+    if a.target_rate.is_none() && a.requests_per_replica.is_some() {
+        return Err(Error::flag("--requests-per-replica", "applies to fleet sizing: give --target-rate"));
+    }
+    if let Some(pr) = a.gpu_price_per_hour {
+        if !(pr.is_finite() && pr >= 0.0) {
+            return Err(Error::flag("--gpu-price-per-hour", "must be a non-negative number"));
+        }
+    }
+    let gpus: Vec<Option<String>> = match &a.gpus {
+        Some(g) => g.iter().map(|x| Some(x.clone())).collect(),
+        None => vec![None],
+    };
+    let profiles = gpus.iter().map(|g| on_gpu(a, &catalog, g.as_deref(), &q)).collect::<Result<Vec<_>>>()?;
+    Ok(Prepared { q, profiles, fleet, gpu_price_per_hour: a.gpu_price_per_hour })
+}
+
+impl Prepared {
+    /// The answer on GPU `i`.
+    pub fn run_one(&self, i: usize, tick: &(dyn Fn() + Sync)) -> Result<Outcome> {
+        let p = &self.profiles[i];
+        match &self.fleet {
+            Some(fq) => Ok(Outcome::Fleet(Box::new(capacity::size_fleet(p, &self.q, fq, tick)?))),
+            None => Ok(Outcome::Loads(capacity::capacity(p, &self.q, tick)?)),
+        }
+    }
+    pub fn answered(o: &Outcome) -> bool {
+        match o {
+            Outcome::Loads(c) => c.verdict != capacity::Verdict::NoLoadMeetsSlo,
+            Outcome::Fleet(f) => f.replicas.is_some(),
+        }
+    }
+    /// GPU `i`'s answer as JSON: the object `capacity --json` prints for one GPU, or its fleet row.
+    pub fn json_one(&self, i: usize, o: &Outcome) -> serde_json::Value {
+        let (p, q) = (&self.profiles[i], &self.q);
+        match o {
+            Outcome::Loads(c) => json!({
+                "capacity": resolved(q, c.capacity), "band": {"low": resolved(q, c.band.0), "high": resolved(q, c.band.1)}, "verdict": c.verdict, "stability": c.stability,
+                "non_monotone_loads": c.non_monotone_loads,
+                "points": c.points, "load": q.axis.as_str(), "slos": q.slos.iter().map(|s| json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
+                "profile": c.profile, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
+                "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from, "seeds": q.seeds, "seed": q.seed,
+            }),
+            Outcome::Fleet(ans) => self.fleet_row(i, ans),
+        }
+    }
+    /// Everything `capacity --json` prints.
+    pub fn json(&self, outcomes: &[Outcome]) -> serde_json::Value {
+        let v: Vec<_> = outcomes.iter().enumerate().map(|(i, o)| self.json_one(i, o)).collect();
+        if self.fleet.is_some() {
+            json!({"fleet": v})
+        } else if v.len() == 1 {
+            v.into_iter().next().expect("one")
+        } else {
+            json!({"side_by_side": v})
+        }
+    }
+    fn fleet_row(&self, i: usize, ans: &capacity::FleetAnswer) -> serde_json::Value {
+        let (p, q) = (&self.profiles[i], &self.q);
+        let fq = self.fleet.as_ref().expect("a fleet question");
+        let tp = p.tensor_parallel;
+        let search = json!({
+            "requests_per_replica": ans.requests_per_replica,
+            "single_replica_rate": resolved(q, ans.single_replica_rate),
+            "candidates": ans.candidates,
+        });
+        let (Some(k), Some(s)) = (ans.replicas, &ans.summary) else {
+            return json!({"gpu": p.gpu.name, "tensor_parallel": tp, "replicas": null, "verdict": format!("no fleet of up to {} replicas meets the SLO", fq.max_replicas), "search": search});
+        };
+        let at = ans.candidates.iter().find(|c| c.replicas == k).expect("the answer was tried");
+        let gpus_n = k * tp;
+        let cost_h = self.gpu_price_per_hour.map(|pr| pr * gpus_n as f64);
+        // A fleet that meets its SLOs in a steady state serves what it is offered.
+        let served_tok_s = fq.rate * q.template.at(LoadAxis::Rate, fq.rate).map_or(0.0, |w| w.mean_output_tokens());
+        let tok_h = served_tok_s * 3600.0;
+        json!({
+            "gpu": p.gpu.name, "tensor_parallel": tp, "replicas": k, "gpus": gpus_n,
+            "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from,
+            "routing": fq.routing, "target_rate": fq.rate,
+            "slo_values": q.slos.iter().map(|x| json!({"name": x.name(), "value": x.value(s), "limit": x.limit})).collect::<Vec<_>>(),
+            "output_tok_s": served_tok_s, "power_kw_at_tdp": gpus_n as f64 * p.gpu.tdp_w / 1000.0,
+            "cost_per_hour": cost_h, "cost_per_million_output_tokens": cost_h.map(|c| if tok_h > 0.0 { c / (tok_h / 1e6) } else { f64::NAN }),
+            "stability": at.stability, "run_requests": at.run_requests, "run_s": at.run_s,
+            "verdict": "found", "search": search,
+        })
+    }
+}
+
 /// The capacity question; exit code 3 (a warning, the output printed) when it has no answer: no load
 /// meets the SLO on any GPU asked about, or no fleet up to --max-replicas does.
 pub fn run(a: CapacityArgs) -> Result<()> {
@@ -232,29 +403,59 @@ pub fn run(a: CapacityArgs) -> Result<()> {
 
 /// Prints the answer; false when there is none.
 fn answer(a: CapacityArgs) -> Result<bool> {
-    if let Some(path) = &a.svg {
-        super::check_output_file("--svg", path)?;
+    let shard = a.scale_out.shard()?;
+    if a.scale_out.jsonl && (a.json || a.csv || a.svg.is_some()) {
+        return Err(Error::flag("--jsonl", "choose one output: --jsonl, --json, --csv or --svg"));
     }
-    let catalog = a.profile.catalog()?;
-    let q = question(&a)?;
-    if let Some(rate) = a.target_rate {
-        return fleet(&a, &q, &catalog, rate);
-    }
-    let gpus: Vec<Option<String>> = match &a.gpus {
-        Some(g) => g.iter().map(|x| Some(x.clone())).collect(),
-        None => vec![None],
-    };
+    let prep = prepare(&a)?;
     let pb = progress(0);
     let tick = || pb.inc(1);
-    let mut results = Vec::new();
-    for g in &gpus {
-        let p = on_gpu(&a, &catalog, g.as_deref(), &q)?;
-        pb.set_message(p.gpu.name.clone());
-        let c = capacity::capacity(&p, &q, &tick)?;
-        results.push((p, c));
+    let n = prep.profiles.len();
+    let mine = if a.scale_out.jsonl { shard.indices(n) } else { (0..n).collect() };
+    let mut outcomes = Vec::new();
+    for &i in &mine {
+        pb.set_message(prep.profiles[i].gpu.name.clone());
+        outcomes.push(prep.run_one(i, &tick)?);
     }
     pb.finish_and_clear();
-    let answered = results.iter().any(|(_, c)| c.verdict != capacity::Verdict::NoLoadMeetsSlo);
+    // Answered when some GPU has an answer (a fleet: when every GPU has one).
+    let answered = if prep.fleet.is_some() {
+        outcomes.iter().all(Prepared::answered)
+    } else {
+        outcomes.iter().any(Prepared::answered) || outcomes.is_empty()
+    };
+    if a.scale_out.jsonl {
+        for (&i, o) in mine.iter().zip(&outcomes) {
+            println!("{}", super::shard::line(i, n, prep.json_one(i, o)));
+        }
+        return Ok(answered);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&prep.json(&outcomes)).expect("json"));
+        return Ok(answered);
+    }
+    if prep.fleet.is_some() {
+        let fleet: Vec<&capacity::FleetAnswer> = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Fleet(f) => Some(f.as_ref()),
+                Outcome::Loads(_) => None,
+            })
+            .collect();
+        print_fleet(&a, &prep, &fleet);
+        return Ok(answered);
+    }
+    let q = &prep.q;
+    let results: Vec<(Profile, Capacity)> = prep
+        .profiles
+        .iter()
+        .cloned()
+        .zip(outcomes)
+        .filter_map(|(p, o)| match o {
+            Outcome::Loads(c) => Some((p, c)),
+            Outcome::Fleet(_) => None,
+        })
+        .collect();
     if let Some(path) = &a.svg {
         let (p, c) = &results[0];
         let slo = q.slos[0];
@@ -276,30 +477,13 @@ fn answer(a: CapacityArgs) -> Result<bool> {
         );
         std::fs::write(path, svg).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
-    if a.json {
-        let v: Vec<_> = results
-            .iter()
-            .map(|(p, c)| {
-                json!({
-                    "capacity": resolved(&q, c.capacity), "band": {"low": resolved(&q, c.band.0), "high": resolved(&q, c.band.1)}, "verdict": c.verdict, "stability": c.stability,
-                    "non_monotone_loads": c.non_monotone_loads,
-                    "points": c.points, "load": q.axis.as_str(), "slos": q.slos.iter().map(|s| json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
-                    "profile": c.profile, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
-                    "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from, "seeds": q.seeds, "seed": q.seed,
-                })
-            })
-            .collect();
-        let out = if v.len() == 1 { v.into_iter().next().expect("one") } else { json!({"side_by_side": v}) };
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
-        return Ok(answered);
-    }
     if a.csv {
         let (h, rows) = points_rows(&results[0].1.points);
         let h: Vec<&str> = h.iter().map(String::as_str).collect();
         if results.len() == 1 {
             print!("{}", csv(&h, &rows));
         } else {
-            print!("{}", csv(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, &q)));
+            print!("{}", csv(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, q)));
         }
         return Ok(answered);
     }
@@ -310,18 +494,18 @@ fn answer(a: CapacityArgs) -> Result<bool> {
         .collect();
     println!("question: largest {} with {} (seeds {})", q.axis.as_str(), slo_desc.join(" and "), q.seeds);
     if results.len() > 1 {
-        print!("{}", table(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, &q)));
+        print!("{}", table(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, q)));
         return Ok(answered);
     }
     let (p, c) = &results[0];
     println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p));
     println!(
         "capacity: {} {}  (band {} .. {} from the profile's fitted uncertainty; {})\n",
-        capsim::data::format_value(resolved(&q, c.capacity)),
+        capsim::data::format_value(resolved(q, c.capacity)),
         q.axis.as_str(),
-        capsim::data::format_value(resolved(&q, c.band.0)),
-        capsim::data::format_value(resolved(&q, c.band.1)),
-        verdict_text(c, &q)
+        capsim::data::format_value(resolved(q, c.band.0)),
+        capsim::data::format_value(resolved(q, c.band.1)),
+        verdict_text(c, q)
     );
     let (h, rows) = points_rows(&c.points);
     let h: Vec<&str> = h.iter().map(String::as_str).collect();
@@ -329,97 +513,17 @@ fn answer(a: CapacityArgs) -> Result<bool> {
     Ok(answered)
 }
 
-fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rate: f64) -> Result<bool> {
-    if !(rate.is_finite() && rate > 0.0) {
-        return Err(Error::flag("--target-rate", format!("must be a positive rate, got {rate}")));
+fn routing_name(r: Routing) -> &'static str {
+    match r {
+        Routing::RoundRobin => "round-robin",
+        Routing::LeastOutstanding => "least-outstanding",
     }
-    if a.max_replicas == 0 || a.max_replicas > 100_000 {
-        return Err(Error::flag("--max-replicas", format!("must be in 1..=100000, got {}", a.max_replicas)));
-    }
-    if let Some(pr) = a.gpu_price_per_hour {
-        if !(pr.is_finite() && pr >= 0.0) {
-            return Err(Error::flag("--gpu-price-per-hour", "must be a non-negative number"));
-        }
-    }
-    let routing = match a.routing {
-        RoutingArg::RoundRobin => Routing::RoundRobin,
-        RoutingArg::LeastOutstanding => Routing::LeastOutstanding,
-    };
-    let gpus: Vec<Option<String>> = match &a.gpus {
-        Some(g) => g.iter().map(|x| Some(x.clone())).collect(),
-        None => vec![None],
-    };
-    let mut t = q.template.clone();
-    if t.requests.is_none() {
-        t.requests = Some(((rate * 120.0) as u64).clamp(500, 20_000));
-    }
-    let mut out = Vec::new();
-    for g in &gpus {
-        let p = on_gpu(a, catalog, g.as_deref(), q)?;
-        let ok = |k: u32| -> Result<(bool, capsim::metrics::Summary)> {
-            let (s, stability) = capacity::simulate_fleet(&p, &t, rate, k, routing, q.seed)?;
-            Ok((q.slos.iter().all(|x| x.met(&s)) && stability != capacity::Stability::Overloaded, s))
-        };
-        // Bracket and bisect over the replica count (more replicas never hurt).
-        let (mut lo, mut hi) = (0u32, 1u32);
-        let mut found = None;
-        while hi <= a.max_replicas {
-            let (good, s) = ok(hi)?;
-            if good {
-                found = Some((hi, s));
-                break;
-            }
-            lo = hi;
-            hi *= 2;
-        }
-        let Some((mut k, mut s)) = found else {
-            out.push((p, None));
-            continue;
-        };
-        hi = k;
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            let (good, sm) = ok(mid)?;
-            if good {
-                hi = mid;
-                k = mid;
-                s = sm;
-            } else {
-                lo = mid;
-            }
-        }
-        out.push((p, Some((k, s))));
-    }
-    let rows: Vec<serde_json::Value> = out
-        .iter()
-        .map(|(p, r)| {
-            let tp = p.tensor_parallel;
-            match r {
-                None => json!({"gpu": p.gpu.name, "tensor_parallel": tp, "replicas": null, "verdict": format!("no fleet of up to {} replicas meets the SLO", a.max_replicas)}),
-                Some((k, s)) => {
-                    let gpus_n = k * tp;
-                    let cost_h = a.gpu_price_per_hour.map(|pr| pr * gpus_n as f64);
-                    // A fleet that meets its SLOs without backlog serves what it is offered.
-                    let served_tok_s = rate * t.at(LoadAxis::Rate, rate).map_or(0.0, |w| w.mean_output_tokens());
-                    let tok_h = served_tok_s * 3600.0;
-                    json!({
-                        "gpu": p.gpu.name, "tensor_parallel": tp, "replicas": k, "gpus": gpus_n,
-                        "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from,
-                        "routing": routing, "target_rate": rate,
-                        "slo_values": q.slos.iter().map(|x| json!({"name": x.name(), "value": x.value(s), "limit": x.limit})).collect::<Vec<_>>(),
-                        "output_tok_s": served_tok_s, "power_kw_at_tdp": gpus_n as f64 * p.gpu.tdp_w / 1000.0,
-                        "cost_per_hour": cost_h, "cost_per_million_output_tokens": cost_h.map(|c| if tok_h > 0.0 { c / (tok_h / 1e6) } else { f64::NAN }),
-                        "verdict": "found",
-                    })
-                }
-            }
-        })
-        .collect();
-    let answered = rows.iter().all(|r| !r["replicas"].is_null());
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&json!({"fleet": rows})).expect("json"));
-        return Ok(answered);
-    }
+}
+
+fn print_fleet(a: &CapacityArgs, prep: &Prepared, out: &[&capacity::FleetAnswer]) {
+    let fq = prep.fleet.as_ref().expect("a fleet question");
+    let (q, rate, routing) = (&prep.q, fq.rate, fq.routing);
+    let rows: Vec<serde_json::Value> = out.iter().enumerate().map(|(i, f)| prep.fleet_row(i, f)).collect();
     let t_rows: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -438,11 +542,12 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
                 f("power_kw_at_tdp"),
                 f("cost_per_hour"),
                 f("cost_per_million_output_tokens"),
+                r.get("run_requests").map_or("-".into(), |v| v.to_string()),
+                f("run_s"),
                 r["verdict"].as_str().unwrap_or("").to_string(),
             ]
         })
         .collect();
-    println!("fleet for {rate} requests/s, routing {:?}", routing);
     let headers = [
         "gpu",
         "tp",
@@ -453,12 +558,31 @@ fn fleet(a: &CapacityArgs, q: &Question, catalog: &capsim::catalog::Catalog, rat
         "power_kw",
         "cost_per_hour",
         "cost_per_m_tok",
+        "run_requests",
+        "run_s",
         "verdict",
     ];
     if a.csv {
         print!("{}", csv(&headers, &t_rows));
-    } else {
-        print!("{}", table(&headers, &t_rows));
+        return;
     }
-    Ok(answered)
+    println!("fleet for {rate} requests/s, routing {}", routing_name(routing));
+    print!("{}", table(&headers, &t_rows));
+    for (p, ans) in prep.profiles.iter().zip(out) {
+        let tried: Vec<String> = ans
+            .candidates
+            .iter()
+            .map(|c| {
+                let v =
+                    if c.meets_slo { "meets".to_string() } else { format!("fails, {:?}", c.stability).to_lowercase() };
+                format!("{} ({v})", c.replicas)
+            })
+            .collect();
+        println!(
+            "{}: one replica serves {} requests/s within the SLOs; replicas tried: {}",
+            p.gpu.name,
+            num(resolved(q, ans.single_replica_rate), 4),
+            tried.join(", ")
+        );
+    }
 }

@@ -1,9 +1,11 @@
 //! Argument parsing (what the user typed) and its resolution into library objects (profile, workload).
 
+mod batch;
 mod calibrate;
 mod capacity;
 mod catalog;
 mod explain;
+mod shard;
 mod simulate;
 mod sweep;
 mod validate;
@@ -14,7 +16,7 @@ use capsim::metrics::RequestSlo;
 use capsim::profile::{CapacityPolicy, EngineKind, EngineSettings, Profile, Retarget};
 use capsim::units::Dtype;
 use capsim::workload::trace::read_trace;
-use capsim::workload::{LengthDist, LoadTemplate, Process, RequestClass, Workload, WorkloadSpec};
+use capsim::workload::{LengthDist, LoadAxis, LoadTemplate, Process, RequestClass, Workload, WorkloadSpec};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -48,6 +50,11 @@ pub enum Cmd {
     Models(catalog::ModelsArgs),
     /// Check the measured points and refresh their computed flags.
     Points(catalog::PointsArgs),
+    /// Run scenarios from a JSON-lines file (one per line: a command's flags as keys) in parallel; one
+    /// JSON result per line, in input order.
+    Batch(batch::BatchArgs),
+    /// Join the JSON-lines files of sharded runs (--shard I/N --jsonl) into the unsharded run's output.
+    Merge(shard::MergeArgs),
 }
 
 pub fn run() -> Result<()> {
@@ -65,6 +72,8 @@ pub fn run() -> Result<()> {
         Cmd::Gpus(a) => catalog::gpus(a),
         Cmd::Models(a) => catalog::models(a),
         Cmd::Points(a) => catalog::points(a),
+        Cmd::Batch(a) => batch::run(a),
+        Cmd::Merge(a) => shard::merge(a),
     }
 }
 
@@ -288,39 +297,245 @@ impl ProfileArgs {
     }
 }
 
-/// Request lengths and run length, shared by simulate, sweep and capacity.
-#[derive(Args, Debug, Clone)]
-pub struct LengthArgs {
-    /// Input tokens: N, or uniform:MIN:MAX, normal:MEAN:SD, lognormal:MEAN:SD.
-    #[arg(long, default_value = "1024", allow_hyphen_values = true)]
-    pub input_len: String,
-    /// Output tokens, same forms as --input-len.
-    #[arg(long, default_value = "256", allow_hyphen_values = true)]
-    pub output_len: String,
+/// The workload, shared by simulate, sweep and capacity: request lengths and run length as flags, a
+/// workload TOML file, or a trace. The load level (clients, rate, burst size, scale) is each
+/// command's own.
+#[derive(Args, Debug, Clone, Default)]
+pub struct WorkloadArgs {
+    /// Input tokens: N, or uniform:MIN:MAX, normal:MEAN:SD, lognormal:MEAN:SD [default: 1024]
+    #[arg(long, allow_hyphen_values = true, help_heading = "Workload")]
+    pub input_len: Option<String>,
+    /// Output tokens, same forms as --input-len [default: 256]
+    #[arg(long, allow_hyphen_values = true, help_heading = "Workload")]
+    pub output_len: Option<String>,
     /// Requests to send (closed and open loops); default 5 rounds of a closed loop (>= 100), 1000 open.
-    #[arg(long)]
+    /// Overrides a workload file's count.
+    #[arg(long, help_heading = "Workload")]
     pub requests: Option<u64>,
-    /// Stop sending after this many simulated seconds.
-    #[arg(long)]
+    /// Stop sending after this many simulated seconds (overrides a workload file's duration_s).
+    #[arg(long, help_heading = "Workload")]
     pub duration: Option<f64>,
-    /// Closed loop: seconds a client waits after a response before its next request.
-    #[arg(long, default_value_t = 0.0)]
-    pub think_time: f64,
+    /// Closed loop: seconds a client waits after a response before its next request [default: 0]
+    #[arg(long, help_heading = "Workload")]
+    pub think_time: Option<f64>,
     /// Closed loop: draw think times from an exponential with mean --think-time.
-    #[arg(long)]
+    #[arg(long, help_heading = "Workload")]
     pub think_exponential: bool,
-    /// Open loop arrival process.
-    #[arg(long, value_enum, default_value = "poisson")]
-    pub process: ProcessArg,
+    /// Open loop arrival process [default: poisson]
+    #[arg(long, value_enum, help_heading = "Workload")]
+    pub process: Option<ProcessArg>,
     /// Gamma burstiness as `vllm bench serve --burstiness` (implies --process gamma unless 1).
-    #[arg(long)]
+    #[arg(long, help_heading = "Workload")]
     pub burstiness: Option<f64>,
-    /// Leave the first N requests out of the metrics.
-    #[arg(long, default_value_t = 0)]
-    pub warmup_requests: u64,
-    /// Leave the last N requests out of the metrics.
-    #[arg(long, default_value_t = 0)]
-    pub cooldown_requests: u64,
+    /// Leave the first N requests out of the metrics (overrides a workload file's warmup_requests).
+    #[arg(long, help_heading = "Workload")]
+    pub warmup_requests: Option<u64>,
+    /// Leave the last N requests out of the metrics (overrides a workload file's cooldown_requests).
+    #[arg(long, help_heading = "Workload")]
+    pub cooldown_requests: Option<u64>,
+    /// A workload TOML file: request classes, arrivals (closed loop, burst, open loop with a rate
+    /// schedule), run length. A load flag of the command replaces its arrivals and keeps the rest.
+    #[arg(long, help_heading = "Workload")]
+    pub workload: Option<PathBuf>,
+    /// Replay a trace (CSV or JSONL: arrival time, input tokens, output tokens; Mooncake, Azure,
+    /// BurstGPT). Its load axis is the scale (sweep --scale, capacity --load scale).
+    #[arg(long, help_heading = "Workload")]
+    pub trace: Option<PathBuf>,
+    /// Replay the trace this many times faster (2 halves every gap between arrivals: twice the traffic).
+    /// Sweep: the base that --scale values multiply. Capacity searches the scale itself.
+    #[arg(long, help_heading = "Workload")]
+    pub trace_rate_scale: Option<f64>,
+    /// Replay only the trace's requests sent in START:END seconds of the original trace (before scaling).
+    #[arg(long, help_heading = "Workload")]
+    pub trace_window: Option<String>,
+}
+
+/// Where a workload came from, for notes and refusals.
+#[derive(Debug, Clone)]
+pub struct WorkloadSource {
+    pub template: LoadTemplate,
+    /// The file's own load (axis and level) when the workload came from a file or a trace.
+    pub own_load: Option<(LoadAxis, f64)>,
+    /// The file's workload exactly as written (simulate runs it when no load flag is given).
+    pub file_workload: Option<Workload>,
+    /// "workload file X" or "trace X".
+    pub origin: Option<String>,
+}
+
+impl WorkloadSource {
+    /// Whether the command's load axis applies: a trace keeps its arrivals only on the scale axis; a
+    /// workload file's arrivals of another kind than the axis are replaced (said on stderr).
+    pub fn check_axis(&self, axis: LoadAxis, flag: &str) -> Result<()> {
+        let Some((own, _)) = self.own_load else {
+            if axis == LoadAxis::Scale {
+                return Err(Error::flag(
+                    flag,
+                    "a scale multiplies a trace's or a workload file's own rate: give --trace or --workload, or use --rate",
+                ));
+            }
+            return Ok(());
+        };
+        let origin = self.origin.as_deref().unwrap_or("the workload");
+        if self.template.is_trace() && axis != LoadAxis::Scale {
+            return Err(Error::flag(
+                flag,
+                format!("{origin} has its own arrival times: vary its rate with --scale (sweep) or --load scale (capacity), or --trace-rate-scale (simulate)"),
+            ));
+        }
+        if axis == LoadAxis::Scale && own != LoadAxis::Scale {
+            return Err(Error::flag(
+                flag,
+                format!("{origin} is a {}, not an open loop: a scale multiplies an open-loop rate", own.as_str()),
+            ));
+        }
+        if axis != own {
+            let kind = match own {
+                LoadAxis::Concurrency => "closed-loop",
+                LoadAxis::Burst => "burst",
+                LoadAxis::Rate | LoadAxis::Scale => "open-loop",
+            };
+            eprintln!(
+                "note: {origin}: its {kind} arrivals are replaced by the {} asked for; its request classes and run length are kept",
+                axis.as_str()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl WorkloadArgs {
+    /// The flags that shape requests and arrivals, which a workload file or a trace gives instead.
+    fn shape_flags(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.input_len.is_some() {
+            v.push("--input-len");
+        }
+        if self.output_len.is_some() {
+            v.push("--output-len");
+        }
+        if self.think_time.is_some() {
+            v.push("--think-time");
+        }
+        if self.think_exponential {
+            v.push("--think-exponential");
+        }
+        if self.process.is_some() {
+            v.push("--process");
+        }
+        if self.burstiness.is_some() {
+            v.push("--burstiness");
+        }
+        v
+    }
+
+    /// The workload: from a file, a trace or the flags, with the overrides the flags give.
+    pub fn source(&self) -> Result<WorkloadSource> {
+        if self.workload.is_some() && self.trace.is_some() {
+            return Err(Error::flag("--trace", "give a workload file or a trace, not both"));
+        }
+        if self.trace.is_none() {
+            for (flag, given) in [
+                ("--trace-rate-scale", self.trace_rate_scale.is_some()),
+                ("--trace-window", self.trace_window.is_some()),
+            ] {
+                if given {
+                    return Err(Error::flag(flag, "applies to a trace: give --trace FILE"));
+                }
+            }
+        }
+        if let Some(d) = self.duration {
+            if !(d.is_finite() && d > 0.0) {
+                return Err(Error::flag("--duration", format!("must be a positive number of seconds, got {d}")));
+            }
+        }
+        let (w, origin) = if let Some(path) = &self.workload {
+            (read_workload_file(path)?, format!("workload file {}", path.display()))
+        } else if let Some(path) = &self.trace {
+            for (flag, given) in [("--requests", self.requests.is_some()), ("--duration", self.duration.is_some())] {
+                if given {
+                    return Err(Error::flag(
+                        flag,
+                        "a trace sends its own requests; choose a span with --trace-window START:END",
+                    ));
+                }
+            }
+            let w = trace_workload(
+                path,
+                self.warmup_requests.unwrap_or(0),
+                self.cooldown_requests.unwrap_or(0),
+                self.trace_rate_scale.unwrap_or(1.0),
+                self.trace_window.as_deref(),
+            )?;
+            (w, format!("trace {}", path.display()))
+        } else {
+            return Ok(WorkloadSource {
+                template: self.template()?,
+                own_load: None,
+                file_workload: None,
+                origin: None,
+            });
+        };
+        if let Some(flag) = self.shape_flags().first() {
+            return Err(Error::flag(
+                flag,
+                format!("{origin} gives the requests' lengths and arrivals; drop {flag} or edit the file"),
+            ));
+        }
+        // Run-length and measurement overrides apply to the file's own workload too.
+        let mut spec = w.spec.clone();
+        let overridden = self.requests.is_some()
+            || self.duration.is_some()
+            || self.warmup_requests.is_some()
+            || self.cooldown_requests.is_some();
+        if let Some(n) = self.requests {
+            spec.requests = Some(n);
+        }
+        if let Some(d) = self.duration {
+            spec.duration_s = Some(d);
+        }
+        spec.warmup_requests = self.warmup_requests.unwrap_or(spec.warmup_requests);
+        spec.cooldown_requests = self.cooldown_requests.unwrap_or(spec.cooldown_requests);
+        let w = if overridden { spec.validate()? } else { w };
+        let (template, axis, load) = LoadTemplate::of_workload(&w);
+        Ok(WorkloadSource { template, own_load: Some((axis, load)), file_workload: Some(w), origin: Some(origin) })
+    }
+
+    /// The template the flags describe (no file).
+    pub fn template(&self) -> Result<LoadTemplate> {
+        let mut t = LoadTemplate::fixed(1, 1);
+        t.classes = vec![RequestClass {
+            weight: 1.0,
+            name: String::new(),
+            input: parse_length("--input-len", self.input_len.as_deref().unwrap_or("1024"))?,
+            output: parse_length("--output-len", self.output_len.as_deref().unwrap_or("256"))?,
+        }];
+        t.requests = self.requests;
+        t.duration_s = self.duration;
+        let think = self.think_time.unwrap_or(0.0);
+        if !(think.is_finite() && think >= 0.0) {
+            return Err(Error::flag("--think-time", format!("must be >= 0, got {think}")));
+        }
+        t.think_time_s = think;
+        t.think_exponential = self.think_exponential;
+        let process = self.process.unwrap_or(ProcessArg::Poisson);
+        t.process = match process {
+            ProcessArg::Poisson => Process::Poisson,
+            ProcessArg::Gamma => Process::Gamma,
+            ProcessArg::Constant => Process::Constant,
+        };
+        if let Some(b) = self.burstiness {
+            if !(b.is_finite() && b > 0.0) {
+                return Err(Error::flag("--burstiness", format!("must be a positive number, got {b}")));
+            }
+            t.burstiness = b;
+            if b != 1.0 && matches!(process, ProcessArg::Poisson) {
+                t.process = Process::Gamma;
+            }
+        }
+        t.warmup_requests = self.warmup_requests.unwrap_or(0);
+        t.cooldown_requests = self.cooldown_requests.unwrap_or(0);
+        Ok(t)
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -363,47 +578,6 @@ pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
         other => other,
     })?;
     Ok(d)
-}
-
-impl LengthArgs {
-    pub fn template(&self) -> Result<LoadTemplate> {
-        let mut t = LoadTemplate::fixed(1, 1);
-        t.classes = vec![RequestClass {
-            weight: 1.0,
-            name: String::new(),
-            input: parse_length("--input-len", &self.input_len)?,
-            output: parse_length("--output-len", &self.output_len)?,
-        }];
-        t.requests = self.requests;
-        if let Some(d) = self.duration {
-            if !(d.is_finite() && d > 0.0) {
-                return Err(Error::flag("--duration", format!("must be a positive number of seconds, got {d}")));
-            }
-        }
-        t.duration_s = self.duration;
-        if !(self.think_time.is_finite() && self.think_time >= 0.0) {
-            return Err(Error::flag("--think-time", format!("must be >= 0, got {}", self.think_time)));
-        }
-        t.think_time_s = self.think_time;
-        t.think_exponential = self.think_exponential;
-        t.process = match self.process {
-            ProcessArg::Poisson => Process::Poisson,
-            ProcessArg::Gamma => Process::Gamma,
-            ProcessArg::Constant => Process::Constant,
-        };
-        if let Some(b) = self.burstiness {
-            if !(b.is_finite() && b > 0.0) {
-                return Err(Error::flag("--burstiness", format!("must be a positive number, got {b}")));
-            }
-            t.burstiness = b;
-            if b != 1.0 && matches!(self.process, ProcessArg::Poisson) {
-                t.process = Process::Gamma;
-            }
-        }
-        t.warmup_requests = self.warmup_requests;
-        t.cooldown_requests = self.cooldown_requests;
-        Ok(t)
-    }
 }
 
 /// Read a workload TOML file (`--workload`).

@@ -1,6 +1,6 @@
 //! `capsim simulate`: one workload on one profile.
 
-use super::{goodput_slo, read_workload_file, trace_workload, LengthArgs, ProfileArgs};
+use super::{goodput_slo, ProfileArgs, WorkloadArgs};
 use capsim::error::{Error, Result};
 use capsim::metrics::{summarize, Stats, Summary};
 use capsim::profile::Profile;
@@ -16,7 +16,7 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub profile: ProfileArgs,
     #[command(flatten)]
-    pub lengths: LengthArgs,
+    pub workload: WorkloadArgs,
     /// Closed loop with N clients.
     #[arg(long, group = "load")]
     pub concurrency: Option<u32>,
@@ -26,18 +26,6 @@ pub struct SimulateArgs {
     /// Open loop at R requests per second (Poisson unless --burstiness or --process say otherwise).
     #[arg(long, group = "load")]
     pub rate: Option<f64>,
-    /// Replay a trace (CSV or JSONL: arrival time, input tokens, output tokens).
-    #[arg(long, group = "load")]
-    pub trace: Option<PathBuf>,
-    /// Replay the trace this many times faster (2 halves every gap between arrivals: twice the traffic)
-    #[arg(long, default_value_t = 1.0)]
-    pub trace_rate_scale: f64,
-    /// Replay only the trace's requests sent in START:END seconds of the original trace (before scaling)
-    #[arg(long)]
-    pub trace_window: Option<String>,
-    /// A workload TOML file for anything richer (request classes, rate schedules).
-    #[arg(long, group = "load")]
-    pub workload: Option<PathBuf>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Print the JSON contract instead of a table.
@@ -65,38 +53,35 @@ pub struct SimulateArgs {
 }
 
 pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
-    let t = a.lengths.template()?;
-    if let Some(path) = &a.workload {
-        return read_workload_file(path);
-    }
-    if let Some(path) = &a.trace {
-        return trace_workload(
-            path,
-            t.warmup_requests,
-            t.cooldown_requests,
-            a.trace_rate_scale,
-            a.trace_window.as_deref(),
-        );
-    }
-    if let Some(n) = a.concurrency {
+    let src = a.workload.source()?;
+    let load = if let Some(n) = a.concurrency {
         if n == 0 {
             return Err(Error::flag("--concurrency", "must be at least 1"));
         }
-        return t.at(LoadAxis::Concurrency, n as f64);
-    }
-    if let Some(n) = a.burst {
+        Some((LoadAxis::Concurrency, n as f64, "--concurrency"))
+    } else if let Some(n) = a.burst {
         if n == 0 {
             return Err(Error::flag("--burst", "must be at least 1"));
         }
-        return t.at(LoadAxis::Burst, n as f64);
-    }
-    if let Some(r) = a.rate {
+        Some((LoadAxis::Burst, n as f64, "--burst"))
+    } else if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
             return Err(Error::flag("--rate", format!("must be a positive number of requests per second, got {r}")));
         }
-        return t.at(LoadAxis::Rate, r);
+        Some((LoadAxis::Rate, r, "--rate"))
+    } else {
+        None
+    };
+    match (load, &src.file_workload) {
+        (Some((axis, value, flag)), _) => {
+            src.check_axis(axis, flag)?;
+            src.template.at(axis, value)
+        }
+        (None, Some(w)) => Ok(w.clone()),
+        (None, None) => {
+            Err(Error::flag("--concurrency", "choose a load: --concurrency, --burst, --rate, --trace or --workload"))
+        }
     }
-    Err(Error::flag("--concurrency", "choose a load: --concurrency, --burst, --rate, --trace or --workload"))
 }
 
 /// The resolved scenario written next to every result.
@@ -172,7 +157,16 @@ pub fn summary_table(s: &Summary) -> String {
     out
 }
 
-pub fn run(a: SimulateArgs) -> Result<()> {
+/// A simulation ready to run: every input checked.
+pub struct Prepared {
+    pub profile: Profile,
+    pub workload: Workload,
+    pub slo: capsim::metrics::RequestSlo,
+    pub seed: u64,
+    pub horizon_s: f64,
+}
+
+pub fn prepare(a: &SimulateArgs) -> Result<Prepared> {
     for (flag, path) in [("--per-request", &a.per_request), ("--save-vllm-result", &a.save_vllm_result)] {
         if let Some(path) = path {
             super::check_output_file(flag, path)?;
@@ -180,14 +174,39 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     }
     let catalog = a.profile.catalog()?;
     let p = a.profile.resolve(&catalog)?;
-    let w = workload_of(&a)?;
+    let w = workload_of(a)?;
     w.check_context(p.arch.max_context, &p.arch.name)?;
     if !(a.horizon.is_finite() && a.horizon > 0.0) {
         return Err(Error::flag("--horizon", "must be a positive number of seconds"));
     }
-    let out = simulate(&p, &w, a.seed, SimOptions { horizon_s: a.horizon, ..Default::default() });
     let slo = goodput_slo(a.goodput_ttft_s, a.goodput_itl_ms, a.goodput_e2e_s)?;
-    let s = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, &slo);
+    Ok(Prepared { profile: p, workload: w, slo, seed: a.seed, horizon_s: a.horizon })
+}
+
+impl Prepared {
+    pub fn run(&self) -> (capsim::sim::SimOutput, Summary) {
+        let (p, w) = (&self.profile, &self.workload);
+        let out = simulate(p, w, self.seed, SimOptions { horizon_s: self.horizon_s, ..Default::default() });
+        let s = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, &self.slo);
+        (out, s)
+    }
+    /// The JSON `simulate --json` prints.
+    pub fn json(&self, out: &capsim::sim::SimOutput, s: &Summary) -> serde_json::Value {
+        let mut v = serde_json::to_value(s).expect("summary serializes");
+        let obj = v.as_object_mut().expect("object");
+        obj.insert("capsim_version".into(), json!(env!("CARGO_PKG_VERSION")));
+        obj.insert("seed".into(), json!(self.seed));
+        obj.insert("scenario".into(), scenario_json(&self.profile, &self.workload, self.seed));
+        obj.insert("kv_capacity".into(), serde_json::to_value(self.profile.kv_capacity()).expect("kv serializes"));
+        obj.insert("kv_series".into(), serde_json::to_value(&out.series).expect("series serializes"));
+        v
+    }
+}
+
+pub fn run(a: SimulateArgs) -> Result<()> {
+    let prep = prepare(&a)?;
+    let (out, s) = prep.run();
+    let (p, w) = (&prep.profile, &prep.workload);
     if let Some(path) = &a.per_request {
         let rows: Vec<Vec<String>> = out
             .records
@@ -228,16 +247,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             .map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if a.json {
-        let mut v = serde_json::to_value(&s).expect("summary serializes");
-        let obj = v.as_object_mut().expect("object");
-        obj.insert("capsim_version".into(), json!(env!("CARGO_PKG_VERSION")));
-        obj.insert("seed".into(), json!(a.seed));
-        obj.insert("scenario".into(), scenario_json(&p, &w, a.seed));
-        obj.insert("kv_capacity".into(), serde_json::to_value(p.kv_capacity()).expect("kv serializes"));
-        obj.insert("kv_series".into(), serde_json::to_value(&out.series).expect("series serializes"));
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        println!("{}", serde_json::to_string_pretty(&prep.json(&out, &s)).expect("json"));
     } else {
-        println!("profile: {}{}", p.name(), extrapolation_note(&p));
+        println!("profile: {}{}", p.name(), extrapolation_note(p));
         println!(
             "engine: {} (budget {} tokens, max {} seqs, KV {} tokens in {}-token blocks), seed {}",
             p.engine.kind.as_str(),
@@ -247,7 +259,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             p.engine.block_size_tokens,
             a.seed
         );
-        print!("{}", kv_capacity_text(&p));
+        print!("{}", kv_capacity_text(p));
         println!();
         print!("{}", summary_table(&s));
     }

@@ -1,10 +1,11 @@
 //! `capsim sweep`: many loads, one row each, in parallel.
 
-use super::{LengthArgs, ProfileArgs};
+use super::shard::{line, ScaleOutArgs};
+use super::{ProfileArgs, WorkloadArgs};
 use capsim::error::{Error, Result};
 use capsim::metrics::RequestSlo;
 use capsim::report::{csv, num, table};
-use capsim::sweep::run_sweep;
+use capsim::sweep::run_sweep_at;
 use capsim::workload::LoadAxis;
 use clap::Args;
 use serde_json::json;
@@ -14,7 +15,7 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub profile: ProfileArgs,
     #[command(flatten)]
-    pub lengths: LengthArgs,
+    pub workload: WorkloadArgs,
     /// Closed-loop client counts, comma-separated.
     #[arg(long, value_delimiter = ',', group = "axis")]
     pub concurrency: Option<Vec<f64>>,
@@ -24,12 +25,17 @@ pub struct SweepArgs {
     /// Open-loop rates (requests/s), comma-separated.
     #[arg(long, value_delimiter = ',', group = "axis")]
     pub rate: Option<Vec<f64>>,
+    /// Multiples of a trace's or a workload file's own rate, comma-separated (2 = twice the traffic).
+    #[arg(long, value_delimiter = ',', group = "axis")]
+    pub scale: Option<Vec<f64>>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[arg(long)]
     pub json: bool,
     #[arg(long, conflicts_with = "json")]
     pub csv: bool,
+    #[command(flatten)]
+    pub scale_out: ScaleOutArgs,
 }
 
 pub const HEADERS: &[&str] = &[
@@ -49,17 +55,33 @@ pub const HEADERS: &[&str] = &[
     "kv_util_max",
 ];
 
-pub fn run(a: SweepArgs) -> Result<()> {
+/// A sweep ready to run: every input checked.
+pub struct Prepared {
+    pub profile: capsim::profile::Profile,
+    pub template: capsim::workload::LoadTemplate,
+    pub axis: LoadAxis,
+    pub loads: Vec<f64>,
+    pub seed: u64,
+}
+
+pub fn prepare(a: &SweepArgs) -> Result<Prepared> {
     let catalog = a.profile.catalog()?;
     let p = a.profile.resolve(&catalog)?;
-    let t = a.lengths.template()?;
-    capsim::workload::check_context(&t.classes, p.arch.max_context, &p.arch.name)?;
-    let (axis, loads) = match (&a.concurrency, &a.burst, &a.rate) {
-        (Some(v), _, _) => (LoadAxis::Concurrency, v.clone()),
-        (_, Some(v), _) => (LoadAxis::Burst, v.clone()),
-        (_, _, Some(v)) => (LoadAxis::Rate, v.clone()),
-        _ => return Err(Error::flag("--concurrency", "give a list of loads: --concurrency, --burst or --rate")),
+    let src = a.workload.source()?;
+    let t = src.template.clone();
+    if !t.is_trace() {
+        capsim::workload::check_context(&t.classes, p.arch.max_context, &p.arch.name)?;
+    }
+    let (axis, loads) = match (&a.concurrency, &a.burst, &a.rate, &a.scale) {
+        (Some(v), _, _, _) => (LoadAxis::Concurrency, v.clone()),
+        (_, Some(v), _, _) => (LoadAxis::Burst, v.clone()),
+        (_, _, Some(v), _) => (LoadAxis::Rate, v.clone()),
+        (_, _, _, Some(v)) => (LoadAxis::Scale, v.clone()),
+        _ => {
+            return Err(Error::flag("--concurrency", "give a list of loads: --concurrency, --burst, --rate or --scale"))
+        }
     };
+    src.check_axis(axis, &format!("--{}", axis.as_str()))?;
     for &l in &loads {
         if !(l.is_finite() && l > 0.0) || (axis.is_integer() && l.fract() != 0.0) {
             return Err(Error::flag(
@@ -71,7 +93,52 @@ pub fn run(a: SweepArgs) -> Result<()> {
             ));
         }
     }
-    let points = run_sweep(&p, &t, axis, &loads, a.seed, &RequestSlo::default())?;
+    for &l in &loads {
+        // Every load's workload is valid before anything runs.
+        t.at(axis, l)?;
+    }
+    Ok(Prepared { profile: p, template: t, axis, loads, seed: a.seed })
+}
+
+impl Prepared {
+    /// The points of `indices` (seeds from their index in the whole sweep), in that order.
+    pub fn points(&self, indices: &[usize]) -> Result<Vec<capsim::sweep::SweepPoint>> {
+        run_sweep_at(&self.profile, &self.template, self.axis, &self.loads, indices, self.seed, &RequestSlo::default())
+    }
+    /// The JSON `sweep --json` prints.
+    pub fn json(&self, points: &[capsim::sweep::SweepPoint]) -> serde_json::Value {
+        json!({
+            "capsim_version": env!("CARGO_PKG_VERSION"),
+            "profile": self.profile.name(),
+            "retargeted_from": self.profile.retargeted_from,
+            "seed": self.seed,
+            "template": self.template,
+            "points": points,
+        })
+    }
+    /// One point's JSON line.
+    pub fn point_json(&self, pt: &capsim::sweep::SweepPoint) -> serde_json::Value {
+        json!({"profile": self.profile.name(), "retargeted_from": self.profile.retargeted_from, "point": pt})
+    }
+}
+
+pub fn run(a: SweepArgs) -> Result<()> {
+    let shard = a.scale_out.shard()?;
+    if a.scale_out.jsonl && (a.json || a.csv) {
+        return Err(Error::flag("--jsonl", "choose one output: --jsonl, --json or --csv"));
+    }
+    let prep = prepare(&a)?;
+    let (p, axis) = (&prep.profile, prep.axis);
+    if a.scale_out.jsonl {
+        let idx = shard.indices(prep.loads.len());
+        let points = prep.points(&idx)?;
+        for (i, pt) in idx.iter().zip(&points) {
+            println!("{}", line(*i, prep.loads.len(), prep.point_json(pt)));
+        }
+        return Ok(());
+    }
+    let all: Vec<usize> = (0..prep.loads.len()).collect();
+    let points = prep.points(&all)?;
     let rows: Vec<Vec<String>> = points
         .iter()
         .map(|pt| {
@@ -95,19 +162,11 @@ pub fn run(a: SweepArgs) -> Result<()> {
         })
         .collect();
     if a.json {
-        let v = json!({
-            "capsim_version": env!("CARGO_PKG_VERSION"),
-            "profile": p.name(),
-            "retargeted_from": p.retargeted_from,
-            "seed": a.seed,
-            "template": t,
-            "points": points,
-        });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        println!("{}", serde_json::to_string_pretty(&prep.json(&points)).expect("json"));
     } else if a.csv {
         print!("{}", csv(HEADERS, &rows));
     } else {
-        println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(&p));
+        println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p));
         print!("{}", table(HEADERS, &rows));
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! `capsim validate`: predicted against measured for every point, per protocol; VALIDATION.md.
 
+use super::shard::{line, ScaleOutArgs};
 use super::ProfileArgs;
 use capsim::catalog::Catalog;
 use capsim::data::{self, LoadKind, Point};
@@ -35,6 +36,8 @@ pub struct ValidateArgs {
     /// Folder for the SVG plots of --markdown (relative paths are written into the document).
     #[arg(long, default_value = "validation")]
     pub plots: PathBuf,
+    #[command(flatten)]
+    pub scale_out: ScaleOutArgs,
 }
 
 fn protocols(s: &str) -> Result<Vec<Protocol>> {
@@ -131,6 +134,20 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
         a.profile.clone().ok_or_else(|| Error::flag("--profile", "required with --runs: the profile to validate"))?;
     let profile = ProfileArgs { profile: Some(name), ..Default::default() }.resolve(catalog)?;
     let (runs, _files, skipped) = super::calibrate::read_runs(&a.runs)?;
+    if a.scale_out.jsonl {
+        // One line per run: its statistics predicted against measured.
+        let shard = a.scale_out.shard()?;
+        for s in &skipped {
+            eprintln!("skipped {s}");
+        }
+        for i in shard.indices(runs.len()) {
+            let r = &runs[i];
+            let rows = validate::validate_runs(&profile, std::slice::from_ref(r));
+            let v = json!({"profile": profile.name(), "run": r.label(), "file": r.source.file, "tool": r.source.tool.as_str(), "rows": rows});
+            println!("{}", line(i, runs.len(), v));
+        }
+        return Ok(());
+    }
     let rows = validate::validate_runs(&profile, &runs);
     let summary = validate::summarize_run_rows(&rows);
     let failed: u64 = runs.iter().map(|r| r.failed).sum();
@@ -215,6 +232,10 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
 
 pub fn run(a: ValidateArgs) -> Result<()> {
     let catalog = Catalog::builtin();
+    a.scale_out.shard()?;
+    if a.scale_out.jsonl && (a.json || a.markdown.is_some()) {
+        return Err(Error::flag("--jsonl", "choose one output: --jsonl, --json or --markdown"));
+    }
     if !a.runs.is_empty() {
         return validate_runs(&a, &catalog);
     }
@@ -241,6 +262,21 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     };
     if let Some(path) = &a.markdown {
         return markdown(path, &a.plots, &points, &metas, &catalog);
+    }
+    if a.scale_out.jsonl {
+        // One line per (protocol, report): each is its own fit, the unit a slice runs.
+        let mut reports: Vec<&str> = points.iter().map(|p| p.report.as_str()).collect();
+        reports.dedup();
+        reports.retain(|r| a.report.as_deref().is_none_or(|o| r.starts_with(o)));
+        let tasks: Vec<(Protocol, &str)> =
+            protocols(&a.protocol)?.into_iter().flat_map(|p| reports.iter().map(move |r| (p, *r))).collect();
+        let shard = a.scale_out.shard()?;
+        for i in shard.indices(tasks.len()) {
+            let (p, rep) = tasks[i];
+            let rows = validate::run(p, &points, &metas, &catalog, Some(rep), override_profile.as_ref())?;
+            println!("{}", line(i, tasks.len(), json!({"protocol": p.as_str(), "report": rep, "rows": rows})));
+        }
+        return Ok(());
     }
     let mut all = Vec::new();
     for p in protocols(&a.protocol)? {

@@ -10,7 +10,8 @@ use crate::profile::{EngineKind, Profile};
 use crate::units::SimTime;
 use crate::workload::Workload;
 use serde::Serialize;
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 
 /// Options of one run that are not part of the workload.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,10 +104,6 @@ struct Replica<'a> {
     series_interval_ns: u64,
     next_sample_ns: u64,
     series_points: usize,
-    /// Requests routed here, and the finish times not yet counted as done (least-outstanding routing).
-    routed: u64,
-    done: u64,
-    finish_times: VecDeque<u64>,
     window: MeasureWindow,
 }
 
@@ -186,9 +183,6 @@ impl<'a> Replica<'a> {
             series_interval_ns: 1_000_000, // 1 ms, doubled whenever the buffer fills
             next_sample_ns: 0,
             series_points: opts.series_points.max(2),
-            routed: 0,
-            done: 0,
-            finish_times: VecDeque::new(),
             window,
         }
     }
@@ -198,17 +192,7 @@ impl<'a> Replica<'a> {
     fn accept(&mut self, mut a: Arrived) {
         a.enqueued = a.send.max(self.frontend_free).saturating_add(self.serial_ns).saturating_add(self.overhead_ns);
         self.frontend_free = a.send.max(self.frontend_free) + self.serial_ns;
-        self.routed += 1;
         self.inbox.push_back(a);
-    }
-
-    /// Requests routed here and not finished by time `t` (queries come in non-decreasing `t`).
-    fn outstanding_at(&mut self, t: u64) -> u64 {
-        while self.finish_times.front().is_some_and(|&f| f <= t) {
-            self.finish_times.pop_front();
-            self.done += 1;
-        }
-        self.routed - self.done
     }
 
     fn busy(&self) -> bool {
@@ -254,7 +238,6 @@ impl<'a> Replica<'a> {
             };
             if !eng.accepts(&live) {
                 out.requests_rejected += 1;
-                self.finish_times.push_back(now);
                 on_finish(now, a.client);
                 continue;
             }
@@ -391,7 +374,6 @@ impl<'a> Replica<'a> {
                     let client = r.client;
                     eng.free(idx);
                     eng.free_slots.push(idx);
-                    self.finish_times.push_back(now);
                     on_finish(now, client);
                 } else {
                     eng.running[kept] = idx;
@@ -450,6 +432,128 @@ pub fn simulate_fleet(
     drive(p, w, seed, opts, replicas.max(1), routing, &mut |_: &StepView| {})
 }
 
+/// Round-robin routing of arrivals that do not depend on completions (open loops, bursts, traces):
+/// request i goes to replica i mod K whatever the replicas' state, so the replicas do not interact
+/// and each is simulated alone over its own arrivals, in parallel, with the same events in the same
+/// order as the joint loop of [`drive`] (a replica acts at t before a send at s when t < s). Its
+/// data stays in cache instead of K replicas taking turns step by step. None when a replica reaches
+/// the horizon or stalls: the joint loop then decides what was sent and what was left.
+fn drive_independent<'a>(
+    new: &(dyn Fn() -> Replica<'a> + Sync),
+    k: usize,
+    arr: &mut Pending,
+    horizon_ns: u64,
+) -> Option<Vec<SimOutput>> {
+    use rayon::prelude::*;
+    let mut sends: Vec<Vec<Arrived>> = vec![Vec::new(); k];
+    let mut sent = 0u64;
+    while arr.peek_send().is_some() {
+        let (send, client, input, output, class) = arr.pop();
+        sends[(sent % k as u64) as usize].push(Arrived {
+            id: sent as u32,
+            send,
+            enqueued: 0,
+            client,
+            input,
+            output,
+            class,
+        });
+        sent += 1;
+    }
+    let last_send = sends.iter().filter_map(|v| v.last()).map(|a| a.send).max().unwrap_or(0);
+    let runs: Vec<Option<(SimOutput, u64)>> = sends
+        .into_par_iter()
+        .map(|mine| {
+            let mut r = new();
+            // Completions in steps that started before the last send (the joint loop's count then).
+            let mut done_before_last = 0u64;
+            let mut step = |r: &mut Replica, t: u64| -> Option<()> {
+                if t >= horizon_ns {
+                    return None;
+                }
+                let mut n = 0u64;
+                let progressed = r.advance(&mut |_: &StepView| {}, &mut |_, _| n += 1);
+                if t < last_send {
+                    done_before_last += n;
+                }
+                progressed.then_some(())
+            };
+            for a in mine {
+                while let Some(t) = r.next_event().filter(|&t| t < a.send) {
+                    step(&mut r, t)?;
+                }
+                r.accept(a);
+            }
+            while let Some(t) = r.next_event() {
+                step(&mut r, t)?;
+            }
+            Some((r.finish(), done_before_last))
+        })
+        .collect();
+    let runs: Vec<(SimOutput, u64)> = runs.into_iter().collect::<Option<_>>()?;
+    let completed: u64 = runs.iter().map(|(_, d)| d).sum();
+    let mut outs: Vec<SimOutput> = runs.into_iter().map(|(o, _)| o).collect();
+    for o in &mut outs {
+        o.last_send = SimTime(last_send);
+        o.outstanding_at_last_send = sent - completed;
+        o.requests_sent = o.records.len() as u64 + o.requests_rejected + o.requests_unfinished;
+    }
+    Some(outs)
+}
+
+/// No next event (an idle replica with an empty inbox).
+const NO_EVENT: u64 = u64::MAX;
+
+/// Replica `i`'s next event into the heap, unless the heap already holds it.
+fn reschedule(r: &Replica, i: usize, key: &mut [u64], events: &mut BinaryHeap<Reverse<(u64, u32)>>) {
+    let t = r.next_event().unwrap_or(NO_EVENT);
+    if t != key[i] {
+        key[i] = t;
+        if t != NO_EVENT {
+            events.push(Reverse((t, i as u32)));
+        }
+    }
+}
+
+/// Least-outstanding routing in O(log K) per request: each replica's count of requests routed to it
+/// and not finished by the send time, in an ordered set (fewest first, then the lowest index, as a
+/// scan would pick). Finish times are known ahead of the sends they precede (a replica's step that
+/// ends before a send is simulated before the send is routed) and applied when a send passes them.
+struct LeastOutstanding {
+    enabled: bool,
+    count: Vec<u64>,
+    by_count: BTreeSet<(u64, u32)>,
+    finishes: BinaryHeap<Reverse<(u64, u32)>>,
+}
+
+impl LeastOutstanding {
+    fn new(replicas: usize, enabled: bool) -> Self {
+        let by_count = if enabled { (0..replicas as u32).map(|i| (0, i)).collect() } else { BTreeSet::new() };
+        LeastOutstanding { enabled, count: vec![0; replicas], by_count, finishes: BinaryHeap::new() }
+    }
+    fn finished(&mut self, at: u64, replica: usize) {
+        if self.enabled {
+            self.finishes.push(Reverse((at, replica as u32)));
+        }
+    }
+    fn route(&mut self, send: u64) -> usize {
+        while let Some(&Reverse((at, i))) = self.finishes.peek() {
+            if at > send {
+                break;
+            }
+            self.finishes.pop();
+            let c = &mut self.count[i as usize];
+            self.by_count.remove(&(*c, i));
+            *c -= 1;
+            self.by_count.insert((*c, i));
+        }
+        let (c, i) = self.by_count.pop_first().expect("at least one replica");
+        self.count[i as usize] = c + 1;
+        self.by_count.insert((c + 1, i));
+        i as usize
+    }
+}
+
 fn drive<F: FnMut(&StepView)>(
     p: &Profile,
     w: &Workload,
@@ -461,41 +565,44 @@ fn drive<F: FnMut(&StepView)>(
 ) -> Vec<SimOutput> {
     let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
     let window = MeasureWindow::of(w);
+    let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
+    let independent = replicas > 1
+        && routing == Routing::RoundRobin
+        && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
+    if independent {
+        let new = || Replica::new(p, &opts, per, window);
+        if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns) {
+            return outs;
+        }
+    }
     let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window)).collect();
     let mut arr = Pending::new(w, seed);
-    let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
     let mut finished: Vec<(u64, u32)> = Vec::new();
+    // The replica that acts next, from a heap of (next event, index) keyed as a linear scan would
+    // choose (earliest, then lowest index): `key[i]` is replica i's current next event and entries
+    // that no longer match it are skipped. A replica's next event never moves back in time.
+    let mut key: Vec<u64> = vec![NO_EVENT; reps.len()];
+    let mut events: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(reps.len() * 2);
+    let mut least = LeastOutstanding::new(reps.len(), routing == Routing::LeastOutstanding);
     loop {
-        // The replica that acts next (ties: the lowest index).
-        let mut next: Option<(u64, usize)> = None;
-        for (i, r) in reps.iter().enumerate() {
-            if let Some(t) = r.next_event() {
-                if next.is_none_or(|(bt, _)| t < bt) {
-                    next = Some((t, i));
-                }
+        while let Some(&Reverse((t, i))) = events.peek() {
+            if key[i as usize] == t {
+                break;
             }
+            events.pop();
         }
+        let next = events.peek().map(|&Reverse((t, i))| (t, i as usize));
         // Requests sent no later than that are routed first.
         if let Some(send) = arr.peek_send() {
             if next.is_none_or(|(t, _)| send <= t) {
                 let (send, client, input, output, class) = arr.pop();
                 let k = match routing {
                     Routing::RoundRobin => (sent % replicas as u64) as usize,
-                    Routing::LeastOutstanding => {
-                        let mut best = 0;
-                        let mut best_n = u64::MAX;
-                        for (i, r) in reps.iter_mut().enumerate() {
-                            let n = r.outstanding_at(send);
-                            if n < best_n {
-                                best = i;
-                                best_n = n;
-                            }
-                        }
-                        best
-                    }
+                    Routing::LeastOutstanding => least.route(send),
                 };
                 reps[k].accept(Arrived { id: sent as u32, send, enqueued: 0, client, input, output, class });
+                reschedule(&reps[k], k, &mut key, &mut events);
                 sent += 1;
                 last_send = send;
                 outstanding_at_last_send = sent - completed;
@@ -506,11 +613,15 @@ fn drive<F: FnMut(&StepView)>(
         if t >= horizon_ns {
             break;
         }
+        events.pop();
+        key[i] = NO_EVENT;
         finished.clear();
         let progressed = reps[i].advance(observer, &mut |at, client| finished.push((at, client)));
+        reschedule(&reps[i], i, &mut key, &mut events);
         completed += finished.len() as u64;
         for &(at, client) in &finished {
             arr.on_finish(at, client);
+            least.finished(at, i);
         }
         if !progressed {
             break;

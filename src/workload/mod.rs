@@ -645,6 +645,9 @@ pub enum LoadAxis {
     Burst,
     /// Open-loop requests per second.
     Rate,
+    /// A multiple of a trace's or a workload file's own arrival rate: a trace replayed F times faster
+    /// (every gap divided by F), an open-loop rate schedule with every rate times F.
+    Scale,
 }
 
 impl LoadAxis {
@@ -653,10 +656,11 @@ impl LoadAxis {
             LoadAxis::Concurrency => "concurrency",
             LoadAxis::Burst => "burst",
             LoadAxis::Rate => "rate",
+            LoadAxis::Scale => "scale",
         }
     }
     pub fn is_integer(self) -> bool {
-        !matches!(self, LoadAxis::Rate)
+        !matches!(self, LoadAxis::Rate | LoadAxis::Scale)
     }
 }
 
@@ -674,9 +678,76 @@ pub struct LoadTemplate {
     pub burstiness: f64,
     pub warmup_requests: u64,
     pub cooldown_requests: u64,
+    pub warmup_s: f64,
+    /// The arrivals a [`LoadAxis::Scale`] load multiplies: a trace's records or a workload file's
+    /// open-loop schedule (None for templates built from flags).
+    #[serde(serialize_with = "arrivals_outline")]
+    pub scaled_arrivals: Option<Arrivals>,
+}
+
+/// A trace's records as their count (a template's JSON is not the place for a million records).
+fn arrivals_outline<S: serde::Serializer>(a: &Option<Arrivals>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match a {
+        Some(Arrivals::Trace { records }) => {
+            #[derive(Serialize)]
+            struct Outline {
+                kind: &'static str,
+                requests: usize,
+            }
+            Outline { kind: "trace", requests: records.len() }.serialize(s)
+        }
+        other => other.serialize(s),
+    }
 }
 
 impl LoadTemplate {
+    /// Everything of a workload but its load, and the load it was written at: a closed loop's clients,
+    /// a burst's size, or scale 1 of an open loop's schedule or a trace. Sweeps and capacity searches
+    /// vary the load; another axis than the file's replaces its arrivals and keeps the rest.
+    pub fn of_workload(w: &Workload) -> (LoadTemplate, LoadAxis, f64) {
+        let s = &w.spec;
+        let mut t = LoadTemplate {
+            classes: s.classes.clone(),
+            requests: s.requests,
+            duration_s: s.duration_s,
+            warmup_requests: s.warmup_requests,
+            cooldown_requests: s.cooldown_requests,
+            warmup_s: s.warmup_s,
+            ..LoadTemplate::fixed(1, 1)
+        };
+        if t.classes.is_empty() {
+            // A trace carries its own lengths; the classes matter only if another axis replaces its
+            // arrivals, and then its mean lengths stand in.
+            t.classes = vec![RequestClass {
+                weight: 1.0,
+                name: "trace".into(),
+                input: LengthDist::fixed(w.mean_input_tokens().round().max(1.0) as u32),
+                output: LengthDist::fixed(w.mean_output_tokens().round().max(1.0) as u32),
+            }];
+        }
+        match &s.arrivals {
+            Arrivals::ClosedLoop { clients, think_time_s, think_exponential } => {
+                t.think_time_s = *think_time_s;
+                t.think_exponential = *think_exponential;
+                (t, LoadAxis::Concurrency, *clients as f64)
+            }
+            Arrivals::Burst { n } => (t, LoadAxis::Burst, *n as f64),
+            Arrivals::OpenLoop { process, burstiness, .. } => {
+                t.process = *process;
+                t.burstiness = *burstiness;
+                t.scaled_arrivals = Some(s.arrivals.clone());
+                (t, LoadAxis::Scale, 1.0)
+            }
+            Arrivals::Trace { .. } => {
+                t.scaled_arrivals = Some(s.arrivals.clone());
+                (t, LoadAxis::Scale, 1.0)
+            }
+        }
+    }
+    /// Whether the template replays a trace (only the scale axis keeps its arrivals).
+    pub fn is_trace(&self) -> bool {
+        matches!(self.scaled_arrivals, Some(Arrivals::Trace { .. }))
+    }
     pub fn fixed(input: u32, output: u32) -> LoadTemplate {
         LoadTemplate {
             classes: vec![RequestClass {
@@ -693,6 +764,8 @@ impl LoadTemplate {
             burstiness: 1.0,
             warmup_requests: 0,
             cooldown_requests: 0,
+            warmup_s: 0.0,
+            scaled_arrivals: None,
         }
     }
     /// Request count at a load when none was given: 5 rounds of a closed loop (at least 100), 1000 for
@@ -705,6 +778,7 @@ impl LoadTemplate {
             LoadAxis::Concurrency => (5 * value as u64).max(100),
             LoadAxis::Burst => value as u64,
             LoadAxis::Rate => 1000,
+            LoadAxis::Scale => return self.requests,
         }))
     }
     pub fn at(&self, axis: LoadAxis, value: f64) -> Result<Workload> {
@@ -732,15 +806,32 @@ impl LoadTemplate {
                 rate: RateSchedule::constant(value),
                 burstiness: self.burstiness,
             },
+            LoadAxis::Scale => match &self.scaled_arrivals {
+                Some(Arrivals::Trace { records }) => Arrivals::Trace {
+                    records: records.iter().map(|r| TraceRecord { arrival_s: r.arrival_s / value, ..*r }).collect(),
+                },
+                Some(Arrivals::OpenLoop { process, rate, burstiness }) => Arrivals::OpenLoop {
+                    process: *process,
+                    rate: RateSchedule { segments: rate.segments.iter().map(|&(t, r)| (t, r * value)).collect() },
+                    burstiness: *burstiness,
+                },
+                _ => {
+                    return Err(Error::flag(
+                        "--scale",
+                        "a scale load multiplies a trace's or a workload file's open-loop rate; this workload has neither (use --rate, --concurrency or --burst)",
+                    ))
+                }
+            },
         };
+        let classes = if self.is_trace() && axis == LoadAxis::Scale { vec![] } else { self.classes.clone() };
         WorkloadSpec {
             arrivals,
-            classes: self.classes.clone(),
+            classes,
             requests: self.requests_at(axis, value),
             duration_s: self.duration_s,
             warmup_requests: self.warmup_requests,
             cooldown_requests: self.cooldown_requests,
-            warmup_s: 0.0,
+            warmup_s: self.warmup_s,
         }
         .validate()
     }

@@ -6,6 +6,9 @@
 //! run in parallel, and the answer does not depend on the number of threads. Several seeds per load are
 //! merged at the per-request level (percentiles are never averaged).
 
+pub mod fleet;
+pub mod steady;
+
 use crate::error::{Error, Result};
 use crate::metrics::{summarize, RequestSlo, StatKind, Summary};
 use crate::profile::Profile;
@@ -179,9 +182,10 @@ pub struct Question {
 pub enum Stability {
     /// The queue stays bounded while requests arrive.
     Stable,
-    /// The queue is still growing when the last request arrives: a longer run would look worse.
+    /// The waiting queue still grows over the last quarter of the sending period, by 0.3 to 1% of the
+    /// arrivals there: a longer run would look worse (a fleet must be stable).
     Backlogged,
-    /// Completions fall well behind arrivals: the engine cannot keep up at this rate.
+    /// It grows by more than 1% of the last quarter's arrivals: the engines cannot keep up.
     Overloaded,
 }
 
@@ -228,36 +232,9 @@ pub struct Capacity {
     pub retargeted_from: Option<String>,
 }
 
-/// Stable, backlogged or overloaded, from how far completions trail arrivals and whether the number
-/// of requests in the engine still grows in the last quarter of the sending period.
+/// Stable, backlogged or overloaded: see [`steady`].
 fn stability(out: &SimOutput) -> Stability {
-    let sent = out.requests_sent.max(1) as f64;
-    let t_end = out.last_send.secs().max(1e-9);
-    // Completions by the last send, against arrivals by then.
-    let done_by_end = out.records.iter().filter(|r| r.finish <= out.last_send).count() as f64;
-    let behind = (sent - done_by_end) / sent;
-    let waiting: Vec<(f64, f64)> = out
-        .series
-        .iter()
-        .filter(|s| s.t_s <= out.last_send.secs())
-        .map(|s| (s.t_s, (s.waiting + s.running) as f64))
-        .collect();
-    let quarter = |a: f64, b: f64| {
-        let v: Vec<f64> = waiting.iter().filter(|(t, _)| *t >= a * t_end && *t < b * t_end).map(|x| x.1).collect();
-        if v.is_empty() {
-            0.0
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
-    let (q2, q4) = (quarter(0.25, 0.5), quarter(0.75, 1.0));
-    if behind > 0.25 {
-        Stability::Overloaded
-    } else if q4 > 2.0 * q2.max(1.0) && q4 - q2 > 8.0 {
-        Stability::Backlogged
-    } else {
-        Stability::Stable
-    }
+    steady::Trend::of(std::slice::from_ref(out)).verdict()
 }
 
 /// Simulate one load with every seed; latency statistics over the merged requests, throughputs
@@ -326,6 +303,17 @@ fn merge(runs: &[(SimOutput, Summary)], w: &Workload) -> Summary {
 /// The largest load meeting the SLO: double until it fails, then split the bracket in four per round.
 /// `tick` is called once per evaluated load (for a progress bar).
 pub fn search(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<(f64, Verdict, Vec<TriedPoint>)> {
+    search_with(p, q, tick, true)
+}
+
+/// [`search`], with or without the scan below the bracket (an estimate that is checked afterwards,
+/// as the fleet search's single replica, does without).
+pub(crate) fn search_with(
+    p: &Profile,
+    q: &Question,
+    tick: &(dyn Fn() + Sync),
+    scan_below: bool,
+) -> Result<(f64, Verdict, Vec<TriedPoint>)> {
     let integer = q.axis.is_integer();
     let mut tried: Vec<TriedPoint> = Vec::new();
     let eval = |loads: &[f64]| -> Result<Vec<TriedPoint>> {
@@ -400,7 +388,7 @@ pub fn search(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<(f6
     // every load up to it meets the SLO; the bracket is refined again when the scan finds one.
     let mut grid = Vec::new();
     let mut x = start;
-    while x < lo {
+    while scan_below && x < lo {
         let g = if integer { x.round() } else { x };
         if g > 0.0 && g < lo && !tried.iter().any(|t| t.load == g) && grid.last() != Some(&g) {
             grid.push(g);
@@ -529,41 +517,4 @@ pub fn capacity(p: &Profile, q: &Question, tick: &(dyn Fn() + Sync)) -> Result<C
 }
 
 pub use crate::sim::Routing;
-
-/// A fleet of K replicas at a total open-loop rate, simulated jointly: the router places each request
-/// as it is sent, seeing the replicas' state at that moment. Latency statistics over all requests;
-/// throughput summed over replicas. Also returns the worst replica's stability.
-pub fn simulate_fleet(
-    p: &Profile,
-    t: &LoadTemplate,
-    rate: f64,
-    replicas: u32,
-    routing: Routing,
-    seed: u64,
-) -> Result<(Summary, Stability)> {
-    let w = t.at(LoadAxis::Rate, rate)?;
-    let outs = crate::sim::simulate_fleet(p, &w, seed, SimOptions::default(), replicas, routing);
-    let runs: Vec<(SimOutput, Summary)> = outs
-        .into_iter()
-        .filter(|o| !o.records.is_empty())
-        .map(|o| {
-            let s = summarize(&o, 0, 0, 0.0, &RequestSlo::default());
-            (o, s)
-        })
-        .collect();
-    if runs.is_empty() {
-        return Err(Error::Infeasible("the fleet completed no request".into()));
-    }
-    let stab = runs.iter().map(|(o, _)| stability(o)).max_by_key(|s| *s as u8).expect("non-empty");
-    // Request ids are global send order, so warm-up and cool-down apply across the fleet.
-    let mut all = runs[0].0.clone();
-    all.records = runs.iter().flat_map(|(o, _)| o.records.iter().copied()).collect();
-    for (o, _) in &runs[1..] {
-        all.itl_gaps.merge(&o.itl_gaps);
-    }
-    all.requests_sent = w.planned_requests().unwrap_or(all.records.len() as u64);
-    let mut m = summarize(&all, w.spec.warmup_requests, w.spec.cooldown_requests, 0.0, &RequestSlo::default());
-    m.system_output_tok_s = runs.iter().map(|(_, s)| s.system_output_tok_s).sum();
-    m.busy_fraction = runs.iter().map(|(_, s)| s.busy_fraction).sum::<f64>() / runs.len() as f64;
-    Ok((m, stab))
-}
+pub use fleet::{simulate_fleet, size_fleet, FleetAnswer, FleetCandidate, FleetQuestion};

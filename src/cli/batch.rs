@@ -1,0 +1,227 @@
+//! `capsim batch SCENARIOS.jsonl`: one scenario per line, run in parallel, one JSON result per line
+//! in input order. The interface for notebooks, pipelines and cluster shards.
+//!
+//! A scenario's keys are the flags of the command it runs (`command`: simulate, the default, sweep or
+//! capacity), spelled with `_` or `-`, so everything the command line can say a scenario can say, and
+//! is checked by the same parser: `{"model": "Llama-3.1-8B-Instruct", "gpu": "H100 SXM",
+//! "concurrency": 32, "input_len": 2048}`. Booleans are switches (`"expert_parallel": true`), lists
+//! are comma-separated values or repeated flags as the flag takes them. `label` (anything) is echoed.
+//! Output flags (--json, --csv, --svg, files) are refused: the result is the command's `--json`.
+//!
+//! Every scenario is checked (parsed, deployment and workload resolved) before any runs: a bad line
+//! stops the batch at once with its file, line and key, not hours later.
+
+use super::shard::{line, Shard};
+use super::{capacity, simulate, sweep, Cli, Cmd};
+use capsim::error::{Error, Location, Result};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+use serde_json::{json, Map, Value};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct BatchArgs {
+    /// Scenarios, one JSON object per line: "command" (simulate, sweep or capacity; default simulate),
+    /// "label" (echoed), and that command's flags as keys (input_len or input-len).
+    #[arg(value_name = "SCENARIOS.jsonl")]
+    pub scenarios: PathBuf,
+    /// Run only slice I of N of the scenarios (I from 0 to N-1: line k when k mod N = I); `capsim
+    /// merge` joins the slices' outputs.
+    #[arg(long, value_name = "I/N", help_heading = "Scale-out")]
+    pub shard: Option<String>,
+}
+
+/// Flags whose job is an output format or a file: a batch result is always the command's JSON.
+const OUTPUT_KEYS: &[&str] = &["json", "csv", "jsonl", "shard", "svg", "per-request", "save-vllm-result"];
+const COMMANDS: &[&str] = &["simulate", "sweep", "capacity"];
+
+enum Prepared {
+    Simulate(simulate::Prepared),
+    Sweep(sweep::Prepared),
+    Capacity(capacity::Prepared),
+}
+
+struct Scenario {
+    line: usize,
+    command: String,
+    object: Map<String, Value>,
+    prepared: Prepared,
+}
+
+/// The argument list of one scenario, built from its keys with the command's own flag definitions.
+fn argv(command: &str, obj: &Map<String, Value>, at: &dyn Fn(&str, String) -> Error) -> Result<Vec<String>> {
+    let cmd = Cli::command();
+    let sub = cmd.find_subcommand(command).expect("a known command");
+    let mut args = vec!["capsim".to_string(), command.to_string()];
+    for (key, value) in obj {
+        if key == "command" || key == "label" {
+            continue;
+        }
+        let long = key.replace('_', "-");
+        if OUTPUT_KEYS.contains(&long.as_str()) {
+            return Err(at(key, format!("`{key}` chooses an output; batch writes each result as one JSON line")));
+        }
+        let Some(arg) = sub.get_arguments().find(|a| a.get_long() == Some(long.as_str())) else {
+            return Err(at(key, format!("unknown key: `capsim {command}` has no flag --{long}")));
+        };
+        let flag = format!("--{long}");
+        let scalar = |v: &Value| -> Result<String> {
+            match v {
+                Value::String(s) => Ok(s.clone()),
+                Value::Number(n) => Ok(n.to_string()),
+                Value::Bool(b) => Ok(b.to_string()),
+                _ => Err(at(key, format!("{flag} takes a string, a number or a boolean, got {v}"))),
+            }
+        };
+        match arg.get_action() {
+            ArgAction::SetTrue => match value {
+                Value::Bool(true) => args.push(flag),
+                Value::Bool(false) => {}
+                _ => return Err(at(key, format!("{flag} is a switch: true or false, got {value}"))),
+            },
+            ArgAction::Append => match value {
+                Value::Array(items) if arg.get_value_delimiter().is_some() => {
+                    let parts = items.iter().map(scalar).collect::<Result<Vec<_>>>()?;
+                    args.push(format!("{flag}={}", parts.join(",")));
+                }
+                Value::Array(items) => {
+                    for v in items {
+                        args.push(format!("{flag}={}", scalar(v)?));
+                    }
+                }
+                v => args.push(format!("{flag}={}", scalar(v)?)),
+            },
+            _ => args.push(format!("{flag}={}", scalar(value)?)),
+        }
+    }
+    Ok(args)
+}
+
+fn parse(path: &std::path::Path) -> Result<Vec<Scenario>> {
+    let text = capsim::error::read_file(path)?;
+    let file = path.display().to_string();
+    let mut out = Vec::new();
+    for (n, l) in text.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let at = |field: &str, msg: String| Error::Input {
+            at: Location { source: file.clone(), line: Some(n + 1), field: Some(field.to_string()) },
+            msg,
+        };
+        let v: Value = serde_json::from_str(l).map_err(|e| at("line", format!("not a JSON object: {e}")))?;
+        let Value::Object(obj) = v else {
+            return Err(at("line", "a scenario is a JSON object of flags, e.g. {\"concurrency\": 32}".into()));
+        };
+        let command = match obj.get("command") {
+            None => "simulate".to_string(),
+            Some(Value::String(c)) if COMMANDS.contains(&c.as_str()) => c.clone(),
+            Some(other) => {
+                return Err(at("command", format!("must be one of {}, got {other}", COMMANDS.join(", "))));
+            }
+        };
+        let args = argv(&command, &obj, &at)?;
+        let matches = Cli::command()
+            .mut_subcommands(|c| c.allow_negative_numbers(true))
+            .try_get_matches_from(&args)
+            .map_err(|e| at("flags", first_line(&e.to_string())))?;
+        let cli = Cli::from_arg_matches(&matches).map_err(|e| at("flags", first_line(&e.to_string())))?;
+        // The command's own checks, with the line named.
+        let locate = |e: Error| match e {
+            Error::Input { at: inner, msg } => at(
+                inner.field.as_deref().unwrap_or("flags"),
+                if inner.source == "command line" { msg } else { format!("{inner}: {msg}") },
+            ),
+            other => at("scenario", other.to_string()),
+        };
+        let prepared = match cli.cmd {
+            Cmd::Simulate(a) => Prepared::Simulate(simulate::prepare(&a).map_err(locate)?),
+            Cmd::Sweep(a) => Prepared::Sweep(sweep::prepare(&a).map_err(locate)?),
+            Cmd::Capacity(a) => Prepared::Capacity(capacity::prepare(&a).map_err(locate)?),
+            _ => unreachable!("only the listed commands are parsed"),
+        };
+        out.push(Scenario { line: n + 1, command, object: obj, prepared });
+    }
+    if out.is_empty() {
+        return Err(Error::input(&file, None, None, "no scenarios: one JSON object per line"));
+    }
+    Ok(out)
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim_start_matches("error: ").to_string()
+}
+
+/// One scenario's result: the command's `--json`, and whether a capacity question was answered.
+fn run_one(s: &Scenario) -> Result<(Value, bool)> {
+    Ok(match &s.prepared {
+        Prepared::Simulate(p) => {
+            let (out, sum) = p.run();
+            (p.json(&out, &sum), true)
+        }
+        Prepared::Sweep(p) => {
+            let all: Vec<usize> = (0..p.loads.len()).collect();
+            (p.json(&p.points(&all)?), true)
+        }
+        Prepared::Capacity(p) => {
+            let outcomes =
+                (0..p.profiles.len()).map(|i| p.run_one(i, &|| {})).collect::<Result<Vec<capacity::Outcome>>>()?;
+            let answered = if p.fleet.is_some() {
+                outcomes.iter().all(capacity::Prepared::answered)
+            } else {
+                outcomes.iter().any(capacity::Prepared::answered)
+            };
+            (p.json(&outcomes), answered)
+        }
+    })
+}
+
+pub fn run(a: BatchArgs) -> Result<()> {
+    let shard = match &a.shard {
+        Some(s) => Shard::parse(s)?,
+        None => Shard::ALL,
+    };
+    let scenarios = parse(&a.scenarios)?;
+    let n = scenarios.len();
+    let mine = shard.indices(n);
+    let pb = ProgressBar::new(mine.len() as u64);
+    if std::io::stderr().is_terminal() {
+        pb.set_draw_target(ProgressDrawTarget::stderr());
+        pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} scenarios {elapsed}").expect("template"));
+    } else {
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let results: Vec<Result<(Value, bool)>> = mine
+        .par_iter()
+        .map(|&i| {
+            let r = run_one(&scenarios[i]);
+            pb.inc(1);
+            r
+        })
+        .collect();
+    pb.finish_and_clear();
+    let mut unanswered = Vec::new();
+    for (&i, r) in mine.iter().zip(results) {
+        let s = &scenarios[i];
+        let (result, answered) = r.map_err(|e| {
+            Error::input(a.scenarios.display().to_string(), Some(s.line), Some("scenario"), e.to_string())
+        })?;
+        if !answered {
+            unanswered.push(s.line.to_string());
+        }
+        let mut v = json!({"line": s.line, "command": s.command, "scenario": s.object, "result": result});
+        if let Some(label) = s.object.get("label") {
+            v["label"] = label.clone();
+        }
+        println!("{}", line(i, n, v));
+    }
+    if !unanswered.is_empty() {
+        return Err(Error::NoAnswer(format!(
+            "no load meets the SLO (or no fleet up to --max-replicas does) in the capacity scenarios of line {}",
+            unanswered.join(", ")
+        )));
+    }
+    Ok(())
+}
