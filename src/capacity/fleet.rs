@@ -234,11 +234,12 @@ pub fn size_fleet(p: &Profile, q: &Question, fq: &FleetQuestion, tick: &(dyn Fn(
     // the machine and bisection wastes nothing; least-outstanding fleets are one joint simulation
     // each, so three candidates run side by side and the bracket is split in four.
     let width: u32 = if fq.routing == Routing::RoundRobin { 1 } else { 3 };
-    let step0 = (estimate / 100).max(1);
-    let mut step = step0;
     eval(&[estimate], &mut tried)?;
-    // Bracket: gallop up from the largest failure until one passes, down from the smallest pass
-    // until one fails, in steps of 1% of the estimate that double.
+    // Bracket: the estimate's neighbour first (the estimate is most often the answer or one off),
+    // then gallop up from the largest failure until one passes, or down from the smallest pass until
+    // one fails, in steps of 1% of the estimate that double.
+    let mut offset = 1u32;
+    let mut step = (estimate / 100).max(1);
     loop {
         let (fail, pass) = passes(&tried);
         let ks: Vec<u32> = if pass == u32::MAX {
@@ -246,13 +247,14 @@ pub fn size_fleet(p: &Profile, q: &Question, fq: &FleetQuestion, tick: &(dyn Fn(
             if top >= fq.max_replicas {
                 break;
             }
-            (1..=width).map(|i| top.saturating_add(step * i).min(fq.max_replicas)).collect()
+            (0..width).map(|i| top.saturating_add(offset + step * i).min(fq.max_replicas)).collect()
         } else if fail == 0 && pass > 1 {
-            (1..=width).map(|i| pass.saturating_sub(step * i).max(1)).collect()
+            (0..width).map(|i| pass.saturating_sub(offset + step * i).max(1)).collect()
         } else {
             break;
         };
         eval(&ks, &mut tried)?;
+        offset = step;
         step *= 2;
     }
     // Split the bracket (fail, pass) in width + 1 per round until it is one replica wide.

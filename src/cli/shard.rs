@@ -103,6 +103,8 @@ pub fn merge(a: MergeArgs) -> Result<()> {
     }
     let mut lines: Vec<(u64, String, String)> = Vec::new(); // (index, text, where)
     let mut of: Option<(u64, String)> = None;
+    // The keys of a line (but an optional label): lines of one command share them.
+    let mut keys: Option<(Vec<String>, String)> = None;
     for path in &a.files {
         let text = capsim::error::read_file(path)?;
         let file = path.display().to_string();
@@ -128,6 +130,22 @@ pub fn merge(a: MergeArgs) -> Result<()> {
                     return Err(at(
                         "of",
                         format!("this line belongs to a run of {o} points, {where_} to one of {prev}: slices of different runs"),
+                    ));
+                }
+                _ => {}
+            }
+            let mine: Vec<String> =
+                v.as_object().map_or(vec![], |m| m.keys().filter(|k| *k != "label").cloned().collect());
+            match &keys {
+                None => keys = Some((mine, format!("{file}:{}", n + 1))),
+                Some((first, where_)) if *first != mine => {
+                    return Err(at(
+                        "line",
+                        format!(
+                            "this line has the fields {}, {where_} has {}: outputs of different commands",
+                            mine.join(", "),
+                            first.join(", ")
+                        ),
                     ));
                 }
                 _ => {}

@@ -10,6 +10,7 @@ mod fuzz;
 mod hardening;
 mod measured;
 mod physics;
+mod scaleout;
 mod sim;
 mod validate;
 mod workload;
