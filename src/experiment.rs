@@ -132,6 +132,7 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
                     arrival_s: t.max(0.0),
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens.max(1),
+                    hash_ids: vec![],
                 })
             })
             .collect();
@@ -161,12 +162,13 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
     };
     WorkloadSpec {
         arrivals,
-        classes: vec![RequestClass { weight: 1.0, name: String::new(), input, output }],
+        classes: vec![RequestClass { weight: 1.0, name: String::new(), input, output, system_prompt_tokens: 0 }],
         requests: Some(n),
         duration_s: None,
         warmup_requests: 0,
         cooldown_requests: 0,
         warmup_s: 0.0,
+        conversation: None,
     }
     .validate()
 }

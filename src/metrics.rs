@@ -156,6 +156,16 @@ pub struct Summary {
     /// Requests outstanding when the last one was sent (open loops: a growing backlog shows here).
     pub outstanding_at_last_send: u64,
     pub last_send_s: f64,
+    /// Prompt tokens served from the prefix cache over all prompt tokens of the measured requests
+    /// (0 to 1; 0 when nothing is shared or caching is off).
+    pub prefix_hit_rate: f64,
+    /// Mean prompt tokens per measured request found in the prefix cache.
+    pub cached_tokens_per_request: f64,
+    /// Cached blocks evicted to make room.
+    pub prefix_evictions: u64,
+    /// TTFT of the requests that hit the cache, and of those that did not.
+    pub ttft_s_hit: Stats,
+    pub ttft_s_miss: Stats,
 }
 
 /// The pooled ITL in ms; zeros when no request produced a second token.
@@ -200,6 +210,9 @@ pub fn summarize(
     let in_tokens: u64 = measured.iter().map(|r| r.input_tokens as u64).sum();
     let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
     let good = slo.is_set().then(|| measured.iter().filter(|r| slo.meets(r)).count());
+    let cached: u64 = measured.iter().map(|r| r.cached_tokens as u64).sum();
+    let mut ttft_hit: Vec<f64> = measured.iter().filter(|r| r.cached_tokens > 0).map(|r| r.ttft_s()).collect();
+    let mut ttft_miss: Vec<f64> = measured.iter().filter(|r| r.cached_tokens == 0).map(|r| r.ttft_s()).collect();
     Summary {
         requests_sent: sent,
         requests_completed: out.records.len() as u64,
@@ -226,5 +239,10 @@ pub fn summarize(
         max_waiting: out.max_waiting,
         outstanding_at_last_send: out.outstanding_at_last_send,
         last_send_s: out.last_send.secs(),
+        prefix_hit_rate: if in_tokens > 0 { cached as f64 / in_tokens as f64 } else { 0.0 },
+        cached_tokens_per_request: if n > 0 { cached as f64 / n as f64 } else { 0.0 },
+        prefix_evictions: out.prefix_evictions,
+        ttft_s_hit: Stats::of(&mut ttft_hit),
+        ttft_s_miss: Stats::of(&mut ttft_miss),
     }
 }

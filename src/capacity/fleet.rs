@@ -131,6 +131,7 @@ pub fn simulate_fleet(
     let total: usize = outs.iter().map(|o| o.records.len()).sum();
     let mut records = Vec::with_capacity(total);
     let (mut rejected, mut unfinished, mut preemptions, mut steps, mut kv_max) = (0, 0, 0, 0, 0f64);
+    let evictions: u64 = outs.iter().map(|o| o.prefix_evictions).sum();
     for o in &mut outs[..] {
         records.append(&mut o.records);
         rejected += o.requests_rejected;
@@ -152,6 +153,7 @@ pub fn simulate_fleet(
     all.preemptions = preemptions;
     all.steps = steps;
     all.kv_util_max = kv_max;
+    all.prefix_evictions = evictions;
     let mut m = summarize(&all, w.spec.warmup_requests, w.spec.cooldown_requests, 0.0, &RequestSlo::default());
     m.system_output_tok_s = tok_s;
     m.busy_fraction = busy / replicas as f64;

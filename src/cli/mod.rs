@@ -173,6 +173,16 @@ pub struct ProfileArgs {
     /// (kv_cache_config.free_gpu_memory_fraction; default 0.9)
     #[arg(long)]
     pub free_gpu_memory_fraction: Option<f64>,
+    /// Prefix caching, on by default as in the engines (simulated for vLLM: block hashes, LRU
+    /// eviction); it matters when requests share a prefix (system prompts, conversations, trace hash_ids)
+    #[arg(long, value_enum)]
+    pub prefix_caching: Option<OnOff>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -233,6 +243,7 @@ impl ProfileArgs {
             }),
             enable_chunked_prefill: self.enable_chunked_prefill.then_some(true),
             free_gpu_memory_fraction: self.free_gpu_memory_fraction,
+            prefix_caching: self.prefix_caching.map(|v| v == OnOff::On),
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
             block_size_tokens: self.block_size,
@@ -508,6 +519,7 @@ impl WorkloadArgs {
             name: String::new(),
             input: parse_length("--input-len", self.input_len.as_deref().unwrap_or("1024"))?,
             output: parse_length("--output-len", self.output_len.as_deref().unwrap_or("256"))?,
+            system_prompt_tokens: 0,
         }];
         t.requests = self.requests;
         t.duration_s = self.duration;

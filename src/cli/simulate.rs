@@ -151,6 +151,12 @@ pub fn summary_table(s: &Summary) -> String {
     if let (Some(g), Some(f)) = (s.goodput_requests_per_s, s.goodput_fraction) {
         kv.push(("goodput req/s (fraction)", format!("{} ({:.1}%)", num(g, 4), f * 100.0)));
     }
+    if s.prefix_hit_rate > 0.0 || s.prefix_evictions > 0 {
+        kv.push(("prefix cache hit rate", format!("{:.1}% of prompt tokens", s.prefix_hit_rate * 100.0)));
+        kv.push(("cached tokens / request", num(s.cached_tokens_per_request, 4)));
+        kv.push(("prefix cache evictions", format!("{} blocks", s.prefix_evictions)));
+        kv.push(("TTFT mean hit / miss s", format!("{} / {}", num(s.ttft_s_hit.mean, 4), num(s.ttft_s_miss.mean, 4))));
+    }
     for (k, v) in kv {
         out.push_str(&format!("{k:<28}{v}\n"));
     }

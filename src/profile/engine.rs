@@ -69,6 +69,9 @@ pub struct EngineSettings {
     /// TensorRT-LLM kv_cache_config.free_gpu_memory_fraction: share of the memory free after weights
     /// and activations that becomes KV cache (default 0.9).
     pub free_gpu_memory_fraction: Option<f64>,
+    /// Prefix caching (vLLM enable_prefix_caching, SGLang's radix cache, TensorRT-LLM block reuse): on
+    /// by default in all three engines.
+    pub prefix_caching: Option<bool>,
 }
 
 /// TensorRT-LLM's capacity scheduler policies (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp).
@@ -109,7 +112,8 @@ impl EngineSettings {
             ignore_eos,
             capacity_scheduler_policy,
             enable_chunked_prefill,
-            free_gpu_memory_fraction
+            free_gpu_memory_fraction,
+            prefix_caching
         );
     }
 }
@@ -147,6 +151,8 @@ pub struct EngineConfig {
     pub capacity_policy: Option<CapacityPolicy>,
     /// Prompts may be split over steps (always for vLLM V1 and SGLang; TensorRT-LLM only when enabled).
     pub chunked_prefill: bool,
+    /// Prefix caching on (vllm/config/cache.py enable_prefix_caching: True; simulated for vLLM).
+    pub prefix_caching: bool,
     /// How the KV capacity was derived from memory (None when set directly).
     pub memory: Option<KvMemory>,
 }
@@ -494,6 +500,7 @@ pub(super) fn resolve_engine(
         capacity_policy: (kind == EngineKind::Trtllm)
             .then(|| s.capacity_scheduler_policy.unwrap_or(CapacityPolicy::GuaranteedNoEvict)),
         chunked_prefill: kind != EngineKind::Trtllm || s.enable_chunked_prefill.unwrap_or(false),
+        prefix_caching: s.prefix_caching.unwrap_or(true),
         memory,
     })
 }

@@ -6,6 +6,7 @@
 //! to num_tokens - computed tokens; the step that brings computed to num_tokens samples a token (the
 //! first token ends the prefill); a request resumed after preemption re-prefills prompt + generated.
 
+use super::prefix::PrefixCache;
 use super::step::{BatchShape, StepModel};
 use crate::profile::Profile;
 use std::collections::VecDeque;
@@ -36,6 +37,13 @@ pub(super) struct Live {
     pub(super) measured: bool,
     pub(super) preemptions: u32,
     pub(super) admitted_seq: u64,
+    /// Prefix caching: the chain hashes of the sequence's full blocks (empty without a cache or
+    /// shared content), the block ids it holds, how many of them are registered in the cache, and the
+    /// prompt tokens its first admission found cached.
+    pub(super) hashes: Vec<u64>,
+    pub(super) table: Vec<u32>,
+    pub(super) registered: u32,
+    pub(super) cached_tokens: u32,
 }
 
 pub(super) struct Engine<'a> {
@@ -60,6 +68,9 @@ pub(super) struct Engine<'a> {
     /// SGLang: decode steps run back to back since the last prefill batch.
     pub(super) decode_streak: u32,
     pub(super) preemptions: u64,
+    /// vLLM's prefix cache over the block pool (None: caching off, or nothing in the workload can hit).
+    pub(super) cache: Option<PrefixCache>,
+    pub(super) hit_buf: Vec<u32>,
 }
 
 #[inline]
@@ -84,6 +95,9 @@ impl<'a> Engine<'a> {
     }
     #[inline]
     pub(super) fn alloc(&mut self, idx: u32, tokens: u32) {
+        if self.cache.is_some() {
+            return self.alloc_cached(idx, tokens);
+        }
         let r = &self.reqs[idx as usize];
         let extra = self.extra_blocks(r, tokens);
         if extra == 0 && r.reserved {
@@ -96,7 +110,74 @@ impl<'a> Engine<'a> {
         r.blocks = r.blocks.max(kv);
         r.reserved = true;
     }
+    /// [`Engine::alloc`] with block identities: new blocks from the free queue's head, and the blocks
+    /// that are full once `tokens` are computed cached under their content hash.
+    fn alloc_cached(&mut self, idx: u32, tokens: u32) {
+        let need = self.blocks_for(tokens).saturating_sub(self.reqs[idx as usize].blocks);
+        assert!(need as u64 <= self.free_blocks, "KV over-allocation");
+        let cache = self.cache.as_mut().expect("caching");
+        let r = &mut self.reqs[idx as usize];
+        for _ in 0..need {
+            r.table.push(cache.allocate());
+        }
+        self.free_blocks -= need as u64;
+        r.blocks += need;
+        r.reserved = true;
+        let full = (tokens / self.block).min(r.hashes.len() as u32);
+        for k in r.registered..full {
+            cache.register(r.table[k as usize], r.hashes[k as usize]);
+        }
+        r.registered = r.registered.max(full);
+    }
+    /// Prefix caching at admission: the request's longest cached prefix (at most num_tokens - 1
+    /// tokens) in `hit_buf`. Returns (hit blocks, how many of them are free).
+    pub(super) fn lookup_prefix(&mut self, idx: u32) -> (u32, u64) {
+        let Some(cache) = &self.cache else { return (0, 0) };
+        let r = &self.reqs[idx as usize];
+        if !r.table.is_empty() || r.computed > 0 || r.hashes.is_empty() {
+            self.hit_buf.clear();
+            return (0, 0);
+        }
+        let max = ((r.num_tokens - 1) / self.block) as usize;
+        let free = cache.lookup(&r.hashes, max, &mut self.hit_buf);
+        (self.hit_buf.len() as u32, free)
+    }
+    /// Take the blocks of `hit_buf` for request `idx`: their tokens are computed.
+    pub(super) fn take_prefix(&mut self, idx: u32) {
+        if self.hit_buf.is_empty() {
+            return;
+        }
+        let cache = self.cache.as_mut().expect("caching");
+        let r = &mut self.reqs[idx as usize];
+        for &b in &self.hit_buf {
+            if cache.touch(b) {
+                self.free_blocks -= 1;
+            }
+        }
+        r.table.extend_from_slice(&self.hit_buf);
+        let hits = self.hit_buf.len() as u32;
+        r.blocks = hits;
+        r.registered = hits;
+        r.computed = hits * self.block;
+        if r.first_sched_ns == NONE {
+            r.cached_tokens = r.computed;
+        }
+    }
     pub(super) fn free(&mut self, idx: u32) {
+        if let Some(cache) = &mut self.cache {
+            // Tail first, as vLLM frees a request's blocks.
+            let r = &mut self.reqs[idx as usize];
+            for &b in r.table.iter().rev() {
+                if cache.release(b) {
+                    self.free_blocks += 1;
+                }
+            }
+            r.table.clear();
+            r.blocks = 0;
+            r.registered = 0;
+            r.reserved = false;
+            return;
+        }
         let reserved = self.reserved_blocks as u64;
         let r = &mut self.reqs[idx as usize];
         self.free_blocks += r.blocks as u64 + if r.reserved { reserved } else { 0 };

@@ -11,6 +11,7 @@
 mod arrivals;
 mod engine;
 pub mod gaps;
+mod prefix;
 mod run;
 mod sglang;
 pub mod step;
@@ -42,6 +43,8 @@ pub struct RequestRecord {
     pub first_token: SimTime,
     pub finish: SimTime,
     pub preemptions: u32,
+    /// Prompt tokens its first admission found in the prefix cache (0 without a hit).
+    pub cached_tokens: u32,
 }
 
 impl RequestRecord {

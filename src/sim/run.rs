@@ -1,9 +1,10 @@
 //! The event loop: arrivals, the serial front-end, replicas behind a router, and the step loop that
 //! asks the engine's policy what runs next and advances time by the step model.
 
-use super::arrivals::Pending;
+use super::arrivals::{Content, Pending, Sent};
 use super::engine::{Engine, Live, StepView, NONE};
 use super::gaps::GapHistogram;
+use super::prefix::PrefixCache;
 use super::step::{BatchShape, StepModel};
 use super::RequestRecord;
 use crate::profile::{EngineKind, Profile};
@@ -65,6 +66,8 @@ pub struct SimOutput {
     /// Every gap between successive tokens of the requests in the workload's measured window (vLLM's
     /// pooled ITL), finished or not.
     pub itl_gaps: GapHistogram,
+    /// Cached blocks evicted from the prefix cache to make room.
+    pub prefix_evictions: u64,
 }
 
 /// How a fleet spreads requests over its replicas.
@@ -79,7 +82,7 @@ pub enum Routing {
 }
 
 /// A request on its way to a replica: sent, and when its engine will see it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 struct Arrived {
     id: u32,
     send: u64,
@@ -88,6 +91,22 @@ struct Arrived {
     input: u32,
     output: u32,
     class: u16,
+    content: Content,
+}
+
+impl Arrived {
+    fn new(id: u64, s: Sent) -> Arrived {
+        Arrived {
+            id: id as u32,
+            send: s.send,
+            enqueued: 0,
+            client: s.client,
+            input: s.input,
+            output: s.output,
+            class: s.class,
+            content: s.content,
+        }
+    }
 }
 
 /// One serving engine with its own front-end, clock and output: the event loop of a single replica,
@@ -131,9 +150,20 @@ impl MeasureWindow {
 }
 
 impl<'a> Replica<'a> {
-    fn new(p: &'a Profile, opts: &SimOptions, expected_requests: usize, window: MeasureWindow) -> Replica<'a> {
+    /// `shares`: the workload's requests share content, so a prefix cache can hit.
+    fn new(
+        p: &'a Profile,
+        opts: &SimOptions,
+        expected_requests: usize,
+        window: MeasureWindow,
+        shares: bool,
+    ) -> Replica<'a> {
         let e = &p.engine;
         let capacity_blocks = e.kv_capacity_blocks();
+        // vLLM's prefix cache, where it can matter. Blocks held per sequence besides KV (hybrid
+        // models' state) are not in the cache's pool: those models run without it here.
+        let cache = (shares && e.prefix_caching && e.kind == EngineKind::Vllm && e.per_seq_reserved_blocks == 0)
+            .then(|| PrefixCache::new(capacity_blocks));
         Replica {
             eng: Engine {
                 p,
@@ -154,6 +184,8 @@ impl<'a> Replica<'a> {
                 decode_streak: 0,
                 ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
                 preemptions: 0,
+                cache,
+                hit_buf: Vec::new(),
             },
             out: SimOutput {
                 records: Vec::with_capacity(expected_requests),
@@ -173,6 +205,7 @@ impl<'a> Replica<'a> {
                 prefill_tokens: 0,
                 decode_tokens: 0,
                 itl_gaps: GapHistogram::default(),
+                prefix_evictions: 0,
             },
             now: 0,
             inbox: VecDeque::new(),
@@ -210,7 +243,7 @@ impl<'a> Replica<'a> {
 
     /// Admit what has reached the engine, then run one step. `on_finish(time, client)` is told of every
     /// request that completes or is rejected. Returns false when the replica cannot make progress.
-    fn advance<F: FnMut(&StepView)>(&mut self, observer: &mut F, on_finish: &mut dyn FnMut(u64, u32)) -> bool {
+    fn advance<F: FnMut(&StepView)>(&mut self, observer: &mut F, on_finish: &mut dyn FnMut(u64, u32, bool)) -> bool {
         let eng = &mut self.eng;
         let out = &mut self.out;
         let now = self.now;
@@ -235,11 +268,19 @@ impl<'a> Replica<'a> {
                 measured: self.window.contains(a.id, a.send),
                 preemptions: 0,
                 admitted_seq: 0,
+                hashes: Vec::new(),
+                table: Vec::new(),
+                registered: 0,
+                cached_tokens: 0,
             };
             if !eng.accepts(&live) {
                 out.requests_rejected += 1;
-                on_finish(now, a.client);
+                on_finish(now, a.client, true);
                 continue;
+            }
+            let mut live = live;
+            if let (Some(_), Some(content)) = (&eng.cache, &a.content) {
+                super::prefix::block_hashes(content, eng.block, &mut live.hashes);
             }
             let idx = match eng.free_slots.pop() {
                 Some(i) => {
@@ -370,11 +411,12 @@ impl<'a> Replica<'a> {
                         first_token: SimTime(r.first_token_ns),
                         finish: SimTime(now),
                         preemptions: r.preemptions,
+                        cached_tokens: r.cached_tokens,
                     });
                     let client = r.client;
                     eng.free(idx);
                     eng.free_slots.push(idx);
-                    on_finish(now, client);
+                    on_finish(now, client, false);
                 } else {
                     eng.running[kept] = idx;
                     kept += 1;
@@ -395,6 +437,7 @@ impl<'a> Replica<'a> {
             + self.inbox.len() as u64;
         self.out.preemptions = eng.preemptions;
         self.out.end = SimTime(self.now);
+        self.out.prefix_evictions = self.eng.cache.as_ref().map_or(0, |c| c.evictions);
         self.out.kv_util_time_weighted_mean =
             if self.out.busy_ns > 0 { self.kv_area / self.out.busy_ns as f64 } else { 0.0 };
         self.out
@@ -448,16 +491,7 @@ fn drive_independent<'a>(
     let mut sends: Vec<Vec<Arrived>> = vec![Vec::new(); k];
     let mut sent = 0u64;
     while arr.peek_send().is_some() {
-        let (send, client, input, output, class) = arr.pop();
-        sends[(sent % k as u64) as usize].push(Arrived {
-            id: sent as u32,
-            send,
-            enqueued: 0,
-            client,
-            input,
-            output,
-            class,
-        });
+        sends[(sent % k as u64) as usize].push(Arrived::new(sent, arr.pop()));
         sent += 1;
     }
     let last_send = sends.iter().filter_map(|v| v.last()).map(|a| a.send).max().unwrap_or(0);
@@ -472,7 +506,7 @@ fn drive_independent<'a>(
                     return None;
                 }
                 let mut n = 0u64;
-                let progressed = r.advance(&mut |_: &StepView| {}, &mut |_, _| n += 1);
+                let progressed = r.advance(&mut |_: &StepView| {}, &mut |_, _, _| n += 1);
                 if t < last_send {
                     done_before_last += n;
                 }
@@ -566,19 +600,21 @@ fn drive<F: FnMut(&StepView)>(
     let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
     let window = MeasureWindow::of(w);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
+    let shares = super::arrivals::shares_content(w);
     let independent = replicas > 1
         && routing == Routing::RoundRobin
+        && w.spec.conversation.is_none()
         && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
     if independent {
-        let new = || Replica::new(p, &opts, per, window);
+        let new = || Replica::new(p, &opts, per, window, shares);
         if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns) {
             return outs;
         }
     }
-    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window)).collect();
+    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window, shares)).collect();
     let mut arr = Pending::new(w, seed);
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
-    let mut finished: Vec<(u64, u32)> = Vec::new();
+    let mut finished: Vec<(u64, u32, bool)> = Vec::new();
     // The replica that acts next, from a heap of (next event, index) keyed as a linear scan would
     // choose (earliest, then lowest index): `key[i]` is replica i's current next event and entries
     // that no longer match it are skipped. A replica's next event never moves back in time.
@@ -596,12 +632,13 @@ fn drive<F: FnMut(&StepView)>(
         // Requests sent no later than that are routed first.
         if let Some(send) = arr.peek_send() {
             if next.is_none_or(|(t, _)| send <= t) {
-                let (send, client, input, output, class) = arr.pop();
+                let a = Arrived::new(sent, arr.pop());
+                let send = a.send;
                 let k = match routing {
                     Routing::RoundRobin => (sent % replicas as u64) as usize,
                     Routing::LeastOutstanding => least.route(send),
                 };
-                reps[k].accept(Arrived { id: sent as u32, send, enqueued: 0, client, input, output, class });
+                reps[k].accept(a);
                 reschedule(&reps[k], k, &mut key, &mut events);
                 sent += 1;
                 last_send = send;
@@ -616,11 +653,11 @@ fn drive<F: FnMut(&StepView)>(
         events.pop();
         key[i] = NO_EVENT;
         finished.clear();
-        let progressed = reps[i].advance(observer, &mut |at, client| finished.push((at, client)));
+        let progressed = reps[i].advance(observer, &mut |at, client, rejected| finished.push((at, client, rejected)));
         reschedule(&reps[i], i, &mut key, &mut events);
         completed += finished.len() as u64;
-        for &(at, client) in &finished {
-            arr.on_finish(at, client);
+        for &(at, client, rejected) in &finished {
+            arr.on_finish(at, client, rejected);
             least.finished(at, i);
         }
         if !progressed {

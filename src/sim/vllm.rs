@@ -53,15 +53,24 @@ impl Engine<'_> {
             let Some(&idx) = self.waiting.front() else {
                 break;
             };
+            // Prefix caching: the cached prefix counts as computed; its free blocks leave the queue.
+            let (hits, free_hits) = self.lookup_prefix(idx);
             let r = &self.reqs[idx as usize];
-            let n = (r.num_tokens - r.computed).min(budget);
+            let computed = r.computed + hits * self.block;
+            let n = (r.num_tokens - computed).min(budget);
             // kv_cache_manager.py allocate_slots: the watermark applies to waiting and preempted
             // requests while others run; with full_sequence_must_fit every token so far must fit.
             let watermark = if self.running.is_empty() { 0 } else { e.watermark_blocks };
-            let admit_tokens = if e.reserve_full_prompt { r.num_tokens } else { r.computed + n };
-            if self.extra_blocks(r, admit_tokens) + watermark > self.free_blocks {
+            let admit_tokens = if e.reserve_full_prompt { r.num_tokens } else { computed + n };
+            let need = if hits == 0 {
+                self.extra_blocks(r, admit_tokens)
+            } else {
+                (self.blocks_for(admit_tokens) - hits) as u64 + free_hits
+            };
+            if need + watermark > self.free_blocks {
                 break;
             }
+            self.take_prefix(idx);
             self.admit_head(now, shape, n);
             budget -= n;
         }

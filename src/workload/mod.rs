@@ -204,6 +204,14 @@ pub struct RequestClass {
     pub name: String,
     pub input: LengthDist,
     pub output: LengthDist,
+    /// Tokens of a system prompt every request of the class starts with (the same text for all of
+    /// them, so a prefix cache holds it once); the input follows it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub system_prompt_tokens: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 fn one() -> f64 {
@@ -293,11 +301,32 @@ impl RateSchedule {
 }
 
 /// One request of a replayed trace.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceRecord {
     pub arrival_s: f64,
     pub input_tokens: u32,
     pub output_tokens: u32,
+    /// Mooncake's `hash_ids`: one id per 512-token block of the prompt (the last may be partial);
+    /// equal ids are equal content, so they drive prefix-cache hits. Empty: the prompt shares nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hash_ids: Vec<u64>,
+}
+
+/// Tokens per Mooncake `hash_ids` block (the trace's block size, FAST'25 Mooncake paper).
+pub const HASH_ID_BLOCK_TOKENS: u32 = 512;
+
+/// Multi-turn conversations: each session's turns re-send the history (every earlier user message and
+/// reply) plus a new user message of the class's input length, and get a reply of its output length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conversation {
+    /// Turns per session.
+    pub turns: LengthDist,
+    /// Seconds the user takes between a reply and the next turn (mean when exponential).
+    #[serde(default)]
+    pub think_time_s: f64,
+    #[serde(default)]
+    pub think_exponential: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -348,6 +377,10 @@ pub struct WorkloadSpec {
     /// Leave requests that arrive before this time out of the metrics.
     #[serde(default)]
     pub warmup_s: f64,
+    /// Requests are turns of multi-turn conversations: a closed loop's clients and a burst's requests
+    /// each run sessions, an open loop's arrivals each start one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Conversation>,
 }
 
 /// A validated workload.
@@ -458,6 +491,26 @@ impl WorkloadSpec {
                 }
             }
         }
+        if let Some(c) = &self.conversation {
+            if is_trace {
+                return bad("conversation", "a trace replays its own requests; give its sessions as hash_ids".into());
+            }
+            c.turns.validate("conversation.turns")?;
+            if !(c.think_time_s.is_finite() && c.think_time_s >= 0.0 && c.think_time_s <= MAX_TIME_S) {
+                return bad(
+                    "conversation.think_time_s",
+                    format!("must be in 0..={MAX_TIME_S:e} s, got {}", c.think_time_s),
+                );
+            }
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            if c.system_prompt_tokens > MAX_REQUEST_TOKENS {
+                return bad(
+                    &format!("classes[{i}].system_prompt_tokens"),
+                    format!("must be at most {MAX_REQUEST_TOKENS}, got {}", c.system_prompt_tokens),
+                );
+            }
+        }
         let w = Workload { spec: self };
         if let Some(n) = w.planned_requests() {
             let left_out = w.spec.warmup_requests.saturating_add(w.spec.cooldown_requests);
@@ -503,6 +556,10 @@ impl Workload {
     }
     /// Total requests the workload sends, when it is known in advance.
     pub fn planned_requests(&self) -> Option<u64> {
+        if self.spec.conversation.is_some() {
+            // Sessions of drawn lengths: only a request count bounds them in advance.
+            return self.spec.requests;
+        }
         match &self.spec.arrivals {
             Arrivals::Burst { n } => Some(*n as u64),
             Arrivals::Trace { records } => Some(records.len() as u64),
@@ -533,6 +590,7 @@ impl Workload {
             warmup_requests,
             cooldown_requests,
             warmup_s: 0.0,
+            conversation: None,
         }
         .validate()
     }
@@ -546,12 +604,14 @@ impl Workload {
                 name: String::new(),
                 input: LengthDist::fixed(input),
                 output: LengthDist::fixed(output),
+                system_prompt_tokens: 0,
             }],
             requests,
             duration_s: None,
             warmup_requests: 0,
             cooldown_requests: 0,
             warmup_s: 0.0,
+            conversation: None,
         }
         .validate()
     }
@@ -568,6 +628,7 @@ pub struct Generator {
     /// Operational time of the open loop (in expected arrivals).
     tau: f64,
     gamma: Option<Gamma<f64>>,
+    turns: Option<LengthSampler>,
 }
 
 /// A sampler of a validated workload's lengths ([`LengthDist::validate`] built one already).
@@ -597,7 +658,28 @@ impl Generator {
             class_index,
             tau: 0.0,
             gamma,
+            turns: w.spec.conversation.as_ref().map(|c| sampler(&c.turns)),
         }
+    }
+
+    /// The class of the next conversation.
+    pub fn class(&mut self) -> u16 {
+        match &self.class_index {
+            Some(ix) => ix.sample(&mut self.lengths_rng) as u16,
+            None => 0,
+        }
+    }
+    /// The turns of the next conversation (1 without a conversation section).
+    pub fn turns(&mut self) -> u32 {
+        match &self.turns {
+            Some(t) => t.sample(&mut self.lengths_rng).max(1),
+            None => 1,
+        }
+    }
+    /// (input, output) tokens drawn from class `ci`.
+    pub fn lengths_of(&mut self, ci: u16) -> (u32, u32) {
+        let (i, o) = &self.classes[ci as usize];
+        (i.sample(&mut self.lengths_rng), o.sample(&mut self.lengths_rng))
     }
 
     /// (input tokens, output tokens, class index) of the next request.
@@ -683,6 +765,8 @@ pub struct LoadTemplate {
     /// open-loop schedule (None for templates built from flags).
     #[serde(serialize_with = "arrivals_outline")]
     pub scaled_arrivals: Option<Arrivals>,
+    /// Requests are turns of conversations (see [`Conversation`]).
+    pub conversation: Option<Conversation>,
 }
 
 /// A trace's records as their count (a template's JSON is not the place for a million records).
@@ -713,6 +797,7 @@ impl LoadTemplate {
             warmup_requests: s.warmup_requests,
             cooldown_requests: s.cooldown_requests,
             warmup_s: s.warmup_s,
+            conversation: s.conversation.clone(),
             ..LoadTemplate::fixed(1, 1)
         };
         if t.classes.is_empty() {
@@ -723,6 +808,7 @@ impl LoadTemplate {
                 name: "trace".into(),
                 input: LengthDist::fixed(w.mean_input_tokens().round().max(1.0) as u32),
                 output: LengthDist::fixed(w.mean_output_tokens().round().max(1.0) as u32),
+                system_prompt_tokens: 0,
             }];
         }
         match &s.arrivals {
@@ -755,6 +841,7 @@ impl LoadTemplate {
                 name: String::new(),
                 input: LengthDist::fixed(input),
                 output: LengthDist::fixed(output),
+                system_prompt_tokens: 0,
             }],
             requests: None,
             duration_s: None,
@@ -766,6 +853,7 @@ impl LoadTemplate {
             cooldown_requests: 0,
             warmup_s: 0.0,
             scaled_arrivals: None,
+            conversation: None,
         }
     }
     /// Request count at a load when none was given: 5 rounds of a closed loop (at least 100), 1000 for
@@ -808,7 +896,7 @@ impl LoadTemplate {
             },
             LoadAxis::Scale => match &self.scaled_arrivals {
                 Some(Arrivals::Trace { records }) => Arrivals::Trace {
-                    records: records.iter().map(|r| TraceRecord { arrival_s: r.arrival_s / value, ..*r }).collect(),
+                    records: records.iter().map(|r| TraceRecord { arrival_s: r.arrival_s / value, ..r.clone() }).collect(),
                 },
                 Some(Arrivals::OpenLoop { process, rate, burstiness }) => Arrivals::OpenLoop {
                     process: *process,
@@ -832,6 +920,7 @@ impl LoadTemplate {
             warmup_requests: self.warmup_requests,
             cooldown_requests: self.cooldown_requests,
             warmup_s: self.warmup_s,
+            conversation: self.conversation.clone(),
         }
         .validate()
     }

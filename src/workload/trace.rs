@@ -104,7 +104,7 @@ fn tokens(src: &str, line: usize, field: &str, s: &str) -> Result<u32> {
     Ok(v as u32)
 }
 
-fn finish(mut raw: Vec<(f64, u32, u32)>, skipped: usize, format: &'static str, src: &str) -> Result<Trace> {
+fn finish(mut raw: Vec<(f64, u32, u32, Vec<u64>)>, skipped: usize, format: &'static str, src: &str) -> Result<Trace> {
     if raw.is_empty() {
         return Err(Error::input(src, None, None, "the trace holds no usable requests"));
     }
@@ -113,7 +113,7 @@ fn finish(mut raw: Vec<(f64, u32, u32)>, skipped: usize, format: &'static str, s
     Ok(Trace {
         records: raw
             .into_iter()
-            .map(|(t, i, o)| TraceRecord { arrival_s: t - t0, input_tokens: i, output_tokens: o })
+            .map(|(t, i, o, hash_ids)| TraceRecord { arrival_s: t - t0, input_tokens: i, output_tokens: o, hash_ids })
             .collect(),
         skipped_failures: skipped,
         format,
@@ -187,7 +187,7 @@ pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
             skipped += 1;
             continue;
         }
-        raw.push((t, i, o));
+        raw.push((t, i, o, vec![]));
     }
     finish(raw, skipped, format, src)
 }
@@ -231,7 +231,19 @@ pub fn parse_jsonl(src: &str, text: &str) -> Result<Trace> {
             skipped += 1;
             continue;
         }
-        raw.push((t, i, o));
+        // Mooncake's block ids (512 tokens each): equal ids, equal content.
+        let hash_ids = match v.get("hash_ids") {
+            None | Some(serde_json::Value::Null) => vec![],
+            Some(serde_json::Value::Array(a)) => {
+                a.iter().map(|x| x.as_u64()).collect::<Option<Vec<u64>>>().ok_or_else(|| {
+                    Error::input(src, Some(line_no), Some("hash_ids"), "must be a list of whole numbers")
+                })?
+            }
+            Some(_) => {
+                return Err(Error::input(src, Some(line_no), Some("hash_ids"), "must be a list of whole numbers"))
+            }
+        };
+        raw.push((t, i, o, hash_ids));
     }
     finish(raw, skipped, "jsonl", src)
 }

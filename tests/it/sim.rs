@@ -327,6 +327,7 @@ fn time_varying_rate_follows_the_schedule() {
         warmup_requests: 0,
         cooldown_requests: 0,
         warmup_s: 0.0,
+        conversation: None,
     }
     .validate()
     .unwrap();
@@ -345,8 +346,8 @@ fn sglang_continuous_decode_steps_hold_new_requests_back() {
     use capsim::workload::TraceRecord;
     let w = Workload::trace(
         vec![
-            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100 },
-            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1 },
+            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100, hash_ids: vec![] },
+            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![] },
         ],
         0,
         0,

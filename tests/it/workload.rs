@@ -100,6 +100,7 @@ fn bad_workloads_are_refused_with_the_field() {
         warmup_requests: 0,
         cooldown_requests: 0,
         warmup_s: 0.0,
+        conversation: None,
     };
     assert!(spec.validate().unwrap_err().to_string().contains("time 0"));
 }
@@ -124,6 +125,7 @@ fn a_daily_curve_integrates_to_its_mean_rate() {
         warmup_requests: 0,
         cooldown_requests: 0,
         warmup_s: 0.0,
+        conversation: None,
     };
     let w = spec.validate().unwrap();
     let mut g = Generator::new(&w, 3);
