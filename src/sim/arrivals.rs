@@ -269,11 +269,11 @@ impl<'w> Pending<'w> {
             s.active = false;
             s.history = Vec::new();
             match self.w.spec.arrivals {
-                Arrivals::ClosedLoop { think_time_s, think_exponential, .. } => {
-                    if self.sent + (self.heap.len() as u64) < self.limit {
-                        let think = SimTime::from_secs(self.gen.think_s(think_time_s, think_exponential)).0;
-                        self.push_send(now + think, client);
-                    }
+                Arrivals::ClosedLoop { think_time_s, think_exponential, .. }
+                    if self.sent + (self.heap.len() as u64) < self.limit =>
+                {
+                    let think = SimTime::from_secs(self.gen.think_s(think_time_s, think_exponential)).0;
+                    self.push_send(now + think, client);
                 }
                 Arrivals::OpenLoop { .. } => self.free_sessions.push(client),
                 _ => {}
