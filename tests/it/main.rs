@@ -10,6 +10,7 @@ mod fuzz;
 mod hardening;
 mod measured;
 mod physics;
+mod prefix;
 mod scaleout;
 mod sim;
 mod validate;
