@@ -232,10 +232,11 @@ pub fn size_fleet(p: &Profile, q: &Question, fq: &FleetQuestion, tick: &(dyn Fn(
         let fail = tried.iter().filter(|(c, _)| !c.meets_slo && c.replicas < pass).map(|(c, _)| c.replicas).max();
         (fail.unwrap_or(0), pass)
     };
-    // Round-robin candidates simulate their replicas in parallel, so one candidate per round uses
-    // the machine and bisection wastes nothing; least-outstanding fleets are one joint simulation
-    // each, so three candidates run side by side and the bracket is split in four.
-    let width: u32 = if fq.routing == Routing::RoundRobin { 1 } else { 3 };
+    // Round-robin candidates of open loops simulate their replicas in parallel, so one candidate per
+    // round uses the machine and bisection wastes nothing; other fleets (least-outstanding and
+    // prefix-aware routing, conversations) are one joint simulation each, so three candidates run
+    // side by side and the bracket is split in four.
+    let width: u32 = if fq.routing == Routing::RoundRobin && q.template.conversation.is_none() { 1 } else { 3 };
     eval(&[estimate], &mut tried)?;
     // Bracket: the estimate's neighbour first (the estimate is most often the answer or one off),
     // then gallop up from the largest failure until one passes, or down from the smallest pass until

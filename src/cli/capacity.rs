@@ -26,6 +26,8 @@ pub enum LoadArg {
 pub enum RoutingArg {
     RoundRobin,
     LeastOutstanding,
+    /// A conversation's turns (a trace's shared first block) to the replica holding its prefix.
+    PrefixAware,
 }
 
 #[derive(Args, Debug)]
@@ -117,7 +119,29 @@ fn question(a: &CapacityArgs) -> Result<Question> {
     }
     if let Some(name) = &a.preset {
         let p = preset(name)?;
-        template.classes[0].input = LengthDist::fixed(p.input_tokens);
+        if a.workload.input_len.is_some() || a.workload.output_len.is_some() {
+            return Err(Error::flag("--preset", "a preset sets the lengths: drop --input-len / --output-len"));
+        }
+        // In conversations the preset's context is where a session ends: the last of N turns sends
+        // the preset's input tokens (N user messages and N-1 replies), as a chat grows to 32K.
+        let input = match &template.conversation {
+            Some(c) => {
+                let n = c.turns.max().max(1);
+                let history = (n - 1).saturating_mul(p.output_tokens);
+                if history >= p.input_tokens {
+                    return Err(Error::flag(
+                        "--turns",
+                        format!(
+                            "{n} turns of {} output tokens fill the preset's {}-token context before the last turn",
+                            p.output_tokens, p.input_tokens
+                        ),
+                    ));
+                }
+                (p.input_tokens - history) / n
+            }
+            None => p.input_tokens,
+        };
+        template.classes[0].input = LengthDist::fixed(input);
         template.classes[0].output = LengthDist::fixed(p.output_tokens);
         slo_text.extend(p.slos.iter().map(|(n, v)| format!("{n}={v}")));
     }
@@ -295,6 +319,7 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
             let routing = match a.routing {
                 RoutingArg::RoundRobin => Routing::RoundRobin,
                 RoutingArg::LeastOutstanding => Routing::LeastOutstanding,
+                RoutingArg::PrefixAware => Routing::PrefixAware,
             };
             Some(capacity::FleetQuestion {
                 rate,
@@ -517,6 +542,7 @@ fn routing_name(r: Routing) -> &'static str {
     match r {
         Routing::RoundRobin => "round-robin",
         Routing::LeastOutstanding => "least-outstanding",
+        Routing::PrefixAware => "prefix-aware",
     }
 }
 

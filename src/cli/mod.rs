@@ -344,6 +344,16 @@ pub struct WorkloadArgs {
     /// Leave the last N requests out of the metrics (overrides a workload file's cooldown_requests).
     #[arg(long, help_heading = "Workload")]
     pub cooldown_requests: Option<u64>,
+    /// Requests are turns of conversations of this many turns (N, or uniform:MIN:MAX, ...): each turn
+    /// re-sends the history and adds a user message of --input-len tokens; the reply is --output-len.
+    #[arg(long, help_heading = "Workload")]
+    pub turns: Option<String>,
+    /// Conversations: seconds a user takes between a reply and the next turn [default: 0]
+    #[arg(long, help_heading = "Workload")]
+    pub turn_think_time: Option<f64>,
+    /// Every request starts with the same system prompt of this many tokens (then its input).
+    #[arg(long, help_heading = "Workload")]
+    pub system_prompt_tokens: Option<u32>,
     /// A workload TOML file: request classes, arrivals (closed loop, burst, open loop with a rate
     /// schedule), run length. A load flag of the command replaces its arrivals and keeps the rest.
     #[arg(long, help_heading = "Workload")]
@@ -435,6 +445,15 @@ impl WorkloadArgs {
         }
         if self.burstiness.is_some() {
             v.push("--burstiness");
+        }
+        if self.turns.is_some() {
+            v.push("--turns");
+        }
+        if self.turn_think_time.is_some() {
+            v.push("--turn-think-time");
+        }
+        if self.system_prompt_tokens.is_some() {
+            v.push("--system-prompt-tokens");
         }
         v
     }
@@ -546,6 +565,32 @@ impl WorkloadArgs {
         }
         t.warmup_requests = self.warmup_requests.unwrap_or(0);
         t.cooldown_requests = self.cooldown_requests.unwrap_or(0);
+        if let Some(n) = self.system_prompt_tokens {
+            if n > capsim::workload::MAX_REQUEST_TOKENS {
+                return Err(Error::flag(
+                    "--system-prompt-tokens",
+                    format!("must be at most {}", capsim::workload::MAX_REQUEST_TOKENS),
+                ));
+            }
+            t.classes[0].system_prompt_tokens = n;
+        }
+        let think = self.turn_think_time.unwrap_or(0.0);
+        if !(think.is_finite() && (0.0..=capsim::workload::MAX_TIME_S).contains(&think)) {
+            return Err(Error::flag("--turn-think-time", format!("must be in 0..=1e9 s, got {think}")));
+        }
+        match &self.turns {
+            Some(turns) => {
+                t.conversation = Some(capsim::workload::Conversation {
+                    turns: parse_length("--turns", turns)?,
+                    think_time_s: think,
+                    think_exponential: self.think_exponential,
+                })
+            }
+            None if self.turn_think_time.is_some() => {
+                return Err(Error::flag("--turn-think-time", "applies to conversations: give --turns"));
+            }
+            None => {}
+        }
         Ok(t)
     }
 }

@@ -31,6 +31,8 @@ pub(super) struct Sent {
     pub output: u32,
     pub class: u16,
     pub content: Content,
+    /// What prefix-aware routing keys on: the conversation, or a trace's first block id.
+    pub route_key: Option<u64>,
 }
 
 /// Segment ids of each kind: a system prompt per class, a request's own input and output, a
@@ -173,7 +175,8 @@ impl<'w> Pending<'w> {
                 self.trace_pos += 1;
                 let send = SimTime::from_secs(r.arrival_s).0;
                 let content = (self.shares).then(|| trace_content(r.input_tokens, r.output_tokens, &r.hash_ids, id));
-                Sent { send, client: 0, input: r.input_tokens, output: r.output_tokens, class: 0, content }
+                let route_key = r.hash_ids.first().map(|&h| segment_id(BLOCK, h, 0));
+                Sent { send, client: 0, input: r.input_tokens, output: r.output_tokens, class: 0, content, route_key }
             }
             _ => {
                 let Reverse((t, _, client)) = self.heap.pop().expect("peeked");
@@ -201,7 +204,7 @@ impl<'w> Pending<'w> {
             v.push((segment_id(OUTPUT, id, 0), output));
             v.into_boxed_slice()
         });
-        Sent { send, client, input: sys + input, output, class, content }
+        Sent { send, client, input: sys + input, output, class, content, route_key: None }
     }
     fn start_session(&mut self, slot: u32) {
         let class = self.gen.class();
@@ -246,6 +249,7 @@ impl<'w> Pending<'w> {
             output: reply,
             class: s.class,
             content: Some(content.into_boxed_slice()),
+            route_key: Some(segment_id(USER, s.id, u64::MAX)),
         }
     }
     /// A client's request finished (or was rejected) at `now`: its next request, as the workload says.

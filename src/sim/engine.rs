@@ -44,6 +44,8 @@ pub(super) struct Live {
     pub(super) table: Vec<u32>,
     pub(super) registered: u32,
     pub(super) cached_tokens: u32,
+    /// The cached prefix found at the last admission attempt (kept while it waits).
+    pub(super) probe: Vec<u32>,
 }
 
 pub(super) struct Engine<'a> {
@@ -70,7 +72,6 @@ pub(super) struct Engine<'a> {
     pub(super) preemptions: u64,
     /// vLLM's prefix cache over the block pool (None: caching off, or nothing in the workload can hit).
     pub(super) cache: Option<PrefixCache>,
-    pub(super) hit_buf: Vec<u32>,
 }
 
 #[inline]
@@ -133,32 +134,33 @@ impl<'a> Engine<'a> {
         r.registered = r.registered.max(full);
     }
     /// Prefix caching at admission: the request's longest cached prefix (at most num_tokens - 1
-    /// tokens) in `hit_buf`. Returns (hit blocks, how many of them are free).
+    /// tokens) in its `probe`. Returns (hit blocks, how many of them are free).
     pub(super) fn lookup_prefix(&mut self, idx: u32) -> (u32, u64) {
         let Some(cache) = &self.cache else { return (0, 0) };
-        let r = &self.reqs[idx as usize];
+        let r = &mut self.reqs[idx as usize];
         if !r.table.is_empty() || r.computed > 0 || r.hashes.is_empty() {
-            self.hit_buf.clear();
+            r.probe.clear();
             return (0, 0);
         }
         let max = ((r.num_tokens - 1) / self.block) as usize;
-        let free = cache.lookup(&r.hashes, max, &mut self.hit_buf);
-        (self.hit_buf.len() as u32, free)
+        let free = cache.lookup(&r.hashes, max, &mut r.probe);
+        (r.probe.len() as u32, free)
     }
-    /// Take the blocks of `hit_buf` for request `idx`: their tokens are computed.
+    /// Take the blocks of the request's `probe`: their tokens are computed.
     pub(super) fn take_prefix(&mut self, idx: u32) {
-        if self.hit_buf.is_empty() {
+        let r = &mut self.reqs[idx as usize];
+        if r.probe.is_empty() {
             return;
         }
         let cache = self.cache.as_mut().expect("caching");
-        let r = &mut self.reqs[idx as usize];
-        for &b in &self.hit_buf {
+        for &b in &r.probe {
             if cache.touch(b) {
                 self.free_blocks -= 1;
             }
         }
-        r.table.extend_from_slice(&self.hit_buf);
-        let hits = self.hit_buf.len() as u32;
+        let probe = std::mem::take(&mut r.probe);
+        r.table.extend_from_slice(&probe);
+        let hits = probe.len() as u32;
         r.blocks = hits;
         r.registered = hits;
         r.computed = hits * self.block;

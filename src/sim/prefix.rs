@@ -16,15 +16,37 @@
 //! with caching off, and a workload that shares nothing runs exactly as without a cache.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 const NIL: u32 = u32::MAX;
+
+/// The keys are already uniformly mixed 64-bit hashes: hashing them again (SipHash, the default)
+/// cost a third of a cached run's time.
+#[derive(Default)]
+struct Identity(u64);
+
+impl Hasher for Identity {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type BlockMap = HashMap<u64, u32, BuildHasherDefault<Identity>>;
 
 /// The block pool with its cache of full blocks by content hash.
 pub(super) struct PrefixCache {
     ref_cnt: Vec<u32>,
     /// The content hash a block is cached under (0: none).
     hash: Vec<u64>,
-    map: HashMap<u64, u32>,
+    map: BlockMap,
     prev: Vec<u32>,
     next: Vec<u32>,
     head: u32,
@@ -40,7 +62,7 @@ impl PrefixCache {
         PrefixCache {
             ref_cnt: vec![0; n],
             hash: vec![0; n],
-            map: HashMap::new(),
+            map: BlockMap::default(),
             prev,
             next,
             head: if n == 0 { NIL } else { 0 },
@@ -129,21 +151,22 @@ impl PrefixCache {
             self.hash[b as usize] = h;
         }
     }
-    /// The longest run of `hashes` (at most `max_blocks`) cached: the blocks, and how many of them
-    /// are free (they leave the free queue when touched).
+    /// The longest run of `hashes` (at most `max_blocks`) cached, into `out`, and how many of those
+    /// blocks are free (they leave the free queue when touched). `out` may hold this request's
+    /// previous result: the blocks that still hold their hash are kept without a map lookup (a
+    /// request waiting at the head of the queue is looked up every step, its history thousands of
+    /// blocks long).
     pub(super) fn lookup(&self, hashes: &[u64], max_blocks: usize, out: &mut Vec<u32>) -> u64 {
-        out.clear();
-        let mut free = 0;
-        for h in hashes.iter().take(max_blocks) {
+        let max = max_blocks.min(hashes.len());
+        let still = out.iter().zip(hashes).take(max).take_while(|(&b, &h)| self.hash[b as usize] == h).count();
+        out.truncate(still);
+        for h in &hashes[still..max] {
             match self.map.get(h) {
-                Some(&b) => {
-                    out.push(b);
-                    free += (self.ref_cnt[b as usize] == 0) as u64;
-                }
+                Some(&b) => out.push(b),
                 None => break,
             }
         }
-        free
+        out.iter().filter(|&&b| self.ref_cnt[b as usize] == 0).count() as u64
     }
     /// Blocks in the free queue from head to tail (tests).
     #[cfg(test)]
@@ -227,8 +250,8 @@ mod tests {
         c.register(x, 7);
         c.release(x);
         assert_eq!(c.queue(), vec![1, 2, 0]);
-        let mut hit = Vec::new();
-        assert_eq!(c.lookup(&[7, 8], 2, &mut hit), 1);
+        let mut hit = vec![2];
+        assert_eq!(c.lookup(&[7, 8], 2, &mut hit), 1, "a stale previous result is dropped");
         assert_eq!(hit, vec![0]);
         assert!(c.touch(0));
         assert_eq!(c.queue(), vec![1, 2]);

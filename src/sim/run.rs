@@ -79,6 +79,10 @@ pub enum Routing {
     /// Each request goes to the replica with the fewest requests sent to it and not yet finished when
     /// it is sent (ties: the lowest index), as a least-outstanding-requests load balancer does.
     LeastOutstanding,
+    /// A conversation's later turns go to the replica that served its previous turn, and a trace
+    /// request to the replica that last served a request starting with the same block id (where its
+    /// prefix is cached); anything else least-outstanding.
+    PrefixAware,
 }
 
 /// A request on its way to a replica: sent, and when its engine will see it.
@@ -92,6 +96,8 @@ struct Arrived {
     output: u32,
     class: u16,
     content: Content,
+    /// What prefix-aware routing keys on (a conversation, a trace's first block).
+    route_key: Option<u64>,
 }
 
 impl Arrived {
@@ -105,6 +111,7 @@ impl Arrived {
             output: s.output,
             class: s.class,
             content: s.content,
+            route_key: s.route_key,
         }
     }
 }
@@ -185,7 +192,6 @@ impl<'a> Replica<'a> {
                 ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
                 preemptions: 0,
                 cache,
-                hit_buf: Vec::new(),
             },
             out: SimOutput {
                 records: Vec::with_capacity(expected_requests),
@@ -272,6 +278,7 @@ impl<'a> Replica<'a> {
                 table: Vec::new(),
                 registered: 0,
                 cached_tokens: 0,
+                probe: Vec::new(),
             };
             if !eng.accepts(&live) {
                 out.requests_rejected += 1;
@@ -570,7 +577,16 @@ impl LeastOutstanding {
             self.finishes.push(Reverse((at, replica as u32)));
         }
     }
-    fn route(&mut self, send: u64) -> usize {
+    /// Route to replica `k` (prefix-aware routing's choice), keeping the counts.
+    fn route_to(&mut self, send: u64, k: usize) -> usize {
+        self.apply_finishes(send);
+        let c = &mut self.count[k];
+        self.by_count.remove(&(*c, k as u32));
+        *c += 1;
+        self.by_count.insert((*c, k as u32));
+        k
+    }
+    fn apply_finishes(&mut self, send: u64) {
         while let Some(&Reverse((at, i))) = self.finishes.peek() {
             if at > send {
                 break;
@@ -581,6 +597,9 @@ impl LeastOutstanding {
             *c -= 1;
             self.by_count.insert((*c, i));
         }
+    }
+    fn route(&mut self, send: u64) -> usize {
+        self.apply_finishes(send);
         let (c, i) = self.by_count.pop_first().expect("at least one replica");
         self.count[i as usize] = c + 1;
         self.by_count.insert((c + 1, i));
@@ -620,7 +639,8 @@ fn drive<F: FnMut(&StepView)>(
     // that no longer match it are skipped. A replica's next event never moves back in time.
     let mut key: Vec<u64> = vec![NO_EVENT; reps.len()];
     let mut events: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(reps.len() * 2);
-    let mut least = LeastOutstanding::new(reps.len(), routing == Routing::LeastOutstanding);
+    let mut least = LeastOutstanding::new(reps.len(), routing != Routing::RoundRobin);
+    let mut sticky: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     loop {
         while let Some(&Reverse((t, i))) = events.peek() {
             if key[i as usize] == t {
@@ -637,6 +657,16 @@ fn drive<F: FnMut(&StepView)>(
                 let k = match routing {
                     Routing::RoundRobin => (sent % replicas as u64) as usize,
                     Routing::LeastOutstanding => least.route(send),
+                    Routing::PrefixAware => match a.route_key.and_then(|key| sticky.get(&key).copied()) {
+                        Some(k) => least.route_to(send, k),
+                        None => {
+                            let k = least.route(send);
+                            if let Some(key) = a.route_key {
+                                sticky.insert(key, k);
+                            }
+                            k
+                        }
+                    },
                 };
                 reps[k].accept(a);
                 reschedule(&reps[k], k, &mut key, &mut events);

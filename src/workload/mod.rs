@@ -856,14 +856,16 @@ impl LoadTemplate {
             conversation: None,
         }
     }
-    /// Request count at a load when none was given: 5 rounds of a closed loop (at least 100), 1000 for
-    /// an open loop.
+    /// Request count at a load when none was given: 5 rounds of a closed loop (at least 100; five
+    /// sessions per client in conversations), 1000 for an open loop.
     pub fn requests_at(&self, axis: LoadAxis, value: f64) -> Option<u64> {
         if self.duration_s.is_some() && self.requests.is_none() {
             return None;
         }
+        // Conversations: five sessions per client (or per session started, open loops: 1,000 turns).
+        let turns = self.conversation.as_ref().map_or(1.0, |c| c.turns.mean().max(1.0));
         Some(self.requests.unwrap_or(match axis {
-            LoadAxis::Concurrency => (5 * value as u64).max(100),
+            LoadAxis::Concurrency => ((5.0 * value * turns) as u64).max(100),
             LoadAxis::Burst => value as u64,
             LoadAxis::Rate => 1000,
             LoadAxis::Scale => return self.requests,

@@ -198,3 +198,84 @@ fn a_small_cache_evicts_and_every_turn_completes() {
     // Deterministic.
     assert_eq!(run(&p, &w).records, out.records);
 }
+
+/// Prefix-aware routing keeps a conversation on the replica that holds its history: more of its
+/// prompt tokens are found cached than under round-robin or least-outstanding routing, and its TTFT
+/// is lower.
+#[test]
+fn prefix_aware_routing_finds_more_of_each_conversation_cached() {
+    use capsim::sim::{simulate_fleet, Routing};
+    let p = default_profile();
+    let mut t = LoadTemplate::fixed(1500, 250);
+    t.requests = Some(1500);
+    t.conversation = Some(Conversation { turns: LengthDist::fixed(5), think_time_s: 4.0, think_exponential: true });
+    let w = t.at(LoadAxis::Rate, 2.0).unwrap();
+    let hit_rate = |routing| {
+        let outs = simulate_fleet(&p, &w, 3, SimOptions::default(), 4, routing);
+        let (c, n): (u64, u64) = outs
+            .iter()
+            .flat_map(|o| o.records.iter())
+            .fold((0, 0), |(c, n), r| (c + r.cached_tokens as u64, n + r.input_tokens as u64));
+        c as f64 / n as f64
+    };
+    let (rr, lo, pa) =
+        (hit_rate(Routing::RoundRobin), hit_rate(Routing::LeastOutstanding), hit_rate(Routing::PrefixAware));
+    // Five turns: the first finds nothing, the others about their whole history.
+    assert!(pa > 0.6, "prefix-aware {pa}");
+    assert!(pa > rr + 0.3 && pa > lo + 0.3, "prefix-aware {pa}, round-robin {rr}, least-outstanding {lo}");
+}
+
+/// The command line: --turns and --system-prompt-tokens on simulate, and a preset's conversation
+/// ends at the preset's context.
+#[test]
+fn conversations_and_system_prompts_from_the_command_line() {
+    let run = |args: &[&str]| -> serde_json::Value {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let v = run(&[
+        "simulate",
+        "--concurrency",
+        "4",
+        "--turns",
+        "4",
+        "--input-len",
+        "400",
+        "--output-len",
+        "100",
+        "--requests",
+        "64",
+        "--json",
+    ]);
+    assert!(v["prefix_hit_rate"].as_f64().unwrap() > 0.4, "{}", v["prefix_hit_rate"]);
+    let off = run(&[
+        "simulate",
+        "--concurrency",
+        "4",
+        "--turns",
+        "4",
+        "--input-len",
+        "400",
+        "--output-len",
+        "100",
+        "--requests",
+        "64",
+        "--prefix-caching",
+        "off",
+        "--json",
+    ]);
+    assert_eq!(off["prefix_hit_rate"].as_f64(), Some(0.0));
+    assert!(off["ttft_s"]["mean"].as_f64().unwrap() > v["ttft_s"]["mean"].as_f64().unwrap());
+    let v = run(&["simulate", "--rate", "2", "--system-prompt-tokens", "4000", "--requests", "100", "--json"]);
+    assert!(v["cached_tokens_per_request"].as_f64().unwrap() > 3900.0 * 0.95);
+    // general-chat in 5 turns: each user message (32768 - 4 x 1024) / 5 tokens, the last turn 32K.
+    let c = run(&["capacity", "--preset", "general-chat", "--turns", "5", "--max-load", "16", "--json"]);
+    assert!(c["capacity"].as_f64().unwrap() >= 1.0);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["capacity", "--preset", "general-chat", "--turns", "40"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--turns"));
+}
