@@ -401,7 +401,10 @@ impl Prepared {
         let gpus_n = k * tp;
         let cost_h = self.gpu_price_per_hour.map(|pr| pr * gpus_n as f64);
         // A fleet that meets its SLOs in a steady state serves what it is offered.
-        let served_tok_s = fq.rate * q.template.at(LoadAxis::Rate, fq.rate).map_or(0.0, |w| w.mean_output_tokens());
+        // With conversations the rate counts sessions, each of mean-turns requests.
+        let turns = q.template.conversation.as_ref().map_or(1.0, |c| c.turns.mean());
+        let served_tok_s =
+            fq.rate * turns * q.template.at(LoadAxis::Rate, fq.rate).map_or(0.0, |w| w.mean_output_tokens());
         let tok_h = served_tok_s * 3600.0;
         json!({
             "gpu": p.gpu.name, "tensor_parallel": tp, "replicas": k, "gpus": gpus_n,

@@ -173,8 +173,9 @@ pub struct ProfileArgs {
     /// (kv_cache_config.free_gpu_memory_fraction; default 0.9)
     #[arg(long)]
     pub free_gpu_memory_fraction: Option<f64>,
-    /// Prefix caching, on by default as in the engines (simulated for vLLM: block hashes, LRU
-    /// eviction); it matters when requests share a prefix (system prompts, conversations, trace hash_ids)
+    /// Prefix caching, on by default as in the engines (simulated for vLLM and SGLang: block hashes,
+    /// LRU eviction); it matters when requests share a prefix (system prompts, conversations, trace
+    /// hash_ids)
     #[arg(long, value_enum)]
     pub prefix_caching: Option<OnOff>,
 }

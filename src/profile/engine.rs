@@ -151,7 +151,8 @@ pub struct EngineConfig {
     pub capacity_policy: Option<CapacityPolicy>,
     /// Prompts may be split over steps (always for vLLM V1 and SGLang; TensorRT-LLM only when enabled).
     pub chunked_prefill: bool,
-    /// Prefix caching on (vllm/config/cache.py enable_prefix_caching: True; simulated for vLLM).
+    /// Prefix caching on (vllm/config/cache.py enable_prefix_caching: True; SGLang's radix cache;
+    /// simulated for vLLM and SGLang).
     pub prefix_caching: bool,
     /// How the KV capacity was derived from memory (None when set directly).
     pub memory: Option<KvMemory>,

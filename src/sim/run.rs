@@ -167,9 +167,10 @@ impl<'a> Replica<'a> {
     ) -> Replica<'a> {
         let e = &p.engine;
         let capacity_blocks = e.kv_capacity_blocks();
-        // vLLM's prefix cache, where it can matter. Blocks held per sequence besides KV (hybrid
-        // models' state) are not in the cache's pool: those models run without it here.
-        let cache = (shares && e.prefix_caching && e.kind == EngineKind::Vllm && e.per_seq_reserved_blocks == 0)
+        // The prefix cache (vLLM's, and SGLang's radix cache approximated by it), where it can
+        // matter. Blocks held per sequence besides KV (hybrid models' state) are not in the cache's
+        // pool: those models run without it here. TensorRT-LLM's block reuse is not simulated.
+        let cache = (shares && e.prefix_caching && e.kind != EngineKind::Trtllm && e.per_seq_reserved_blocks == 0)
             .then(|| PrefixCache::new(capacity_blocks));
         Replica {
             eng: Engine {

@@ -8,7 +8,11 @@
 //! cannot get memory, requests are retracted (fewest generated tokens first, longest prompt first among
 //! equals) and recomputed later, and the ratio is re-estimated from the requests left: tokens decoded
 //! plus 20 per request, over their max new tokens. Decodes wait during prefill batches unless mixed
-//! chunks are enabled.
+//! chunks are enabled. The radix cache (mem_cache/radix_cache.py) is approximated by vLLM's block cache
+//! at SGLang's page size of 1 token (sim/prefix.rs): the longest cached prefix, at most input_len - 1
+//! tokens (schedule_batch.py `_compute_max_prefix_len`), is not recomputed; eviction takes the least
+//! recently freed tokens, a request's tail before its prefix, where SGLang evicts the least recently
+//! used leaves of its tree.
 
 use super::engine::{Engine, Live};
 use super::step::BatchShape;
@@ -31,9 +35,15 @@ impl Engine<'_> {
         ((decoded + 20 * self.running.len() as u64) as f64 / (max_new + 1) as f64).min(1.0)
     }
 
-    pub(super) fn sglang_admissible(&self, idx: u32, reserved_running: f64) -> bool {
+    /// `hits`, `free_hits`: the request's cached prefix (see [`Engine::lookup_prefix`]): those tokens
+    /// need no new memory, and the cached ones that were evictable are no longer free.
+    pub(super) fn sglang_admissible(&self, idx: u32, reserved_running: f64, (hits, free_hits): (u32, u64)) -> bool {
         let r = &self.reqs[idx as usize];
-        let need = self.extra_blocks(r, r.num_tokens) as f64;
+        let need = if hits == 0 {
+            self.extra_blocks(r, r.num_tokens) as f64
+        } else {
+            ((self.blocks_for(r.num_tokens) - hits) as u64 + free_hits) as f64
+        };
         let avail = self.free_blocks as f64 - reserved_running;
         if self.running.is_empty() && self.chunked.is_none() {
             // Alone on the engine, the reservation is moot: admit whatever fits.
@@ -46,8 +56,11 @@ impl Engine<'_> {
     pub(super) fn schedule_sglang(&mut self, now: u64, shape: &mut BatchShape) {
         let e = &self.p.engine;
         let reserved_running: f64 = self.running.iter().map(|&i| self.sglang_reserve(&self.reqs[i as usize])).sum();
-        let head_ok = match self.waiting.front() {
-            Some(&idx) => (self.running.len() as u32) < e.max_num_seqs && self.sglang_admissible(idx, reserved_running),
+        let head_ok = match self.waiting.front().copied() {
+            Some(idx) => {
+                let hits = self.lookup_prefix(idx);
+                (self.running.len() as u32) < e.max_num_seqs && self.sglang_admissible(idx, reserved_running, hits)
+            }
             None => false,
         };
         let in_decode_run = self.decode_streak > 0 && self.decode_streak < e.num_continuous_decode_steps;
@@ -84,10 +97,13 @@ impl Engine<'_> {
                 let Some(&idx) = self.waiting.front() else {
                     break;
                 };
-                if !self.sglang_admissible(idx, reserved) {
+                // The radix cache's match (schedule_batch.py: at most input_len - 1 tokens).
+                let hits = self.lookup_prefix(idx);
+                if !self.sglang_admissible(idx, reserved, hits) {
                     break;
                 }
                 self.waiting.pop_front();
+                self.take_prefix(idx);
                 let r = &self.reqs[idx as usize];
                 let need = r.num_tokens - r.computed;
                 let n = need.min(rem);

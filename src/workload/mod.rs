@@ -573,12 +573,14 @@ impl Workload {
         let w: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
         self.spec.classes.iter().map(|c| c.weight * c.output.mean()).sum::<f64>() / w
     }
+    /// Mean prompt tokens of a request (system prompt included; a conversation turn's new message
+    /// only, without its history).
     pub fn mean_input_tokens(&self) -> f64 {
         if let Arrivals::Trace { records } = &self.spec.arrivals {
             return records.iter().map(|r| r.input_tokens as f64).sum::<f64>() / records.len() as f64;
         }
         let w: f64 = self.spec.classes.iter().map(|c| c.weight).sum();
-        self.spec.classes.iter().map(|c| c.weight * c.input.mean()).sum::<f64>() / w
+        self.spec.classes.iter().map(|c| c.weight * (c.input.mean() + c.system_prompt_tokens as f64)).sum::<f64>() / w
     }
     /// A replayed trace; warm-up and cool-down by request count.
     pub fn trace(records: Vec<TraceRecord>, warmup_requests: u64, cooldown_requests: u64) -> Result<Workload> {

@@ -279,3 +279,20 @@ fn conversations_and_system_prompts_from_the_command_line() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--turns"));
 }
+
+/// SGLang's radix cache matches token by token (page size 1): where vLLM finds 62 full blocks (992
+/// tokens) of a 1,000-token shared prefix, SGLang finds all 1,000; the same prompt again, all but the
+/// last token.
+#[test]
+fn sglang_matches_prefixes_token_by_token() {
+    let mut f = default_profile().file.clone();
+    f.engine =
+        capsim::profile::EngineSettings { kind: Some(capsim::profile::EngineKind::Sglang), ..Default::default() };
+    let p = f.resolve("test", &capsim::catalog::Catalog::builtin()).unwrap();
+    assert_eq!(p.engine.block_size_tokens, 1);
+    let w = Workload::trace(vec![rec(0.0, 1000, 8, &[1, 2]), rec(30.0, 1600, 8, &[1, 2, 3, 4])], 0, 0).unwrap();
+    assert_eq!(cached(&run(&p, &w), 1), 1000);
+    let w = Workload::trace(vec![rec(0.0, 1024, 8, &[1, 2]), rec(30.0, 1024, 8, &[1, 2])], 0, 0).unwrap();
+    assert_eq!(cached(&run(&p, &w), 1), 1023);
+    assert_eq!(cached(&run(&caching(&p, false), &w), 1), 0);
+}
