@@ -133,6 +133,7 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
                     input_tokens: r.input_tokens,
                     output_tokens: r.output_tokens.max(1),
                     hash_ids: vec![],
+                    session: None,
                 })
             })
             .collect();

@@ -20,7 +20,8 @@ pub(super) type Content = Option<Box<[Segment]>>;
 pub(super) fn shares_content(w: &Workload) -> bool {
     w.spec.conversation.is_some()
         || w.spec.classes.iter().any(|c| c.system_prompt_tokens > 0)
-        || matches!(&w.spec.arrivals, Arrivals::Trace { records } if records.iter().any(|r| !r.hash_ids.is_empty()))
+        || matches!(&w.spec.arrivals, Arrivals::Trace { records }
+            if records.iter().any(|r| !r.hash_ids.is_empty() || r.session.is_some()))
 }
 
 /// One request leaving a client.
@@ -80,6 +81,8 @@ pub(super) struct Pending<'w> {
     sessions: Vec<Session>,
     free_sessions: Vec<u32>,
     next_session: u64,
+    /// A trace's sessions: the content of each one's latest request.
+    trace_sessions: std::collections::HashMap<u64, Box<[Segment]>>,
 }
 
 impl<'w> Pending<'w> {
@@ -101,6 +104,7 @@ impl<'w> Pending<'w> {
             sessions: Vec::new(),
             free_sessions: Vec::new(),
             next_session: 0,
+            trace_sessions: std::collections::HashMap::new(),
         };
         match &w.spec.arrivals {
             Arrivals::ClosedLoop { clients, .. } => {
@@ -174,8 +178,20 @@ impl<'w> Pending<'w> {
                 let r = &records[self.trace_pos];
                 self.trace_pos += 1;
                 let send = SimTime::from_secs(r.arrival_s).0;
-                let content = (self.shares).then(|| trace_content(r.input_tokens, r.output_tokens, &r.hash_ids, id));
-                let route_key = r.hash_ids.first().map(|&h| segment_id(BLOCK, h, 0));
+                let content = match r.session {
+                    // A session's request extends its previous request, as far as its prompt reaches.
+                    Some(s) if r.hash_ids.is_empty() => {
+                        let prev = self.trace_sessions.get(&s).map_or(&[][..], |c| &c[..]);
+                        let c = session_content(prev, r.input_tokens, r.output_tokens, id);
+                        self.trace_sessions.insert(s, c.clone());
+                        Some(c)
+                    }
+                    _ => self.shares.then(|| trace_content(r.input_tokens, r.output_tokens, &r.hash_ids, id)),
+                };
+                let route_key = match r.session {
+                    Some(s) => Some(segment_id(USER, s, u64::MAX - 1)),
+                    None => r.hash_ids.first().map(|&h| segment_id(BLOCK, h, 0)),
+                };
                 Sent { send, client: 0, input: r.input_tokens, output: r.output_tokens, class: 0, content, route_key }
             }
             _ => {
@@ -291,6 +307,26 @@ impl<'w> Pending<'w> {
             }
         }
     }
+}
+
+/// A session's next request: the previous request's prompt and reply, cut to this prompt's length,
+/// then the rest of the prompt its own, then its output.
+fn session_content(prev: &[Segment], input: u32, output: u32, id: u64) -> Box<[Segment]> {
+    let mut v = Vec::with_capacity(prev.len() + 2);
+    let mut left = input;
+    for &(seg, len) in prev {
+        if left == 0 {
+            break;
+        }
+        let n = len.min(left);
+        v.push((seg, n));
+        left -= n;
+    }
+    if left > 0 {
+        v.push((segment_id(INPUT, id, 0), left));
+    }
+    v.push((segment_id(OUTPUT, id, 0), output));
+    v.into_boxed_slice()
 }
 
 /// A trace request's content: Mooncake's block ids, 512 tokens each (the last block takes what is

@@ -310,6 +310,10 @@ pub struct TraceRecord {
     /// equal ids are equal content, so they drive prefix-cache hits. Empty: the prompt shares nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hash_ids: Vec<u64>,
+    /// The conversation the request belongs to: it extends the session's previous request (prompt and
+    /// reply), as far as its own prompt reaches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
 }
 
 /// Tokens per Mooncake `hash_ids` block (the trace's block size, FAST'25 Mooncake paper).

@@ -3,7 +3,11 @@
 //! - capsim's own: `arrival_s`, `input_tokens`, `output_tokens`;
 //! - Azure LLM inference traces 2023/2024: `TIMESTAMP` (date-time), `ContextTokens`, `GeneratedTokens`;
 //! - BurstGPT: `Timestamp` (s), `Request tokens`, `Response tokens` (0 marks a failure: skipped);
-//! - Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`.
+//! - Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (512-token blocks).
+//!
+//! A `session_id` (or `session`, `conversation_id`, `chat_id`) column makes requests of one session
+//! share content: each extends the session's previous request (its prompt and reply), as a chat turn
+//! re-sends its history.
 //!
 //! Arrival times are shifted so the first request arrives at 0 and sorted (Azure files are not
 //! guaranteed sorted); the order of equal times is the file's.
@@ -104,7 +108,22 @@ fn tokens(src: &str, line: usize, field: &str, s: &str) -> Result<u32> {
     Ok(v as u32)
 }
 
-fn finish(mut raw: Vec<(f64, u32, u32, Vec<u64>)>, skipped: usize, format: &'static str, src: &str) -> Result<Trace> {
+/// One row as read: time (s, not yet shifted), input, output, hash ids, session.
+type RawRow = (f64, u32, u32, Vec<u64>, Option<u64>);
+
+/// Keys of a session (conversation) id: requests of one session extend its previous request.
+const SESSION_KEYS: &[&str] = &["session_id", "session", "conversation_id", "chat_id"];
+
+/// A session id as a number (FNV-1a of its text: ids may be names).
+fn session_of(text: &str) -> Option<u64> {
+    let t = text.trim();
+    if t.is_empty() {
+        return None;
+    }
+    Some(t.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)))
+}
+
+fn finish(mut raw: Vec<RawRow>, skipped: usize, format: &'static str, src: &str) -> Result<Trace> {
     if raw.is_empty() {
         return Err(Error::input(src, None, None, "the trace holds no usable requests"));
     }
@@ -113,7 +132,13 @@ fn finish(mut raw: Vec<(f64, u32, u32, Vec<u64>)>, skipped: usize, format: &'sta
     Ok(Trace {
         records: raw
             .into_iter()
-            .map(|(t, i, o, hash_ids)| TraceRecord { arrival_s: t - t0, input_tokens: i, output_tokens: o, hash_ids })
+            .map(|(t, i, o, hash_ids, session)| TraceRecord {
+                arrival_s: t - t0,
+                input_tokens: i,
+                output_tokens: o,
+                hash_ids,
+                session,
+            })
             .collect(),
         skipped_failures: skipped,
         format,
@@ -161,6 +186,7 @@ pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
             "no output-token column (output_tokens, GeneratedTokens, Response tokens)",
         )
     })?;
+    let si = headers.iter().position(|h| SESSION_KEYS.contains(&h));
     let format = match tkey {
         "TIMESTAMP" => "azure",
         "Timestamp" => "burstgpt",
@@ -187,7 +213,8 @@ pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
             skipped += 1;
             continue;
         }
-        raw.push((t, i, o, vec![]));
+        let session = si.and_then(|k| rec.get(k)).and_then(session_of);
+        raw.push((t, i, o, vec![], session));
     }
     finish(raw, skipped, format, src)
 }
@@ -243,7 +270,12 @@ pub fn parse_jsonl(src: &str, text: &str) -> Result<Trace> {
                 return Err(Error::input(src, Some(line_no), Some("hash_ids"), "must be a list of whole numbers"))
             }
         };
-        raw.push((t, i, o, hash_ids));
+        let session = SESSION_KEYS.iter().find_map(|k| v.get(*k)).and_then(|x| match x {
+            serde_json::Value::String(s) => session_of(s),
+            serde_json::Value::Number(n) => session_of(&n.to_string()),
+            _ => None,
+        });
+        raw.push((t, i, o, hash_ids, session));
     }
     finish(raw, skipped, "jsonl", src)
 }

@@ -15,7 +15,7 @@ fn caching(p: &Profile, on: bool) -> Profile {
 }
 
 fn rec(t: f64, input: u32, output: u32, hash_ids: &[u64]) -> TraceRecord {
-    TraceRecord { arrival_s: t, input_tokens: input, output_tokens: output, hash_ids: hash_ids.to_vec() }
+    TraceRecord { arrival_s: t, input_tokens: input, output_tokens: output, hash_ids: hash_ids.to_vec(), session: None }
 }
 
 fn run(p: &Profile, w: &Workload) -> SimOutput {
@@ -295,4 +295,19 @@ fn sglang_matches_prefixes_token_by_token() {
     let w = Workload::trace(vec![rec(0.0, 1024, 8, &[1, 2]), rec(30.0, 1024, 8, &[1, 2])], 0, 0).unwrap();
     assert_eq!(cached(&run(&p, &w), 1), 1023);
     assert_eq!(cached(&run(&caching(&p, false), &w), 1), 0);
+}
+
+/// A plain trace with session ids: a session's request extends its previous one (prompt and reply),
+/// so it finds the full blocks of what the previous one computed (1,000 + 199 tokens: 74 blocks);
+/// another session's request finds nothing.
+#[test]
+fn a_trace_with_session_ids_hits_the_previous_turn() {
+    let t = capsim::workload::trace::parse_csv(
+        "s.csv",
+        "arrival_s,input_tokens,output_tokens,session_id\n0,1000,200,alice\n15,1000,50,bob\n30,1500,100,alice\n",
+    )
+    .unwrap();
+    assert!(t.records[0].session.is_some() && t.records[0].session == t.records[2].session);
+    let out = run(&default_profile(), &Workload::trace(t.records, 0, 0).unwrap());
+    assert_eq!((cached(&out, 0), cached(&out, 1), cached(&out, 2)), (0, 0, 74 * 16));
 }

@@ -346,8 +346,8 @@ fn sglang_continuous_decode_steps_hold_new_requests_back() {
     use capsim::workload::TraceRecord;
     let w = Workload::trace(
         vec![
-            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100, hash_ids: vec![] },
-            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![] },
+            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100, hash_ids: vec![], session: None },
+            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![], session: None },
         ],
         0,
         0,
