@@ -11,14 +11,8 @@ use capsim::profile::Profile;
 use capsim::workload::{LoadAxis, LoadTemplate};
 use std::time::Instant;
 
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
+mod common;
+use common::peak_rss_mb;
 
 fn main() {
     let rate: f64 = std::env::var("CAPSIM_BENCH_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000.0);
