@@ -10,6 +10,7 @@ pub mod calibrate;
 pub mod capacity;
 pub mod catalog;
 pub mod data;
+pub mod datasheet;
 pub mod error;
 pub mod experiment;
 pub mod hardware;

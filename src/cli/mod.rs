@@ -5,6 +5,7 @@ mod calibrate;
 mod capacity;
 mod catalog;
 mod explain;
+mod report;
 mod shard;
 mod simulate;
 mod sweep;
@@ -21,7 +22,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "capsim", version, about = "Capacity simulator for LLM inference serving", long_about = None)]
+#[command(name = "capsim", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CAPSIM_GIT_COMMIT"), ")"), about = "Capacity simulator for LLM inference serving", long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -53,6 +54,9 @@ pub enum Cmd {
     /// Run scenarios from a JSON-lines file (one per line: a command's flags as keys) in parallel; one
     /// JSON result per line, in input order.
     Batch(batch::BatchArgs),
+    /// A benchmark report of a deployment (or several GPUs side by side): one self-contained HTML file
+    /// or Markdown.
+    Report(report::ReportArgs),
     /// Join the JSON-lines files of sharded runs (--shard I/N --jsonl) into the unsharded run's output.
     Merge(shard::MergeArgs),
 }
@@ -74,7 +78,13 @@ pub fn run() -> Result<()> {
         Cmd::Points(a) => catalog::points(a),
         Cmd::Batch(a) => batch::run(a),
         Cmd::Merge(a) => shard::merge(a),
+        Cmd::Report(a) => report::run(a),
     }
+}
+
+/// capsim's version with the commit it was built from.
+pub fn version() -> String {
+    format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("CAPSIM_GIT_COMMIT"))
 }
 
 /// Which profile, moved where, with which engine settings.

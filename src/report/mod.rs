@@ -61,6 +61,9 @@ pub fn num(v: f64, digits: usize) -> String {
     format!("{v:.decimals$}")
 }
 
+pub mod chart;
+pub mod html;
+
 /// One series of an SVG chart.
 pub struct Series<'a> {
     pub label: &'a str,
