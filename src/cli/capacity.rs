@@ -39,52 +39,56 @@ pub struct CapacityArgs {
     /// What to search over: a burst size (max safe queue depth), closed-loop clients, an open-loop rate,
     /// or the scale of a trace's or workload file's own rate [default: the file's own kind, else
     /// concurrency]
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Question")]
     pub load: Option<LoadArg>,
     /// A limit, NAME=VALUE: ttft_<stat>_s, itl_<stat>_ms, tpot_<stat>_ms, e2e_<stat>_s, queue_wait_<stat>_s
     /// (at most) or per_user_tok_s_<stat> (at least); stat = mean|p50|p90|p95|p99. Repeatable.
-    #[arg(long)]
+    #[arg(long, help_heading = "Question")]
     pub slo: Vec<String>,
     /// A use case of the reports: code-completion, short-chat, general-chat, long-documents, coding-agent
     /// (sets lengths and SLOs).
-    #[arg(long)]
+    #[arg(long, help_heading = "Question")]
     pub preset: Option<String>,
     /// Search no further than this load (default: 4096 burst, 1024 clients, 1000 requests/s).
-    #[arg(long)]
+    #[arg(long, help_heading = "Question")]
     pub max_load: Option<f64>,
     /// Seeds per load (merged per request); default 1 for bursts and closed loops, 3 for rates.
-    #[arg(long)]
+    #[arg(long, help_heading = "Question")]
     pub seeds: Option<u32>,
-    #[arg(long, default_value_t = 0)]
+    /// Seed of the simulations: the same seed gives the same bytes, at any thread count.
+    #[arg(long, default_value_t = 0, help_heading = "Question")]
     pub seed: u64,
     /// Relative resolution of a rate search.
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.02, help_heading = "Question")]
     pub rate_tol: f64,
     /// Answer the same question on each of these GPUs (comma-separated catalog names), side by side.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', help_heading = "Deployment")]
     pub gpus: Option<Vec<String>>,
     /// Fleet sizing: the total request rate the fleet must serve within the SLOs (open loop).
-    #[arg(long)]
+    #[arg(long, help_heading = "Fleet")]
     pub target_rate: Option<f64>,
-    #[arg(long, value_enum, default_value = "round-robin")]
+    /// Fleet sizing: how the router spreads requests over replicas.
+    #[arg(long, value_enum, default_value = "round-robin", help_heading = "Fleet")]
     pub routing: RoutingArg,
     /// Fleet sizing: search no further than this many replicas.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, help_heading = "Fleet")]
     pub max_replicas: u32,
     /// Fleet sizing: requests each replica receives in a candidate's run (the run grows with the fleet
     /// unless --requests or --duration fix it); default: eight running batches of the engine for the
     /// mean request, 1,000 to 20,000.
-    #[arg(long)]
+    #[arg(long, help_heading = "Fleet")]
     pub requests_per_replica: Option<u64>,
     /// Price of one GPU-hour (any currency), for cost per hour and per million output tokens.
-    #[arg(long)]
+    #[arg(long, help_heading = "Fleet")]
     pub gpu_price_per_hour: Option<f64>,
-    #[arg(long)]
+    /// Print JSON instead of a table.
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
-    #[arg(long, conflicts_with = "json")]
+    /// Print CSV instead of a table.
+    #[arg(long, conflicts_with = "json", help_heading = "Output")]
     pub csv: bool,
     /// Write an SVG of the first SLO metric against load, with the limit and the capacity found.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub svg: Option<PathBuf>,
     #[command(flatten)]
     pub scale_out: ScaleOutArgs,

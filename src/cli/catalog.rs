@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct GpusArgs {
+    /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Extra GPU catalog file that adds to or overrides the built-in one.
@@ -21,6 +22,7 @@ pub struct GpusArgs {
 
 #[derive(Args, Debug)]
 pub struct ModelsArgs {
+    /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Also show a config.json that is not in the catalog.
@@ -30,6 +32,7 @@ pub struct ModelsArgs {
 
 #[derive(Args, Debug)]
 pub struct ProfilesArgs {
+    /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }

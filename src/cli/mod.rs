@@ -57,6 +57,9 @@ pub enum Cmd {
     /// A benchmark report of a deployment (or several GPUs side by side): one self-contained HTML file
     /// or Markdown.
     Report(report::ReportArgs),
+    /// Print a shell completion script: `capsim completions bash > /etc/bash_completion.d/capsim`
+    /// (zsh: into a directory of $fpath as _capsim; fish: ~/.config/fish/completions/capsim.fish).
+    Completions(CompletionsArgs),
     /// Join the JSON-lines files of sharded runs (--shard I/N --jsonl) into the unsharded run's output.
     Merge(shard::MergeArgs),
 }
@@ -79,7 +82,19 @@ pub fn run() -> Result<()> {
         Cmd::Batch(a) => batch::run(a),
         Cmd::Merge(a) => shard::merge(a),
         Cmd::Report(a) => report::run(a),
+        Cmd::Completions(a) => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(a.shell, &mut cmd, "capsim", &mut std::io::stdout());
+            Ok(())
+        }
     }
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// capsim's version with the commit it was built from.
@@ -91,102 +106,102 @@ pub fn version() -> String {
 #[derive(Args, Debug, Clone, Default)]
 pub struct ProfileArgs {
     /// Profile name (see `capsim profiles`) or a profile TOML file; default: the embedded default.
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub profile: Option<String>,
     /// Retarget the profile to another GPU of the catalog (keeps fitted efficiencies).
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub gpu: Option<String>,
     /// Retarget the profile to another model: a catalog name or a config.json path.
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub model: Option<String>,
     /// Tensor-parallel degree (GPUs per replica).
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub tp: Option<u32>,
     /// MoE experts placed whole on the GPUs and reached by all-to-all (vLLM --enable-expert-parallel).
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub expert_parallel: bool,
     /// Extra GPU catalog file (TOML, models/gpus.toml format) that adds to or overrides the built-in one.
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub gpus_file: Option<PathBuf>,
     /// Shared hardware model file (written by `capsim calibrate` as hardware.toml or NAME.hardware.toml)
     /// that replaces the built-in one for deployments without measurements.
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub hardware: Option<PathBuf>,
     /// Engine policy.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Engine")]
     pub engine: Option<EngineArg>,
     /// Weight precision: bf16, fp16, fp8, mxfp4, nvfp4 or int4 (AWQ/GPTQ W4A16); default: the profile's,
     /// or for another model its config.json quantization_config, else BF16.
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub precision: Option<String>,
     /// KV cache dtype: bf16, fp16 or fp8.
-    #[arg(long)]
+    #[arg(long, help_heading = "Deployment")]
     pub kv_dtype: Option<String>,
     /// vLLM max_num_batched_tokens (SGLang: chunked_prefill_size).
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub max_num_batched_tokens: Option<u32>,
     /// vLLM max_num_seqs (SGLang: max_running_requests).
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub max_num_seqs: Option<u32>,
     /// KV capacity in tokens (default: derived from GPU memory).
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub kv_capacity_tokens: Option<u64>,
     /// Fraction of GPU memory the engine may use.
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub gpu_memory_utilization: Option<f64>,
     /// KV block size in tokens.
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub block_size: Option<u32>,
     /// SGLang: run decodes inside prefill batches.
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub enable_mixed_chunk: bool,
     /// SGLang: run a decode batch between consecutive prefill batches while requests are decoding.
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub interleave_decode: bool,
     /// SGLang: decode steps run back to back before new requests are considered (--num-continuous-decode-steps).
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub num_continuous_decode_steps: Option<u32>,
     /// SGLang: max_prefill_tokens of one prefill batch.
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub max_prefill_tokens: Option<u32>,
     /// SGLang: initial new_token_ratio (admission reservation per running request).
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub new_token_ratio_init: Option<f64>,
     /// SGLang: floor of new_token_ratio.
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub new_token_ratio_min: Option<f64>,
     /// SGLang: decode steps over which new_token_ratio decays from its initial value to its floor.
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub new_token_ratio_decay_steps: Option<u32>,
     /// Engine release whose defaults and scheduler apply, e.g. 0.18.1 (default: the newest capsim
     /// read: vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM 1.2.1; ENGINES.md lists what changes)
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub engine_version: Option<String>,
     /// vLLM: admit a waiting request only when its whole prompt fits the free KV blocks
     /// (scheduler_reserve_full_isl; default true from 0.19)
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub reserve_full_prompt: Option<bool>,
     /// vLLM: share of KV blocks kept free when admitting waiting requests (--scheduler-watermark)
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub watermark: Option<f64>,
     /// SGLang: clients send ignore_eos (sglang bench_serving's default): from 0.5.22 admission reserves
     /// the whole remaining output
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub ignore_eos: bool,
     /// TensorRT-LLM capacity_scheduler_policy
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Engine")]
     pub capacity_scheduler_policy: Option<CapacityPolicyArg>,
     /// TensorRT-LLM: split prompts over steps (enable_chunked_prefill; default off)
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub enable_chunked_prefill: bool,
     /// TensorRT-LLM: share of the memory free after weights and activations given to the KV cache
     /// (kv_cache_config.free_gpu_memory_fraction; default 0.9)
-    #[arg(long)]
+    #[arg(long, help_heading = "Engine")]
     pub free_gpu_memory_fraction: Option<f64>,
     /// Prefix caching, on by default as in the engines (simulated for vLLM and SGLang: block hashes,
     /// LRU eviction); it matters when requests share a prefix (system prompts, conversations, trace
     /// hash_ids)
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Engine")]
     pub prefix_caching: Option<OnOff>,
 }
 
@@ -744,4 +759,35 @@ pub fn check_output_dir(flag: &str, path: &std::path::Path) -> Result<()> {
         check_output_file(flag, path)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every flag of every command says what it does, and the long help of simulate groups its flags
+    /// under headings (deployment, engine, workload, output) so that it scans.
+    #[test]
+    fn every_flag_has_help_and_a_heading() {
+        let cmd = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cmd.get_subcommands() {
+            for a in sub.get_arguments() {
+                if a.get_id() == "help" || a.get_id() == "version" {
+                    continue;
+                }
+                if a.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                    missing.push(format!("{} --{}", sub.get_name(), a.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "flags without help: {missing:?}");
+        let sim = cmd.find_subcommand("simulate").unwrap();
+        let headings: std::collections::BTreeSet<String> =
+            sim.get_arguments().filter_map(|a| a.get_help_heading().map(str::to_string)).collect();
+        for h in ["Deployment", "Engine", "Workload", "Load", "Output"] {
+            assert!(headings.contains(h), "simulate has no {h} heading: {headings:?}");
+        }
+    }
 }

@@ -18,37 +18,39 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
     /// Closed loop with N clients.
-    #[arg(long, group = "load")]
+    #[arg(long, group = "load", help_heading = "Load")]
     pub concurrency: Option<u32>,
     /// N requests sent at t = 0.
-    #[arg(long, group = "load")]
+    #[arg(long, group = "load", help_heading = "Load")]
     pub burst: Option<u32>,
     /// Open loop at R requests per second (Poisson unless --burstiness or --process say otherwise).
-    #[arg(long, group = "load")]
+    #[arg(long, group = "load", help_heading = "Load")]
     pub rate: Option<f64>,
-    #[arg(long, default_value_t = 0)]
+    /// Seed of the simulations: the same seed gives the same bytes, at any thread count.
+    #[arg(long, default_value_t = 0, help_heading = "Run")]
     pub seed: u64,
     /// Print the JSON contract instead of a table.
-    #[arg(long)]
+    /// Print JSON instead of a table.
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
     /// Goodput: a request is good when its TTFT is at most this (s).
-    #[arg(long)]
+    #[arg(long, help_heading = "Run")]
     pub goodput_ttft_s: Option<f64>,
     /// Goodput: ... and its ITL at most this (ms).
-    #[arg(long)]
+    #[arg(long, help_heading = "Run")]
     pub goodput_itl_ms: Option<f64>,
     /// Goodput: ... and its E2E at most this (s).
-    #[arg(long)]
+    #[arg(long, help_heading = "Run")]
     pub goodput_e2e_s: Option<f64>,
     /// Stop the simulation at this simulated time (s); unfinished requests are counted.
-    #[arg(long, default_value_t = 1e7)]
+    #[arg(long, default_value_t = 1e7, help_heading = "Run")]
     pub horizon: f64,
     /// Write every request's record (CSV) to this file.
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub per_request: Option<PathBuf>,
     /// Write the summary as a `vllm bench serve --save-result` JSON file (readable by calibrate --runs
     /// and validate --runs).
-    #[arg(long)]
+    #[arg(long, help_heading = "Output")]
     pub save_vllm_result: Option<PathBuf>,
 }
 

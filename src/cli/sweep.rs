@@ -17,22 +17,25 @@ pub struct SweepArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
     /// Closed-loop client counts, comma-separated.
-    #[arg(long, value_delimiter = ',', group = "axis")]
+    #[arg(long, value_delimiter = ',', group = "axis", help_heading = "Load")]
     pub concurrency: Option<Vec<f64>>,
     /// Burst sizes, comma-separated.
-    #[arg(long, value_delimiter = ',', group = "axis")]
+    #[arg(long, value_delimiter = ',', group = "axis", help_heading = "Load")]
     pub burst: Option<Vec<f64>>,
     /// Open-loop rates (requests/s), comma-separated.
-    #[arg(long, value_delimiter = ',', group = "axis")]
+    #[arg(long, value_delimiter = ',', group = "axis", help_heading = "Load")]
     pub rate: Option<Vec<f64>>,
     /// Multiples of a trace's or a workload file's own rate, comma-separated (2 = twice the traffic).
-    #[arg(long, value_delimiter = ',', group = "axis")]
+    #[arg(long, value_delimiter = ',', group = "axis", help_heading = "Load")]
     pub scale: Option<Vec<f64>>,
-    #[arg(long, default_value_t = 0)]
+    /// Seed of the simulations: the same seed gives the same bytes, at any thread count.
+    #[arg(long, default_value_t = 0, help_heading = "Run")]
     pub seed: u64,
-    #[arg(long)]
+    /// Print JSON instead of a table.
+    #[arg(long, help_heading = "Output")]
     pub json: bool,
-    #[arg(long, conflicts_with = "json")]
+    /// Print CSV instead of a table.
+    #[arg(long, conflicts_with = "json", help_heading = "Output")]
     pub csv: bool,
     #[command(flatten)]
     pub scale_out: ScaleOutArgs,

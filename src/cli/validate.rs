@@ -28,6 +28,7 @@ pub struct ValidateArgs {
     /// Only the report whose file name starts with this (e.g. 002).
     #[arg(long)]
     pub report: Option<String>,
+    /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Write the full validation document (all protocols, tables and plots) to this file.

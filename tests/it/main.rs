@@ -11,6 +11,7 @@ mod hardening;
 mod measured;
 mod physics;
 mod prefix;
+mod report;
 mod scaleout;
 mod sim;
 mod validate;
