@@ -42,7 +42,9 @@ pub fn run_point(
 }
 
 /// Run the loads of `indices` in parallel (each seeded from its index in `loads`, so a slice of a
-/// sweep gives the same points as the whole); results in the order of `indices`.
+/// sweep gives the same points as the whole); results in the order of `indices`. `tick` is called as
+/// each point finishes (a progress bar).
+#[allow(clippy::too_many_arguments)]
 pub fn run_sweep_at(
     p: &Profile,
     t: &LoadTemplate,
@@ -51,8 +53,16 @@ pub fn run_sweep_at(
     indices: &[usize],
     seed: u64,
     slo: &RequestSlo,
+    tick: &(dyn Fn() + Sync),
 ) -> Result<Vec<SweepPoint>> {
-    indices.par_iter().map(|&i| run_point(p, t, axis, loads[i], point_seed(seed, i as u64), slo)).collect()
+    indices
+        .par_iter()
+        .map(|&i| {
+            let r = run_point(p, t, axis, loads[i], point_seed(seed, i as u64), slo);
+            tick();
+            r
+        })
+        .collect()
 }
 
 /// Run every load in parallel; results in the order of `loads`.

@@ -250,9 +250,16 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     };
     let mut reports = Vec::new();
     let mut fitted = Vec::new();
+    let pb = super::progress_bar(targets.len() as u64, "profiles fitted");
     for t in &targets {
         let start = Instant::now();
-        let (pf, rep) = calibrate::calibrate(&points, &metas, t, &catalog, &opts)?;
+        pb.set_message(t.profile_name.clone());
+        let fit = calibrate::calibrate(&points, &metas, t, &catalog, &opts);
+        pb.inc(1);
+        if pb.position() == pb.length().unwrap_or(0) {
+            pb.finish_and_clear();
+        }
+        let (pf, rep) = fit?;
         fitted.push(pf.resolve(&pf.name, &catalog)?);
         let secs = start.elapsed().as_secs_f64();
         let (toml_path, fit_path, txt) = write_profile(&a.out, &opts.command, &pf, &rep)?;

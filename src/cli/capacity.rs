@@ -491,22 +491,35 @@ fn answer(a: CapacityArgs) -> Result<bool> {
     if let Some(path) = &a.svg {
         let (p, c) = &results[0];
         let slo = q.slos[0];
-        let slo_name = slo.name();
-        let series = vec![Series {
-            label: &slo_name,
-            points: c.points.iter().map(|t| (t.load, t.slo_values[0].1)).collect(),
-            markers: false,
-            color: 0,
-        }];
-        let svg = svg_chart(
-            &format!("{} against {} ({})", slo.name(), q.axis.as_str(), p.name()),
-            q.axis.as_str(),
-            &slo.name(),
-            &series,
-            Some((slo.limit, "SLO")),
-            (c.capacity > 0.0).then_some((c.capacity, "capacity")),
-            false,
-        );
+        let unit = match slo.metric {
+            capacity::SloMetric::TtftS | capacity::SloMetric::E2eS | capacity::SloMetric::QueueWaitS => "s",
+            capacity::SloMetric::ItlMs | capacity::SloMetric::TpotMs => "ms",
+            capacity::SloMetric::PerUserTokS => "tokens/s",
+        };
+        let x_label = match q.axis {
+            LoadAxis::Concurrency => "concurrent users (log scale)",
+            LoadAxis::Burst => "requests sent at once (log scale)",
+            LoadAxis::Rate => "requests/s (log scale)",
+            LoadAxis::Scale => "multiple of the trace's rate (log scale)",
+        };
+        let chart = capsim::report::chart::Chart {
+            title: format!("{} against {} ({})", slo.name(), q.axis.as_str(), p.gpu.name),
+            x_label: x_label.into(),
+            y_label: format!("{} ({unit})", slo.name()),
+            log_x: true,
+            lines: vec![capsim::report::chart::Line {
+                label: format!("{} (predicted)", slo.name()),
+                color: 0,
+                points: c.points.iter().map(|t| (t.load, t.slo_values[0].1)).collect(),
+                ..Default::default()
+            }],
+            hline: Some((slo.limit, "SLO".into())),
+            vline: (c.capacity > 0.0)
+                .then(|| (c.capacity, format!("capacity {}", capsim::data::format_value(resolved(q, c.capacity))))),
+            xband: (c.band.1 > c.band.0).then(|| (c.band.0, c.band.1, "band (+-1 sigma)".into())),
+            width: 720.0,
+        };
+        let svg = chart.to_svg();
         std::fs::write(path, svg).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if a.csv {

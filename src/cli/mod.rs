@@ -97,6 +97,29 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// A progress bar on stderr when it is a terminal (hidden otherwise, so pipes and files get only the
+/// results): `len` items of `what`, or a spinner with the elapsed time when `len` is 0.
+pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    use std::io::IsTerminal;
+    let pb = if len == 0 { ProgressBar::new_spinner() } else { ProgressBar::new(len) };
+    if std::io::stderr().is_terminal() {
+        pb.set_draw_target(ProgressDrawTarget::stderr());
+        let template = if len == 0 {
+            format!("{{spinner}} {what} {{elapsed}} {{msg}}")
+        } else {
+            format!("{{bar:30}} {{pos}}/{{len}} {what} {{elapsed}} {{msg}}")
+        };
+        pb.set_style(ProgressStyle::with_template(&template).expect("template"));
+        if len == 0 {
+            pb.enable_steady_tick(std::time::Duration::from_millis(120));
+        }
+    } else {
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    pb
+}
+
 /// capsim's version with the commit it was built from.
 pub fn version() -> String {
     format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("CAPSIM_GIT_COMMIT"))

@@ -106,7 +106,20 @@ pub fn prepare(a: &SweepArgs) -> Result<Prepared> {
 impl Prepared {
     /// The points of `indices` (seeds from their index in the whole sweep), in that order.
     pub fn points(&self, indices: &[usize]) -> Result<Vec<capsim::sweep::SweepPoint>> {
-        run_sweep_at(&self.profile, &self.template, self.axis, &self.loads, indices, self.seed, &RequestSlo::default())
+        self.points_ticked(indices, &|| {})
+    }
+    /// [`Prepared::points`], `tick` called as each point finishes (a progress bar).
+    pub fn points_ticked(&self, indices: &[usize], tick: &(dyn Fn() + Sync)) -> Result<Vec<capsim::sweep::SweepPoint>> {
+        run_sweep_at(
+            &self.profile,
+            &self.template,
+            self.axis,
+            &self.loads,
+            indices,
+            self.seed,
+            &RequestSlo::default(),
+            tick,
+        )
     }
     /// The JSON `sweep --json` prints.
     pub fn json(&self, points: &[capsim::sweep::SweepPoint]) -> serde_json::Value {
@@ -141,7 +154,9 @@ pub fn run(a: SweepArgs) -> Result<()> {
         return Ok(());
     }
     let all: Vec<usize> = (0..prep.loads.len()).collect();
-    let points = prep.points(&all)?;
+    let pb = super::progress_bar(all.len() as u64, "loads");
+    let points = prep.points_ticked(&all, &|| pb.inc(1))?;
+    pb.finish_and_clear();
     let rows: Vec<Vec<String>> = points
         .iter()
         .map(|pt| {

@@ -280,9 +280,14 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         return Ok(());
     }
     let mut all = Vec::new();
-    for p in protocols(&a.protocol)? {
+    let protocols = protocols(&a.protocol)?;
+    let pb = super::progress_bar(protocols.len() as u64, "protocols");
+    for p in protocols {
+        pb.set_message(p.as_str());
         all.extend(validate::run(p, &points, &metas, &catalog, a.report.as_deref(), override_profile.as_ref())?);
+        pb.inc(1);
     }
+    pb.finish_and_clear();
     if a.json {
         let summary: Vec<_> = Protocol::ALL
             .iter()

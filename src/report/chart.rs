@@ -28,6 +28,8 @@ pub struct Chart {
     pub lines: Vec<Line>,
     pub hline: Option<(f64, String)>,
     pub vline: Option<(f64, String)>,
+    /// A range of the x axis shaded (a capacity's band), with its label.
+    pub xband: Option<(f64, f64, String)>,
     /// Width in pixels (the height follows).
     pub width: f64,
 }
@@ -194,6 +196,18 @@ impl Chart {
             mt + ph / 2.0,
             esc(&self.y_label)
         );
+        if let Some((a, b, label)) = &self.xband {
+            if finite(*a, 0.0) && finite(*b, 0.0) && b >= a {
+                let (xa, xb) = (px(*a).max(ml), px(*b).min(ml + pw));
+                s += &format!(
+                    "<rect class=\"band\" x=\"{xa:.1}\" y=\"{mt}\" width=\"{:.1}\" height=\"{ph:.1}\" fill=\"#2a2\" fill-opacity=\"0.12\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" fill=\"#2a2\" font-size=\"11\">{}</text>\n",
+                    (xb - xa).max(1.0),
+                    (xa + xb) / 2.0,
+                    mt + ph - 6.0,
+                    esc(label)
+                );
+            }
+        }
         // Bands first, lines over them, dots on top.
         for l in &self.lines {
             let band: Vec<&(f64, f64, f64)> =

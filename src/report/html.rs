@@ -120,6 +120,8 @@ pub fn charts(d: &Datasheet) -> Vec<(String, Chart)> {
             vline: (b.max_safe_queue_depth.mid > 0.0).then(|| {
                 (b.max_safe_queue_depth.mid, format!("max safe queue depth {:.0}", b.max_safe_queue_depth.mid))
             }),
+            xband: (b.max_safe_queue_depth.high > b.max_safe_queue_depth.low)
+                .then(|| (b.max_safe_queue_depth.low, b.max_safe_queue_depth.high, "depth band".to_string())),
             width: 500.0,
         },
     ));
