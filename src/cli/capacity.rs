@@ -5,7 +5,7 @@ use super::{ProfileArgs, WorkloadArgs};
 use capsim::capacity::{self, preset, Capacity, Question, Routing, Slo, TriedPoint};
 use capsim::error::{Error, Result};
 use capsim::profile::Profile;
-use capsim::report::{csv, num, svg_chart, table, Series};
+use capsim::report::{csv, num, table};
 use capsim::workload::{LengthDist, LoadAxis};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
