@@ -36,29 +36,23 @@ pub struct Chart {
 
 const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
 
-/// Round ticks covering [lo, hi]: steps of 1, 2 or 5 times a power of ten, about `n` of them.
+/// Round ticks covering [lo, hi] (the last at or above hi): steps of 1, 2 or 5 times a power of ten,
+/// about `n` of them.
 pub fn nice_ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
     if !(lo.is_finite() && hi.is_finite()) || hi <= lo {
         return vec![lo];
     }
     let raw = (hi - lo) / n.max(1) as f64;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
-    let start = (lo / step).floor() * step;
-    let mut t = Vec::new();
-    let mut k = 0;
-    loop {
-        let v = start + step * k as f64;
-        if v > hi + step * 1e-9 {
-            break;
-        }
-        if v >= lo - step * 1e-9 {
-            // Strip float noise (0.30000000000000004).
-            t.push((v / step).round() * step);
-        }
-        k += 1;
-    }
-    t
+    let e = raw.log10().floor() as i32;
+    let mag = 10f64.powi(e);
+    let m = [1.0, 2.0, 5.0, 10.0].into_iter().find(|m| m * mag >= raw).unwrap_or(10.0);
+    let step = m * mag;
+    let first = (lo / step + 1e-9).floor() as i64;
+    let last = (hi / step - 1e-9).ceil() as i64;
+    // k x m x 10^e, divided rather than multiplied for negative exponents, so that 0.3 is 0.3 and
+    // not 0.30000000000000004.
+    let at = |k: i64| if e < 0 { k as f64 * m / 10f64.powi(-e) } else { k as f64 * m * mag };
+    (first..=last).map(at).collect()
 }
 
 /// Log-axis ticks: powers of two (loads double) from lo to hi.
