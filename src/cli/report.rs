@@ -94,19 +94,24 @@ pub fn run(a: ReportArgs) -> Result<()> {
     } else {
         pb.set_draw_target(ProgressDrawTarget::hidden());
     }
-    let mut sheets: Vec<Datasheet> = Vec::new();
+    // Side by side, every deployment on the same contexts: those of the first one that was measured
+    // (its points are on the charts), else the first's.
+    let first = profiles.iter().position(|p| p.retargeted_from.is_none()).unwrap_or(0);
+    let order: Vec<usize> = std::iter::once(first).chain((0..profiles.len()).filter(|&i| i != first)).collect();
+    let mut built: Vec<Option<Datasheet>> = vec![None; profiles.len()];
     let mut o = o;
-    for p in &profiles {
+    for i in order {
+        let p = &profiles[i];
         pb.set_message(p.gpu.name.clone());
         let d = datasheet::build(p, &o, &points)?;
-        // Side by side, every deployment on the first one's contexts (its measured ones, say).
         if o.contexts.is_none() && !d.curves.is_empty() {
             o.contexts = Some(d.curves.iter().map(|c| c.input_tokens).collect());
             o.output_tokens = Some(d.curves[0].output_tokens);
         }
-        sheets.push(d);
+        built[i] = Some(d);
         pb.inc(1);
     }
+    let sheets: Vec<Datasheet> = built.into_iter().map(|d| d.expect("every deployment built")).collect();
     pb.finish_and_clear();
     let command =
         std::env::args().map(|s| if s.contains(' ') { format!("\"{s}\"") } else { s }).collect::<Vec<_>>().join(" ");
