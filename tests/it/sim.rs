@@ -414,3 +414,80 @@ fn swarm_of_random_scenarios_keeps_every_invariant() {
         }
     }
 }
+
+/// A random scenario whose requests share prefixes (conversations, system prompts) under vLLM or
+/// SGLang with a small KV cache and caching on: the cache's blocks never exceed the pool, shared
+/// blocks are counted once (requests together hold at least as many as are used), every request
+/// completes once or is rejected, the tokens computed add up once the cached ones are counted, and
+/// the run is deterministic.
+fn swarm_prefix_case(seed: u64) {
+    use capsim::workload::{Conversation, LengthDist};
+    use rand::{Rng, SeedableRng};
+    let mut g = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    let kind = if g.gen_bool(0.5) { "vllm" } else { "sglang" };
+    let extra = format!(
+        "max_num_batched_tokens = {}\nmax_num_seqs = {}\nkv_capacity_tokens = {}",
+        g.gen_range(64..4096),
+        g.gen_range(1..48),
+        g.gen_range(4096..65536),
+    );
+    let p = const_profile(kind, g.gen_range(0.0005..0.02), &extra);
+    let mut t = LoadTemplate::fixed(1, 1);
+    t.classes[0].input = LengthDist::Uniform { min: 1, max: g.gen_range(2..1500) };
+    t.classes[0].output = LengthDist::Uniform { min: 1, max: g.gen_range(2..300) };
+    t.classes[0].system_prompt_tokens = if g.gen_bool(0.5) { g.gen_range(1..2000) } else { 0 };
+    if g.gen_bool(0.8) || t.classes[0].system_prompt_tokens == 0 {
+        t.conversation = Some(Conversation {
+            turns: LengthDist::Uniform { min: 1, max: g.gen_range(1..10) },
+            think_time_s: g.gen_range(0.0..3.0),
+            think_exponential: g.gen_bool(0.5),
+        });
+    }
+    t.requests = Some(g.gen_range(1..250));
+    let w = match g.gen_range(0..3) {
+        0 => t.at(LoadAxis::Concurrency, g.gen_range(1..30) as f64),
+        1 => t.at(LoadAxis::Burst, g.gen_range(1..40) as f64),
+        _ => t.at(LoadAxis::Rate, g.gen_range(0.5..50.0)),
+    }
+    .unwrap();
+    let mut last = 0u64;
+    let out = simulate_observed(&p, &w, seed, SimOptions::default(), &mut |v: &StepView| {
+        assert!(v.used_blocks() <= v.capacity_blocks(), "KV over-allocated");
+        assert!(v.held_blocks() >= v.used_blocks(), "a used block no request holds");
+        assert!(v.kv_covers_computed());
+        assert!(v.step_ns > 0 && v.now_ns > last, "time must advance");
+        last = v.now_ns;
+    });
+    let mut ids: Vec<u32> = out.records.iter().map(|r| r.id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), out.records.len(), "a request completed twice");
+    assert_eq!(out.records.len() as u64 + out.requests_rejected, out.requests_sent);
+    assert_eq!(out.requests_unfinished, 0);
+    let outputs: u64 = out.records.iter().map(|r| r.output_tokens as u64).sum();
+    let inputs: u64 = out.records.iter().map(|r| r.input_tokens as u64).sum();
+    let cached: u64 = out.records.iter().map(|r| r.cached_tokens as u64).sum();
+    let computed = out.decode_tokens + out.prefill_tokens + cached;
+    let work = inputs + outputs - out.records.len() as u64;
+    // Without preemptions every prompt token is computed or found cached once. (A preempted request
+    // looks its prefix up again when it comes back, and those later hits are not recorded.)
+    if out.preemptions == 0 {
+        assert_eq!(computed, work, "tokens computed and cached add up to the work");
+    }
+    for r in &out.records {
+        assert!(r.cached_tokens < r.input_tokens.max(1), "at most the prompt minus one token is cached");
+        assert!(r.first_scheduled < r.first_token && r.first_token <= r.finish);
+    }
+    let again = simulate(&p, &w, seed, SimOptions::default());
+    assert_eq!(again.records, out.records);
+}
+
+#[test]
+fn swarm_of_random_prefix_sharing_scenarios_keeps_every_invariant() {
+    let seeds: u64 = std::env::var("CAPSIM_SWARM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
+    for seed in 0..seeds {
+        if std::panic::catch_unwind(|| swarm_prefix_case(seed)).is_err() {
+            panic!("prefix swarm: reproduce with seed={seed} (swarm_prefix_case({seed}) in tests/it/sim.rs)");
+        }
+    }
+}
