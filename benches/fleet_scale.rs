@@ -12,7 +12,7 @@ use capsim::workload::{LoadAxis, LoadTemplate};
 use std::time::Instant;
 
 mod common;
-use common::peak_rss_mb;
+use common::{peak_rss_mb, record};
 
 fn main() {
     let rate: f64 = std::env::var("CAPSIM_BENCH_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000.0);
@@ -52,4 +52,15 @@ fn main() {
         at.run_s
     );
     println!("wall {secs:.1} s on {} threads, peak RSS {:.0} MB", rayon::current_num_threads(), peak_rss_mb());
+    record(
+        "fleet_scale",
+        "rate,replicas,candidates,requests_per_candidate,wall_s,threads,peak_rss_mb",
+        &format!(
+            "{rate},{k},{},{},{secs:.1},{},{:.0}",
+            a.candidates.len(),
+            at.run_requests,
+            rayon::current_num_threads(),
+            peak_rss_mb()
+        ),
+    );
 }

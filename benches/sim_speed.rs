@@ -1,6 +1,7 @@
 //! Simulator speed: 1,000,000 requests of 1024 in / 256 out on the default profile, single-threaded,
 //! (a) closed loop with 64 clients, (b) Poisson at 90% of the profile's capacity. Prints requests/s,
-//! steps/s and the peak resident memory. Target (issue 3): under 2 s each, under 500 MB.
+//! steps/s and the peak resident memory, and appends them with the commit to
+//! benches/results/sim_speed.csv. Target (issue 3): under 2 s each, under 500 MB.
 //!
 //! Run: cargo bench --bench sim_speed   (CAPSIM_BENCH_REQUESTS=N to change the count)
 
@@ -12,7 +13,7 @@ use capsim::workload::{LoadAxis, LoadTemplate};
 use std::time::Instant;
 
 mod common;
-use common::peak_rss_mb;
+use common::{peak_rss_mb, record};
 
 fn main() {
     let n: u64 = std::env::var("CAPSIM_BENCH_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
@@ -42,6 +43,19 @@ fn main() {
             s.sim_time_s,
             s.ttft_s.mean,
             peak_rss_mb()
+        );
+        record(
+            "sim_speed",
+            "workload,requests,wall_s,requests_per_s,steps,steps_per_s,peak_rss_mb",
+            &format!(
+                "{},{},{secs:.3},{:.0},{},{:.0},{:.0}",
+                label.replace(',', ";"),
+                s.requests_completed,
+                s.requests_completed as f64 / secs,
+                out.steps,
+                out.steps as f64 / secs,
+                peak_rss_mb()
+            ),
         );
     }
 }
