@@ -10,6 +10,7 @@
 
 mod arrivals;
 mod engine;
+mod fastforward;
 pub mod gaps;
 mod prefix;
 mod run;
@@ -20,7 +21,9 @@ mod vllm;
 
 pub use engine::StepView;
 pub use gaps::GapHistogram;
-pub use run::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput};
+pub use run::{
+    simulate, simulate_fleet, simulate_fleet_step_by_step, simulate_observed, Routing, Sample, SimOptions, SimOutput,
+};
 pub use step::{BatchShape, StepModel};
 
 use crate::units::SimTime;

@@ -118,19 +118,23 @@ impl Arrived {
 
 /// One serving engine with its own front-end, clock and output: the event loop of a single replica,
 /// advanced one step at a time by [`drive`].
-struct Replica<'a> {
-    eng: Engine<'a>,
-    out: SimOutput,
-    now: u64,
+pub(super) struct Replica<'a> {
+    pub(super) eng: Engine<'a>,
+    pub(super) out: SimOutput,
+    pub(super) now: u64,
     inbox: VecDeque<Arrived>,
     frontend_free: u64,
     serial_ns: u64,
     overhead_ns: u64,
-    kv_area: f64,
-    series_interval_ns: u64,
-    next_sample_ns: u64,
-    series_points: usize,
+    pub(super) kv_area: f64,
+    pub(super) series_interval_ns: u64,
+    pub(super) next_sample_ns: u64,
+    pub(super) series_points: usize,
     window: MeasureWindow,
+    /// Decode-only stretches may be advanced in one call (no observer watches each step).
+    pub(super) fast: bool,
+    /// No step may start at or after this time in a fast-forward (the next send, the horizon).
+    pub(super) limit_ns: u64,
 }
 
 /// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
@@ -224,6 +228,8 @@ impl<'a> Replica<'a> {
             next_sample_ns: 0,
             series_points: opts.series_points.max(2),
             window,
+            fast: false,
+            limit_ns: u64::MAX,
         }
     }
 
@@ -310,6 +316,14 @@ impl<'a> Replica<'a> {
             }
             return true;
         }
+        if self.fast {
+            let next_enqueue = self.inbox.front().map_or(u64::MAX, |a| a.enqueued);
+            if self.fast_forward(self.limit_ns.min(next_enqueue)) {
+                return true;
+            }
+        }
+        let eng = &mut self.eng;
+        let out = &mut self.out;
         let mut shape = BatchShape::default();
         eng.scheduled.clear();
         let preempted_before = eng.preemptions;
@@ -453,11 +467,14 @@ impl<'a> Replica<'a> {
 }
 
 /// Run one simulation. Pure: the same (profile, workload, seed, options) give the same output.
+/// Decode-only stretches are advanced in one call (sim/fastforward.rs), with the same result as
+/// [`simulate_observed`], which visits every step.
 pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
-    simulate_observed(p, w, seed, opts, &mut |_: &StepView| {})
+    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, true, &mut |_: &StepView| {});
+    outs.pop().expect("one replica")
 }
 
-/// [`simulate`] with an observer called after every step.
+/// [`simulate`] with an observer called after every step (so every step is simulated one by one).
 pub fn simulate_observed<F: FnMut(&StepView)>(
     p: &Profile,
     w: &Workload,
@@ -465,7 +482,7 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
     opts: SimOptions,
     observer: &mut F,
 ) -> SimOutput {
-    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, observer);
+    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, false, observer);
     outs.pop().expect("one replica")
 }
 
@@ -480,7 +497,20 @@ pub fn simulate_fleet(
     replicas: u32,
     routing: Routing,
 ) -> Vec<SimOutput> {
-    drive(p, w, seed, opts, replicas.max(1), routing, &mut |_: &StepView| {})
+    drive(p, w, seed, opts, replicas.max(1), routing, true, &mut |_: &StepView| {})
+}
+
+/// [`simulate_fleet`] visiting every step of every replica (no fast-forward): the reference the
+/// fast path is tested against.
+pub fn simulate_fleet_step_by_step(
+    p: &Profile,
+    w: &Workload,
+    seed: u64,
+    opts: SimOptions,
+    replicas: u32,
+    routing: Routing,
+) -> Vec<SimOutput> {
+    drive(p, w, seed, opts, replicas.max(1), routing, false, &mut |_: &StepView| {})
 }
 
 /// Round-robin routing of arrivals that do not depend on completions (open loops, bursts, traces):
@@ -521,11 +551,14 @@ fn drive_independent<'a>(
                 progressed.then_some(())
             };
             for a in mine {
+                // A fast-forward stops before this replica's next send.
+                r.limit_ns = a.send.min(horizon_ns);
                 while let Some(t) = r.next_event().filter(|&t| t < a.send) {
                     step(&mut r, t)?;
                 }
                 r.accept(a);
             }
+            r.limit_ns = horizon_ns;
             while let Some(t) = r.next_event() {
                 step(&mut r, t)?;
             }
@@ -608,6 +641,7 @@ impl LeastOutstanding {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn drive<F: FnMut(&StepView)>(
     p: &Profile,
     w: &Workload,
@@ -615,6 +649,7 @@ fn drive<F: FnMut(&StepView)>(
     opts: SimOptions,
     replicas: u32,
     routing: Routing,
+    fast: bool,
     observer: &mut F,
 ) -> Vec<SimOutput> {
     let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
@@ -626,12 +661,22 @@ fn drive<F: FnMut(&StepView)>(
         && w.spec.conversation.is_none()
         && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
     if independent {
-        let new = || Replica::new(p, &opts, per, window, shares);
+        let new = || {
+            let mut r = Replica::new(p, &opts, per, window, shares);
+            r.fast = fast;
+            r
+        };
         if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns) {
             return outs;
         }
     }
-    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window, shares)).collect();
+    let mut reps: Vec<Replica> = (0..replicas)
+        .map(|_| {
+            let mut r = Replica::new(p, &opts, per, window, shares);
+            r.fast = fast;
+            r
+        })
+        .collect();
     let mut arr = Pending::new(w, seed);
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
     let mut finished: Vec<(u64, u32, bool)> = Vec::new();
@@ -684,6 +729,8 @@ fn drive<F: FnMut(&StepView)>(
         events.pop();
         key[i] = NO_EVENT;
         finished.clear();
+        // A fast-forward stops before the next send (it may be routed here) and the horizon.
+        reps[i].limit_ns = arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns);
         let progressed = reps[i].advance(observer, &mut |at, client, rejected| finished.push((at, client, rejected)));
         reschedule(&reps[i], i, &mut key, &mut events);
         completed += finished.len() as u64;

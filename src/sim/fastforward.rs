@@ -1,0 +1,118 @@
+//! Decode-only stretches in one call. When vLLM's running batch only decodes (nothing waiting,
+//! nothing chunked, every request one token from its last) and no request finishes or sees a new
+//! arrival for k steps, each of those steps schedules the same requests one token each: the batch
+//! shape grows by one context token per request per step, and the step time is the step model's of
+//! that shape. A request crosses into a new KV block every block-size steps at a known phase, so the
+//! blocks each step allocates are counted per phase, and the stretch stops before a step whose
+//! blocks would not fit (there vLLM preempts). The stretch is advanced by computing k step times, in
+//! the order and with the float operations of step-by-step simulation (the KV-utilization area, the
+//! pooled ITL gaps, the series samples), without visiting each request at each step: O(k + batch)
+//! instead of O(k x batch), and the same bytes (tests/it/sim.rs compares both paths).
+
+use super::run::Replica;
+use super::step::BatchShape;
+use super::Sample;
+use crate::profile::EngineKind;
+
+impl Replica<'_> {
+    /// Advance a decode-only stretch of at least two steps, none starting at or after `limit_ns`.
+    /// False (nothing done) when the engine is not in one.
+    pub(super) fn fast_forward(&mut self, limit_ns: u64) -> bool {
+        let now = self.now;
+        let eng = &self.eng;
+        if eng.p.engine.kind != EngineKind::Vllm
+            || eng.cache.is_some()
+            || !eng.waiting.is_empty()
+            || eng.chunked.is_some()
+            || eng.running.is_empty()
+            || now >= limit_ns
+        {
+            return false;
+        }
+        let n = eng.running.len() as u32;
+        if n > eng.p.engine.max_num_batched_tokens {
+            return false;
+        }
+        let block = eng.block as u64;
+        let (mut k, mut kv, mut measured) = (u64::MAX, 0u64, 0u64);
+        // Requests whose next block is needed at step j, for j mod block (each needs one more every
+        // `block` steps from its first).
+        let mut crossings = vec![0u64; block as usize];
+        for &i in &eng.running {
+            let r = &eng.reqs[i as usize];
+            let room = (r.blocks as u64 * block).checked_sub(r.computed as u64);
+            if r.generated == 0
+                || r.computed + 1 != r.num_tokens
+                || r.last_token_ns != now
+                || !r.reserved
+                || room.is_none_or(|x| x >= block)
+            {
+                return false;
+            }
+            // Steps before the one that finishes it.
+            k = k.min((r.output - r.generated - 1) as u64);
+            crossings[room.expect("checked") as usize] += 1;
+            kv += r.computed as u64 + 1;
+            measured += r.measured as u64;
+        }
+        if k < 2 {
+            return false;
+        }
+        // The shape of the first step, as schedule_vllm builds it (every sum an exact integer).
+        let mut shape = BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: kv, attn_pairs: kv as f64 };
+        let cap = eng.capacity_blocks;
+        let mut free = eng.free_blocks;
+        let mut done = 0u64;
+        while done < k && self.now < limit_ns {
+            // This step's new blocks; a step they do not fit is vLLM's to preempt in.
+            let need = crossings[(done % block) as usize];
+            if need > free {
+                break;
+            }
+            free -= need;
+            let used = (cap - free) as f64 / cap as f64;
+            let step_start = self.now;
+            let dt = self.eng.model.step_ns(&shape);
+            self.kv_area += used * dt as f64;
+            let out = &mut self.out;
+            out.kv_util_max = out.kv_util_max.max(used);
+            if step_start >= self.next_sample_ns {
+                if out.series.len() >= self.series_points {
+                    let kept: Vec<Sample> = out.series.iter().step_by(2).copied().collect();
+                    out.series = kept;
+                    self.series_interval_ns *= 2;
+                }
+                out.series.push(Sample { t_s: step_start as f64 * 1e-9, kv_util: used, running: n, waiting: 0 });
+                self.next_sample_ns = step_start + self.series_interval_ns;
+            }
+            self.now = step_start + dt;
+            out.busy_ns += dt;
+            out.steps += 1;
+            out.decode_tokens += n as u64;
+            out.itl_gaps.add_n(dt, measured);
+            shape.kv_read_tokens += n as u64;
+            shape.attn_pairs += n as f64;
+            done += 1;
+        }
+        if done == 0 {
+            return false;
+        }
+        let d = done as u32;
+        let end = self.now;
+        let eng = &mut self.eng;
+        eng.free_blocks = free;
+        for k in 0..eng.running.len() {
+            let r = &mut eng.reqs[eng.running[k] as usize];
+            let room = r.blocks as u64 * block - r.computed as u64;
+            // Blocks taken at steps room, room + block, ... below `done`.
+            if done > room {
+                r.blocks += (1 + (done - 1 - room) / block) as u32;
+            }
+            r.computed += d;
+            r.generated += d;
+            r.num_tokens += d;
+            r.last_token_ns = end;
+        }
+        true
+    }
+}
