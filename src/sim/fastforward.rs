@@ -1,10 +1,11 @@
-//! Decode-only stretches in one call. When vLLM's running batch only decodes (nothing waiting,
-//! nothing chunked, every request one token from its last) and no request finishes or sees a new
+//! Decode-only stretches in one call. When vLLM's or SGLang's running batch only decodes (nothing
+//! waiting, nothing chunked, every request one token from its last) and no request finishes or sees a new
 //! arrival for k steps, each of those steps schedules the same requests one token each: the batch
 //! shape grows by one context token per request per step, and the step time is the step model's of
 //! that shape. A request crosses into a new KV block every block-size steps at a known phase, so the
 //! blocks each step allocates are counted per phase, and the stretch stops before a step whose
-//! blocks would not fit (there vLLM preempts). The stretch is advanced by computing k step times, in
+//! blocks would not fit (there vLLM preempts and SGLang retracts). SGLang's decode batches also
+//! advance its decode streak and decay its new_token_ratio, step by step as its scheduler does. The stretch is advanced by computing k step times, in
 //! the order and with the float operations of step-by-step simulation (the KV-utilization area, the
 //! pooled ITL gaps, the series samples), without visiting each request at each step: O(k + batch)
 //! instead of O(k x batch), and the same bytes (tests/it/sim.rs compares both paths).
@@ -20,7 +21,8 @@ impl Replica<'_> {
     pub(super) fn fast_forward(&mut self, limit_ns: u64) -> bool {
         let now = self.now;
         let eng = &self.eng;
-        if eng.p.engine.kind != EngineKind::Vllm
+        let kind = eng.p.engine.kind;
+        if kind == EngineKind::Trtllm
             || eng.cache.is_some()
             || !eng.waiting.is_empty()
             || eng.chunked.is_some()
@@ -30,7 +32,9 @@ impl Replica<'_> {
             return false;
         }
         let n = eng.running.len() as u32;
-        if n > eng.p.engine.max_num_batched_tokens {
+        // vLLM's token budget must cover one token per running request (SGLang's decode batch has
+        // no budget).
+        if kind == EngineKind::Vllm && n > eng.p.engine.max_num_batched_tokens {
             return false;
         }
         let block = eng.block as u64;
@@ -92,6 +96,13 @@ impl Replica<'_> {
             out.itl_gaps.add_n(dt, measured);
             shape.kv_read_tokens += n as u64;
             shape.attn_pairs += n as f64;
+            if kind == EngineKind::Sglang {
+                // A decode batch: the streak grows and new_token_ratio decays, as schedule_sglang.
+                let e = &mut self.eng;
+                e.last_was_prefill = false;
+                e.decode_streak += 1;
+                e.new_token_ratio = (e.new_token_ratio - e.ratio_decay).max(e.p.engine.new_token_ratio_min);
+            }
             done += 1;
         }
         if done == 0 {

@@ -493,8 +493,8 @@ fn swarm_of_random_prefix_sharing_scenarios_keeps_every_invariant() {
 }
 
 /// Issue 13: decode-only stretches advanced in one call give the same run as step-by-step
-/// simulation, to the nanosecond and the counter, on random scenarios of every load kind (vLLM; the
-/// other engines never fast-forward), single engines and fleets.
+/// simulation, to the nanosecond and the counter, on random scenarios of every load kind under vLLM
+/// and SGLang (TensorRT-LLM never fast-forwards), single engines and fleets.
 #[test]
 fn fast_forward_equals_step_by_step_simulation() {
     use capsim::sim::{simulate_fleet, simulate_observed, Routing};
@@ -528,8 +528,18 @@ fn fast_forward_equals_step_by_step_simulation() {
             g.gen_range(1..64),
             g.gen_range(256..200_000),
         );
-        let p = const_profile("vllm", g.gen_range(0.0005..0.02), &extra);
-        let p = if g.gen_bool(0.5) { default_profile() } else { p };
+        let engine = ["vllm", "sglang"][g.gen_range(0..2)];
+        let extra = if engine == "sglang" {
+            format!(
+                "{extra}\nenable_mixed_chunk = {}\nnum_continuous_decode_steps = {}",
+                g.gen_bool(0.5),
+                g.gen_range(1..4)
+            )
+        } else {
+            extra
+        };
+        let p = const_profile(engine, g.gen_range(0.0005..0.02), &extra);
+        let p = if g.gen_bool(0.3) { default_profile() } else { p };
         let mut t = LoadTemplate::fixed(1, 1);
         t.classes[0].input = capsim::workload::LengthDist::Uniform { min: 1, max: g.gen_range(2..3000) };
         t.classes[0].output = capsim::workload::LengthDist::Uniform { min: 1, max: g.gen_range(2..600) };
