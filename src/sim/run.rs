@@ -260,6 +260,9 @@ impl<'a> Replica<'a> {
         let eng = &mut self.eng;
         let out = &mut self.out;
         let now = self.now;
+        // A request rejected here makes its client send again (closed loops) at `now`, which the
+        // caller learns only when this call returns: no fast-forward past it then.
+        let mut rejected_now = false;
         while self.inbox.front().is_some_and(|a| a.enqueued <= now) {
             let a = self.inbox.pop_front().expect("front exists");
             let live = Live {
@@ -289,6 +292,7 @@ impl<'a> Replica<'a> {
             };
             if !eng.accepts(&live) {
                 out.requests_rejected += 1;
+                rejected_now = true;
                 on_finish(now, a.client, true);
                 continue;
             }
@@ -316,7 +320,7 @@ impl<'a> Replica<'a> {
             }
             return true;
         }
-        if self.fast {
+        if self.fast && !rejected_now {
             let next_enqueue = self.inbox.front().map_or(u64::MAX, |a| a.enqueued);
             if self.fast_forward(self.limit_ns.min(next_enqueue)) {
                 return true;

@@ -572,3 +572,46 @@ fn fast_forward_equals_step_by_step_simulation() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, .. ProptestConfig::default() })]
+    /// The fast-forward against step-by-step simulation, as a property over drawn scenarios (shrunk
+    /// to the smallest failing one): vLLM and SGLang, closed loops, bursts and open loops.
+    #[test]
+    fn fast_forward_equals_step_by_step_as_a_property(
+        sglang in any::<bool>(),
+        budget in 16u32..4096,
+        seqs in 1u32..64,
+        kv_tokens in 256u64..100_000,
+        block in prop::sample::select(vec![1u32, 16, 32, 256]),
+        input_max in 2u32..3000,
+        output_max in 2u32..600,
+        load in 0usize..3,
+        level in 1u32..40,
+        requests in 1u64..200,
+        seed in any::<u64>(),
+    ) {
+        use capsim::sim::simulate_observed;
+        let extra = format!(
+            "max_num_batched_tokens = {budget}\nmax_num_seqs = {seqs}\nkv_capacity_tokens = {kv_tokens}\nblock_size_tokens = {block}"
+        );
+        let p = const_profile(if sglang { "sglang" } else { "vllm" }, 0.004, &extra);
+        let mut t = LoadTemplate::fixed(1, 1);
+        t.classes[0].input = capsim::workload::LengthDist::Uniform { min: 1, max: input_max };
+        t.classes[0].output = capsim::workload::LengthDist::Uniform { min: 1, max: output_max };
+        t.requests = Some(requests);
+        let w = match load {
+            0 => t.at(LoadAxis::Concurrency, level as f64),
+            1 => t.at(LoadAxis::Burst, level as f64),
+            _ => t.at(LoadAxis::Rate, level as f64 / 4.0),
+        }
+        .unwrap();
+        let fast = simulate(&p, &w, seed, SimOptions::default());
+        let slow = simulate_observed(&p, &w, seed, SimOptions::default(), &mut |_: &StepView| {});
+        prop_assert_eq!(&fast.records, &slow.records);
+        prop_assert_eq!((fast.steps, fast.end, fast.busy_ns, fast.decode_tokens), (slow.steps, slow.end, slow.busy_ns, slow.decode_tokens));
+        prop_assert_eq!(fast.kv_util_time_weighted_mean, slow.kv_util_time_weighted_mean);
+        prop_assert_eq!(&fast.series, &slow.series);
+        prop_assert_eq!(format!("{:?}", fast.itl_gaps), format!("{:?}", slow.itl_gaps));
+    }
+}
