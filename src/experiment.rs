@@ -235,7 +235,7 @@ fn simulate_summary(profile: &Profile, p: &Point, u: &ExperimentUnknowns) -> Opt
 }
 
 fn summary_of(profile: &Profile, w: &Workload) -> Summary {
-    let out = simulate(profile, w, 1, SimOptions { horizon_s: 1e6, series_points: 2 });
+    let out = simulate(profile, w, 1, SimOptions { horizon_s: 1e6, series_points: 2, ..Default::default() });
     summarize(&out, 0, 0, 0.0, &RequestSlo::default())
 }
 

@@ -39,9 +39,6 @@ impl Replica<'_> {
         }
         let block = eng.block as u64;
         let (mut k, mut kv, mut measured) = (u64::MAX, 0u64, 0u64);
-        // Requests whose next block is needed at step j, for j mod block (each needs one more every
-        // `block` steps from its first).
-        let mut crossings = vec![0u64; block as usize];
         for &i in &eng.running {
             let r = &eng.reqs[i as usize];
             let room = (r.blocks as u64 * block).checked_sub(r.computed as u64);
@@ -55,12 +52,21 @@ impl Replica<'_> {
             }
             // Steps before the one that finishes it.
             k = k.min((r.output - r.generated - 1) as u64);
-            crossings[room.expect("checked") as usize] += 1;
             kv += r.computed as u64 + 1;
             measured += r.measured as u64;
         }
         if k < 2 {
             return false;
+        }
+        // Requests whose next block is needed at step j, for j mod block (each needs one more every
+        // `block` steps from its first), in the buffer kept between calls.
+        let mut crossings = std::mem::take(&mut self.crossings);
+        crossings.clear();
+        crossings.resize(block as usize, 0);
+        let eng = &self.eng;
+        for &i in &eng.running {
+            let r = &eng.reqs[i as usize];
+            crossings[(r.blocks as u64 * block - r.computed as u64) as usize] += 1;
         }
         // The shape of the first step, as schedule_vllm builds it (every sum an exact integer).
         let mut shape = BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: kv, attn_pairs: kv as f64 };
@@ -80,15 +86,8 @@ impl Replica<'_> {
             self.kv_area += used * dt as f64;
             let out = &mut self.out;
             out.kv_util_max = out.kv_util_max.max(used);
-            if step_start >= self.next_sample_ns {
-                if out.series.len() >= self.series_points {
-                    let kept: Vec<Sample> = out.series.iter().step_by(2).copied().collect();
-                    out.series = kept;
-                    self.series_interval_ns *= 2;
-                }
-                out.series.push(Sample { t_s: step_start as f64 * 1e-9, kv_util: used, running: n, waiting: 0 });
-                self.next_sample_ns = step_start + self.series_interval_ns;
-            }
+            let sample = Sample { t_s: step_start as f64 * 1e-9, kv_util: used, running: n, waiting: 0 };
+            self.clock.sample(&mut out.series, step_start, sample);
             self.now = step_start + dt;
             out.busy_ns += dt;
             out.steps += 1;
@@ -105,6 +104,7 @@ impl Replica<'_> {
             }
             done += 1;
         }
+        self.crossings = crossings;
         if done == 0 {
             return false;
         }

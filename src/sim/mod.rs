@@ -21,9 +21,7 @@ mod vllm;
 
 pub use engine::StepView;
 pub use gaps::GapHistogram;
-pub use run::{
-    simulate, simulate_fleet, simulate_fleet_step_by_step, simulate_observed, Routing, Sample, SimOptions, SimOutput,
-};
+pub use run::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput};
 pub use step::{BatchShape, StepModel};
 
 use crate::units::SimTime;

@@ -22,11 +22,38 @@ pub struct SimOptions {
     pub horizon_s: f64,
     /// Samples of KV utilization and queue length kept over time (the interval doubles as needed).
     pub series_points: usize,
+    /// Visit every step (no decode fast-forward, sim/fastforward.rs): the reference the fast path is
+    /// tested against, and what an observer of each step needs.
+    pub step_by_step: bool,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { horizon_s: 1e7, series_points: 256 }
+        SimOptions { horizon_s: 1e7, series_points: 256, step_by_step: false }
+    }
+}
+
+/// When the next sample of the series is due, and how many samples are kept.
+pub(super) struct SeriesClock {
+    interval_ns: u64,
+    next_ns: u64,
+    points: usize,
+}
+
+impl SeriesClock {
+    /// Record `s` if a sample is due at its time; when the buffer is full, keep every other sample
+    /// and double the interval.
+    pub(super) fn sample(&mut self, series: &mut Vec<Sample>, t_ns: u64, s: Sample) {
+        if t_ns < self.next_ns {
+            return;
+        }
+        if series.len() >= self.points {
+            let kept: Vec<Sample> = series.iter().step_by(2).copied().collect();
+            *series = kept;
+            self.interval_ns *= 2;
+        }
+        series.push(s);
+        self.next_ns = t_ns + self.interval_ns;
     }
 }
 
@@ -127,14 +154,11 @@ pub(super) struct Replica<'a> {
     serial_ns: u64,
     overhead_ns: u64,
     pub(super) kv_area: f64,
-    pub(super) series_interval_ns: u64,
-    pub(super) next_sample_ns: u64,
-    pub(super) series_points: usize,
+    pub(super) clock: SeriesClock,
     window: MeasureWindow,
-    /// Decode-only stretches may be advanced in one call (no observer watches each step).
-    pub(super) fast: bool,
-    /// No step may start at or after this time in a fast-forward (the next send, the horizon).
-    pub(super) limit_ns: u64,
+    /// The fast-forward's per-phase block counts, kept between calls (the step loop allocates
+    /// nothing).
+    pub(super) crossings: Vec<u64>,
 }
 
 /// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
@@ -224,12 +248,10 @@ impl<'a> Replica<'a> {
             serial_ns: SimTime::from_secs(p.coefficients.frontend_serial_s).0,
             overhead_ns: SimTime::from_secs(p.coefficients.request_overhead_s).0,
             kv_area: 0.0,
-            series_interval_ns: 1_000_000, // 1 ms, doubled whenever the buffer fills
-            next_sample_ns: 0,
-            series_points: opts.series_points.max(2),
+            // 1 ms, doubled whenever the buffer fills.
+            clock: SeriesClock { interval_ns: 1_000_000, next_ns: 0, points: opts.series_points.max(2) },
             window,
-            fast: false,
-            limit_ns: u64::MAX,
+            crossings: Vec::new(),
         }
     }
 
@@ -254,9 +276,16 @@ impl<'a> Replica<'a> {
         }
     }
 
-    /// Admit what has reached the engine, then run one step. `on_finish(time, client)` is told of every
-    /// request that completes or is rejected. Returns false when the replica cannot make progress.
-    fn advance<F: FnMut(&StepView)>(&mut self, observer: &mut F, on_finish: &mut dyn FnMut(u64, u32, bool)) -> bool {
+    /// Admit what has reached the engine, then run one step, or a decode-only stretch of steps none
+    /// of which starts at or after `ff_limit` (the next send, the horizon; None: one step only).
+    /// `on_finish(time, client, rejected)` is told of every request that completes or is rejected.
+    /// Returns false when the replica cannot make progress.
+    fn advance<F: FnMut(&StepView)>(
+        &mut self,
+        observer: &mut F,
+        on_finish: &mut dyn FnMut(u64, u32, bool),
+        ff_limit: Option<u64>,
+    ) -> bool {
         let eng = &mut self.eng;
         let out = &mut self.out;
         let now = self.now;
@@ -320,9 +349,9 @@ impl<'a> Replica<'a> {
             }
             return true;
         }
-        if self.fast && !rejected_now {
+        if let Some(limit) = ff_limit.filter(|_| !rejected_now) {
             let next_enqueue = self.inbox.front().map_or(u64::MAX, |a| a.enqueued);
-            if self.fast_forward(self.limit_ns.min(next_enqueue)) {
+            if self.fast_forward(limit.min(next_enqueue)) {
                 return true;
             }
         }
@@ -356,21 +385,13 @@ impl<'a> Replica<'a> {
         let used = (capacity_blocks - eng.free_blocks) as f64 / capacity_blocks as f64;
         self.kv_area += used * dt as f64;
         out.kv_util_max = out.kv_util_max.max(used);
-        if now >= self.next_sample_ns {
-            if out.series.len() >= self.series_points {
-                // Keep every other sample and double the interval.
-                let kept: Vec<Sample> = out.series.iter().step_by(2).copied().collect();
-                out.series = kept;
-                self.series_interval_ns *= 2;
-            }
-            out.series.push(Sample {
-                t_s: now as f64 * 1e-9,
-                kv_util: used,
-                running: eng.running.len() as u32 + eng.chunked.is_some() as u32,
-                waiting: eng.waiting.len() as u32,
-            });
-            self.next_sample_ns = now + self.series_interval_ns;
-        }
+        let sample = Sample {
+            t_s: now as f64 * 1e-9,
+            kv_util: used,
+            running: eng.running.len() as u32 + eng.chunked.is_some() as u32,
+            waiting: eng.waiting.len() as u32,
+        };
+        self.clock.sample(&mut out.series, now, sample);
         let step_start = now;
         let now = now + dt;
         self.now = now;
@@ -474,7 +495,7 @@ impl<'a> Replica<'a> {
 /// Decode-only stretches are advanced in one call (sim/fastforward.rs), with the same result as
 /// [`simulate_observed`], which visits every step.
 pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
-    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, true, &mut |_: &StepView| {});
+    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, &mut |_: &StepView| {});
     outs.pop().expect("one replica")
 }
 
@@ -486,7 +507,8 @@ pub fn simulate_observed<F: FnMut(&StepView)>(
     opts: SimOptions,
     observer: &mut F,
 ) -> SimOutput {
-    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, false, observer);
+    let opts = SimOptions { step_by_step: true, ..opts };
+    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, observer);
     outs.pop().expect("one replica")
 }
 
@@ -501,20 +523,7 @@ pub fn simulate_fleet(
     replicas: u32,
     routing: Routing,
 ) -> Vec<SimOutput> {
-    drive(p, w, seed, opts, replicas.max(1), routing, true, &mut |_: &StepView| {})
-}
-
-/// [`simulate_fleet`] visiting every step of every replica (no fast-forward): the reference the
-/// fast path is tested against.
-pub fn simulate_fleet_step_by_step(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    replicas: u32,
-    routing: Routing,
-) -> Vec<SimOutput> {
-    drive(p, w, seed, opts, replicas.max(1), routing, false, &mut |_: &StepView| {})
+    drive(p, w, seed, opts, replicas.max(1), routing, &mut |_: &StepView| {})
 }
 
 /// Round-robin routing of arrivals that do not depend on completions (open loops, bursts, traces):
@@ -528,6 +537,7 @@ fn drive_independent<'a>(
     k: usize,
     arr: &mut Pending,
     horizon_ns: u64,
+    fast: bool,
 ) -> Option<Vec<SimOutput>> {
     use rayon::prelude::*;
     let mut sends: Vec<Vec<Arrived>> = vec![Vec::new(); k];
@@ -543,28 +553,26 @@ fn drive_independent<'a>(
             let mut r = new();
             // Completions in steps that started before the last send (the joint loop's count then).
             let mut done_before_last = 0u64;
-            let mut step = |r: &mut Replica, t: u64| -> Option<()> {
+            // A fast-forward stops before this replica's next send and the horizon.
+            let mut step = |r: &mut Replica, t: u64, limit: u64| -> Option<()> {
                 if t >= horizon_ns {
                     return None;
                 }
                 let mut n = 0u64;
-                let progressed = r.advance(&mut |_: &StepView| {}, &mut |_, _, _| n += 1);
+                let progressed = r.advance(&mut |_: &StepView| {}, &mut |_, _, _| n += 1, fast.then_some(limit));
                 if t < last_send {
                     done_before_last += n;
                 }
                 progressed.then_some(())
             };
             for a in mine {
-                // A fast-forward stops before this replica's next send.
-                r.limit_ns = a.send.min(horizon_ns);
                 while let Some(t) = r.next_event().filter(|&t| t < a.send) {
-                    step(&mut r, t)?;
+                    step(&mut r, t, a.send.min(horizon_ns))?;
                 }
                 r.accept(a);
             }
-            r.limit_ns = horizon_ns;
             while let Some(t) = r.next_event() {
-                step(&mut r, t)?;
+                step(&mut r, t, horizon_ns)?;
             }
             Some((r.finish(), done_before_last))
         })
@@ -645,7 +653,6 @@ impl LeastOutstanding {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn drive<F: FnMut(&StepView)>(
     p: &Profile,
     w: &Workload,
@@ -653,9 +660,9 @@ fn drive<F: FnMut(&StepView)>(
     opts: SimOptions,
     replicas: u32,
     routing: Routing,
-    fast: bool,
     observer: &mut F,
 ) -> Vec<SimOutput> {
+    let fast = !opts.step_by_step;
     let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
     let window = MeasureWindow::of(w);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
@@ -665,22 +672,12 @@ fn drive<F: FnMut(&StepView)>(
         && w.spec.conversation.is_none()
         && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
     if independent {
-        let new = || {
-            let mut r = Replica::new(p, &opts, per, window, shares);
-            r.fast = fast;
-            r
-        };
-        if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns) {
+        let new = || Replica::new(p, &opts, per, window, shares);
+        if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns, fast) {
             return outs;
         }
     }
-    let mut reps: Vec<Replica> = (0..replicas)
-        .map(|_| {
-            let mut r = Replica::new(p, &opts, per, window, shares);
-            r.fast = fast;
-            r
-        })
-        .collect();
+    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window, shares)).collect();
     let mut arr = Pending::new(w, seed);
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
     let mut finished: Vec<(u64, u32, bool)> = Vec::new();
@@ -734,8 +731,9 @@ fn drive<F: FnMut(&StepView)>(
         key[i] = NO_EVENT;
         finished.clear();
         // A fast-forward stops before the next send (it may be routed here) and the horizon.
-        reps[i].limit_ns = arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns);
-        let progressed = reps[i].advance(observer, &mut |at, client, rejected| finished.push((at, client, rejected)));
+        let limit = fast.then(|| arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns));
+        let progressed =
+            reps[i].advance(observer, &mut |at, client, rejected| finished.push((at, client, rejected)), limit);
         reschedule(&reps[i], i, &mut key, &mut events);
         completed += finished.len() as u64;
         for &(at, client, rejected) in &finished {
