@@ -34,7 +34,7 @@ pub struct FleetQuestion {
     /// Search no further than this many replicas.
     pub max_replicas: u32,
     /// Requests per replica of a candidate's run when the template fixes neither a request count nor
-    /// a duration; None: [`steady_state_requests`].
+    /// a duration; None: [`super::steady::steady_state_requests`].
     pub requests_per_replica: Option<u64>,
 }
 
@@ -53,7 +53,8 @@ pub struct FleetCandidate {
     /// The SLO metrics, by name.
     pub slo_values: Vec<(String, f64)>,
     pub stability: Stability,
-    /// Growth of the requests in the system over the second half, as a share of its arrivals.
+    /// Growth of the waiting queue over the last quarter of the sending period, as a share of its
+    /// arrivals.
     pub backlog_growth_share: f64,
     /// Requests the candidate's run sent.
     pub run_requests: u64,
@@ -84,22 +85,6 @@ fn run_template(t: &LoadTemplate, per_replica: u64, replicas: u32) -> LoadTempla
         t.requests = Some((per_replica.saturating_mul(replicas as u64)).min(MAX_REQUESTS));
     }
     t
-}
-
-/// Requests per replica that reach a steady state: eight times the running batch the engine holds
-/// for the workload's mean request (its KV cache over the prompt plus half the output, or
-/// max_num_seqs), between 1,000 and 20,000. Near saturation a continuous-batching engine fills its
-/// batch over a few request lifetimes before its waiting queue shows whether it keeps up (2,048 in /
-/// 256 out on an H200: about 550 running, 68 replicas for 1,000 requests/s with 4,000 per replica
-/// and 69 with 16,000, but 61 with 1,000).
-pub fn steady_state_requests(p: &Profile, t: &LoadTemplate) -> Result<u64> {
-    let w = t.at(LoadAxis::Rate, 1.0)?;
-    let e = &p.engine;
-    let per_request = w.mean_input_tokens()
-        + w.mean_output_tokens() / 2.0
-        + (e.per_seq_reserved_blocks as f64 * e.block_size_tokens as f64);
-    let batch = (e.kv_capacity_tokens as f64 / per_request.max(1.0)).min(e.max_num_seqs as f64);
-    Ok(((8.0 * batch / 100.0).ceil() as u64 * 100).clamp(1000, 20_000))
 }
 
 /// A fleet of K replicas at a total open-loop rate, simulated jointly: the router places each request
@@ -171,7 +156,7 @@ pub fn size_fleet(p: &Profile, q: &Question, fq: &FleetQuestion, tick: &(dyn Fn(
     let per_replica = match fq.requests_per_replica {
         Some(0) => return Err(Error::flag("--requests-per-replica", "must be at least 1")),
         Some(n) => n,
-        None => steady_state_requests(p, &q.template)?,
+        None => super::steady::steady_state_requests(p, &q.template)?,
     };
     // One replica's capacity with the same per-replica run: the answer is near rate / capacity.
     let mut one = q.clone();

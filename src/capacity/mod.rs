@@ -320,7 +320,7 @@ pub(crate) fn search_with(
     let steady;
     let q = if q.axis == LoadAxis::Rate && q.template.requests.is_none() && q.template.duration_s.is_none() {
         let mut r = q.clone();
-        r.template.requests = Some(fleet::steady_state_requests(p, &q.template)?);
+        r.template.requests = Some(steady::steady_state_requests(p, &q.template)?);
         steady = r;
         &steady
     } else {

@@ -15,10 +15,8 @@ use super::shard::{line, Shard};
 use super::{capacity, simulate, sweep, Cli, Cmd};
 use capsim::error::{Error, Location, Result};
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::{json, Map, Value};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -186,13 +184,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let scenarios = parse(&a.scenarios)?;
     let n = scenarios.len();
     let mine = shard.indices(n);
-    let pb = ProgressBar::new(mine.len() as u64);
-    if std::io::stderr().is_terminal() {
-        pb.set_draw_target(ProgressDrawTarget::stderr());
-        pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} scenarios {elapsed}").expect("template"));
-    } else {
-        pb.set_draw_target(ProgressDrawTarget::hidden());
-    }
+    let pb = super::progress_bar(mine.len() as u64, "scenarios");
     let results: Vec<Result<(Value, bool)>> = mine
         .par_iter()
         .map(|&i| {

@@ -8,9 +8,7 @@ use capsim::profile::Profile;
 use capsim::report::{csv, num, table};
 use capsim::workload::{LengthDist, LoadAxis};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -92,17 +90,6 @@ pub struct CapacityArgs {
     pub svg: Option<PathBuf>,
     #[command(flatten)]
     pub scale_out: ScaleOutArgs,
-}
-
-fn progress(len_hint: u64) -> ProgressBar {
-    let pb = ProgressBar::new(len_hint);
-    if std::io::stderr().is_terminal() {
-        pb.set_draw_target(ProgressDrawTarget::stderr());
-        pb.set_style(ProgressStyle::with_template("{spinner} {pos} simulations {elapsed} {msg}").expect("template"));
-    } else {
-        pb.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    pb
 }
 
 fn question(a: &CapacityArgs) -> Result<Question> {
@@ -440,7 +427,7 @@ fn answer(a: CapacityArgs) -> Result<bool> {
         return Err(Error::flag("--jsonl", "choose one output: --jsonl, --json, --csv or --svg"));
     }
     let prep = prepare(&a)?;
-    let pb = progress(0);
+    let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);
     let n = prep.profiles.len();
     let mine = if a.scale_out.jsonl { shard.indices(n) } else { (0..n).collect() };

@@ -98,7 +98,8 @@ pub struct CompletionsArgs {
 }
 
 /// A progress bar on stderr when it is a terminal (hidden otherwise, so pipes and files get only the
-/// results): `len` items of `what`, or a spinner with the elapsed time when `len` is 0.
+/// results): `len` items of `what`, or, when `len` is 0, a spinner counting them with the elapsed
+/// time.
 pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     use std::io::IsTerminal;
@@ -106,7 +107,7 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     if std::io::stderr().is_terminal() {
         pb.set_draw_target(ProgressDrawTarget::stderr());
         let template = if len == 0 {
-            format!("{{spinner}} {what} {{elapsed}} {{msg}}")
+            format!("{{spinner}} {{pos}} {what} {{elapsed}} {{msg}}")
         } else {
             format!("{{bar:30}} {{pos}}/{{len}} {what} {{elapsed}} {{msg}}")
         };
@@ -476,35 +477,20 @@ impl WorkloadSource {
 impl WorkloadArgs {
     /// The flags that shape requests and arrivals, which a workload file or a trace gives instead.
     fn shape_flags(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if self.input_len.is_some() {
-            v.push("--input-len");
-        }
-        if self.output_len.is_some() {
-            v.push("--output-len");
-        }
-        if self.think_time.is_some() {
-            v.push("--think-time");
-        }
-        if self.think_exponential {
-            v.push("--think-exponential");
-        }
-        if self.process.is_some() {
-            v.push("--process");
-        }
-        if self.burstiness.is_some() {
-            v.push("--burstiness");
-        }
-        if self.turns.is_some() {
-            v.push("--turns");
-        }
-        if self.turn_think_time.is_some() {
-            v.push("--turn-think-time");
-        }
-        if self.system_prompt_tokens.is_some() {
-            v.push("--system-prompt-tokens");
-        }
-        v
+        [
+            ("--input-len", self.input_len.is_some()),
+            ("--output-len", self.output_len.is_some()),
+            ("--think-time", self.think_time.is_some()),
+            ("--think-exponential", self.think_exponential),
+            ("--process", self.process.is_some()),
+            ("--burstiness", self.burstiness.is_some()),
+            ("--turns", self.turns.is_some()),
+            ("--turn-think-time", self.turn_think_time.is_some()),
+            ("--system-prompt-tokens", self.system_prompt_tokens.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
     }
 
     /// The workload: from a file, a trace or the flags, with the overrides the flags give.

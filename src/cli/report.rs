@@ -5,8 +5,6 @@ use super::ProfileArgs;
 use capsim::datasheet::{self, Datasheet};
 use capsim::error::{Error, Result};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,15 +83,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
         seed: a.seed,
         ..Default::default()
     };
-    let pb = ProgressBar::new(profiles.len() as u64);
-    if std::io::stderr().is_terminal() {
-        pb.set_draw_target(ProgressDrawTarget::stderr());
-        pb.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} deployments {elapsed} {msg}").expect("template"),
-        );
-    } else {
-        pb.set_draw_target(ProgressDrawTarget::hidden());
-    }
+    let pb = super::progress_bar(profiles.len() as u64, "deployments");
     // Side by side, every deployment on the same contexts: those of the first one that was measured
     // (its points are on the charts), else the first's.
     let first = profiles.iter().position(|p| p.retargeted_from.is_none()).unwrap_or(0);
