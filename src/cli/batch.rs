@@ -101,15 +101,12 @@ fn parse(path: &std::path::Path) -> Result<Vec<Scenario>> {
     let text = capsim::error::read_file(path)?;
     let file = path.display().to_string();
     let mut out = Vec::new();
-    for (n, l) in text.lines().enumerate() {
-        if l.trim().is_empty() {
-            continue;
-        }
+    // The project's JSON Lines reader: line numbers, and the error of the reading that got further.
+    for (line_no, v) in capsim::measured::json::parse_documents(&file, &text)? {
         let at = |field: &str, msg: String| Error::Input {
-            at: Location { source: file.clone(), line: Some(n + 1), field: Some(field.to_string()) },
+            at: Location { source: file.clone(), line: Some(line_no), field: Some(field.to_string()) },
             msg,
         };
-        let v: Value = serde_json::from_str(l).map_err(|e| at("line", format!("not a JSON object: {e}")))?;
         let Value::Object(obj) = v else {
             return Err(at("line", "a scenario is a JSON object of flags, e.g. {\"concurrency\": 32}".into()));
         };
@@ -140,7 +137,7 @@ fn parse(path: &std::path::Path) -> Result<Vec<Scenario>> {
             Cmd::Capacity(a) => Prepared::Capacity(capacity::prepare(&a).map_err(locate)?),
             _ => unreachable!("only the listed commands are parsed"),
         };
-        out.push(Scenario { line: n + 1, command, object: obj, prepared });
+        out.push(Scenario { line: line_no, command, object: obj, prepared });
     }
     if out.is_empty() {
         return Err(Error::input(&file, None, None, "no scenarios: one JSON object per line"));

@@ -108,16 +108,14 @@ pub fn merge(a: MergeArgs) -> Result<()> {
     for path in &a.files {
         let text = capsim::error::read_file(path)?;
         let file = path.display().to_string();
-        for (n, l) in text.lines().enumerate() {
-            if l.trim().is_empty() {
-                continue;
-            }
+        let raw: Vec<&str> = text.lines().collect();
+        // The project's JSON Lines reader; each line is written back as it was read.
+        for (line_no, v) in capsim::measured::json::parse_documents(&file, &text)? {
+            let l = raw.get(line_no - 1).copied().unwrap_or_default();
             let at = |field: &str, msg: String| Error::Input {
-                at: Location { source: file.clone(), line: Some(n + 1), field: Some(field.to_string()) },
+                at: Location { source: file.clone(), line: Some(line_no), field: Some(field.to_string()) },
                 msg,
             };
-            let v: Value =
-                serde_json::from_str(l).map_err(|e| at("line", format!("not a JSON line of a sharded run: {e}")))?;
             let get = |k: &str| {
                 v.get(k)
                     .and_then(Value::as_u64)
@@ -125,7 +123,7 @@ pub fn merge(a: MergeArgs) -> Result<()> {
             };
             let (i, o) = (get("index")?, get("of")?);
             match &of {
-                None => of = Some((o, format!("{file}:{}", n + 1))),
+                None => of = Some((o, format!("{file}:{line_no}"))),
                 Some((prev, where_)) if *prev != o => {
                     return Err(at(
                         "of",
@@ -137,7 +135,7 @@ pub fn merge(a: MergeArgs) -> Result<()> {
             let mine: Vec<String> =
                 v.as_object().map_or(vec![], |m| m.keys().filter(|k| *k != "label").cloned().collect());
             match &keys {
-                None => keys = Some((mine, format!("{file}:{}", n + 1))),
+                None => keys = Some((mine, format!("{file}:{line_no}"))),
                 Some((first, where_)) if *first != mine => {
                     return Err(at(
                         "line",
@@ -153,7 +151,7 @@ pub fn merge(a: MergeArgs) -> Result<()> {
             if i >= o {
                 return Err(at("index", format!("index {i} is past the run's {o} points")));
             }
-            lines.push((i, l.to_string(), format!("{file}:{}", n + 1)));
+            lines.push((i, l.to_string(), format!("{file}:{line_no}")));
         }
     }
     let Some((of, _)) = of else {

@@ -18,7 +18,7 @@
 pub mod aiperf;
 pub mod bench_serving;
 pub mod guidellm;
-pub(crate) mod json;
+pub mod json;
 
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::{Error, Result};
