@@ -6,9 +6,12 @@
 //! to num_tokens - computed tokens; the step that brings computed to num_tokens samples a token (the
 //! first token ends the prefill); a request resumed after preemption re-prefills prompt + generated.
 
+use super::pool::DecodePool;
 use super::prefix::PrefixCache;
 use super::step::{BatchShape, StepModel};
+use super::RequestRecord;
 use crate::profile::Profile;
+use crate::units::SimTime;
 use std::collections::VecDeque;
 
 pub(super) const NONE: u64 = u64::MAX;
@@ -46,6 +49,28 @@ pub(super) struct Live {
     pub(super) cached_tokens: u32,
     /// The cached prefix found at the last admission attempt (kept while it waits).
     pub(super) probe: Vec<u32>,
+    /// The decode pool's tick its fields are current at, while it is a member (sim/pool.rs); NONE
+    /// otherwise.
+    pub(super) pool_tick: u64,
+}
+
+impl Live {
+    /// What the run reports of it, finished at `now`.
+    pub(super) fn record(&self, now: u64) -> RequestRecord {
+        RequestRecord {
+            id: self.id,
+            class: self.class,
+            input_tokens: self.prompt,
+            output_tokens: self.output,
+            arrival: SimTime(self.arrival_ns),
+            enqueued: SimTime(self.enqueued_ns),
+            first_scheduled: SimTime(self.first_sched_ns),
+            first_token: SimTime(self.first_token_ns),
+            finish: SimTime(now),
+            preemptions: self.preemptions,
+            cached_tokens: self.cached_tokens,
+        }
+    }
 }
 
 pub(super) struct Engine<'a> {
@@ -72,6 +97,8 @@ pub(super) struct Engine<'a> {
     pub(super) preemptions: u64,
     /// vLLM's prefix cache over the block pool (None: caching off, or nothing in the workload can hit).
     pub(super) cache: Option<PrefixCache>,
+    /// vLLM's running decodes advanced as one aggregate (sim/pool.rs).
+    pub(super) pool: DecodePool,
 }
 
 #[inline]

@@ -127,3 +127,66 @@ impl Replica<'_> {
         true
     }
 }
+
+impl Replica<'_> {
+    /// [`Replica::fast_forward`] for vLLM's decode pool (sim/pool.rs): every running request is a
+    /// member and nothing waits, so the stretch runs to the step before the first member finishes
+    /// without visiting any of them, and leaves them behind the pool's tick. False when the engine is
+    /// not in such a stretch.
+    pub(super) fn fast_forward_pool(&mut self, limit_ns: u64) -> bool {
+        let eng = &self.eng;
+        let pool = &eng.pool;
+        if !eng.waiting.is_empty()
+            || !pool.explicit.is_empty()
+            || pool.n == 0
+            || pool.n > eng.p.engine.max_num_batched_tokens
+            || self.now >= limit_ns
+        {
+            return false;
+        }
+        let Some(&std::cmp::Reverse((finish_tick, ..))) = pool.finishes.peek() else {
+            return false;
+        };
+        let k = finish_tick - pool.tick;
+        let n = pool.n;
+        let block = eng.block as u64;
+        let cap = eng.capacity_blocks;
+        let mut free = eng.free_blocks;
+        let mut shape = BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: pool.kv, attn_pairs: pool.kv as f64 };
+        let (mut tick, measured) = (pool.tick, pool.measured);
+        let mut done = 0u64;
+        while done < k && self.now < limit_ns {
+            let need = self.eng.pool.crossings[(tick % block) as usize];
+            if need > free {
+                break;
+            }
+            free -= need;
+            let used = (cap - free) as f64 / cap as f64;
+            let step_start = self.now;
+            let dt = self.eng.model.step_ns(&shape);
+            self.kv_area += used * dt as f64;
+            let out = &mut self.out;
+            out.kv_util_max = out.kv_util_max.max(used);
+            let sample = Sample { t_s: step_start as f64 * 1e-9, kv_util: used, running: n, waiting: 0 };
+            self.clock.sample(&mut out.series, step_start, sample);
+            self.now = step_start + dt;
+            out.busy_ns += dt;
+            out.steps += 1;
+            out.decode_tokens += n as u64;
+            out.itl_gaps.add_n(dt, measured);
+            shape.kv_read_tokens += n as u64;
+            shape.attn_pairs += n as f64;
+            tick += 1;
+            done += 1;
+        }
+        if done == 0 {
+            return false;
+        }
+        let pool = &mut self.eng.pool;
+        pool.tick = tick;
+        pool.kv = shape.kv_read_tokens;
+        pool.last_token_ns = self.now;
+        self.eng.free_blocks = free;
+        true
+    }
+}

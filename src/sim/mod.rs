@@ -12,6 +12,7 @@ mod arrivals;
 mod engine;
 mod fastforward;
 pub mod gaps;
+mod pool;
 mod prefix;
 mod run;
 mod sglang;

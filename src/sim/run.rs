@@ -4,6 +4,7 @@
 use super::arrivals::{Content, Pending, Sent};
 use super::engine::{Engine, Live, StepView, NONE};
 use super::gaps::GapHistogram;
+use super::pool::DecodePool;
 use super::prefix::PrefixCache;
 use super::step::{BatchShape, StepModel};
 use super::RequestRecord;
@@ -159,6 +160,8 @@ pub(super) struct Replica<'a> {
     /// The fast-forward's per-phase block counts, kept between calls (the step loop allocates
     /// nothing).
     pub(super) crossings: Vec<u64>,
+    /// The requests a pooled step finished, kept between steps.
+    finished: Vec<u32>,
 }
 
 /// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
@@ -220,6 +223,10 @@ impl<'a> Replica<'a> {
                 decode_streak: 0,
                 ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
                 preemptions: 0,
+                pool: DecodePool::new(
+                    !opts.step_by_step && e.kind == EngineKind::Vllm && cache.is_none(),
+                    e.block_size_tokens,
+                ),
                 cache,
             },
             out: SimOutput {
@@ -252,6 +259,7 @@ impl<'a> Replica<'a> {
             clock: SeriesClock { interval_ns: 1_000_000, next_ns: 0, points: opts.series_points.max(2) },
             window,
             crossings: Vec::new(),
+            finished: Vec::new(),
         }
     }
 
@@ -318,6 +326,7 @@ impl<'a> Replica<'a> {
                 registered: 0,
                 cached_tokens: 0,
                 probe: Vec::new(),
+                pool_tick: NONE,
             };
             if !eng.accepts(&live) {
                 out.requests_rejected += 1;
@@ -349,9 +358,12 @@ impl<'a> Replica<'a> {
             }
             return true;
         }
+        // vLLM's decodes as one aggregate (sim/pool.rs), unless this step runs request by request.
+        let pooled = self.eng.pool_prepare(now);
         if let Some(limit) = ff_limit.filter(|_| !rejected_now) {
             let next_enqueue = self.inbox.front().map_or(u64::MAX, |a| a.enqueued);
-            if self.fast_forward(limit.min(next_enqueue)) {
+            let limit = limit.min(next_enqueue);
+            if if pooled { self.fast_forward_pool(limit) } else { self.fast_forward(limit) } {
                 return true;
             }
         }
@@ -360,12 +372,15 @@ impl<'a> Replica<'a> {
         let mut shape = BatchShape::default();
         eng.scheduled.clear();
         let preempted_before = eng.preemptions;
-        match eng.p.engine.kind {
-            EngineKind::Vllm => eng.schedule_vllm(now, &mut shape),
-            EngineKind::Sglang => eng.schedule_sglang(now, &mut shape),
-            EngineKind::Trtllm => eng.schedule_trtllm(now, &mut shape),
+        let pooled = pooled && eng.schedule_vllm_pooled(now, &mut shape);
+        if !pooled {
+            match eng.p.engine.kind {
+                EngineKind::Vllm => eng.schedule_vllm(now, &mut shape),
+                EngineKind::Sglang => eng.schedule_sglang(now, &mut shape),
+                EngineKind::Trtllm => eng.schedule_trtllm(now, &mut shape),
+            }
         }
-        if eng.scheduled.is_empty() {
+        if shape.n_seqs == 0 {
             if eng.preemptions > preempted_before {
                 // Only preemptions this round: the freed requests are scheduled next round.
                 return true;
@@ -402,6 +417,11 @@ impl<'a> Replica<'a> {
         out.steps += 1;
         let mut finished_any = false;
         let mut chunk_done = false;
+        if pooled {
+            // The pool's members: one decode token each, their gaps this step's duration.
+            out.decode_tokens += eng.pool.n as u64;
+            gaps_of_one_step += eng.pool.measured;
+        }
         for k in 0..eng.scheduled.len() {
             let (idx, n) = eng.scheduled[k];
             let r = &mut eng.reqs[idx as usize];
@@ -440,26 +460,40 @@ impl<'a> Replica<'a> {
             let c = eng.chunked.take().expect("chunk_done implies a chunked request");
             eng.running.push(c);
         }
-        if finished_any {
+        if pooled {
+            // Finished: the pool's members due this step and the explicit requests whose last token
+            // it was, recorded in the running batch's (admission) order.
+            let mut done = std::mem::take(&mut self.finished);
+            done.clear();
+            eng.pool_after_step(now, &mut done);
+            let from_pool = done.len();
+            for &(idx, _) in &eng.scheduled {
+                let r = &eng.reqs[idx as usize];
+                if r.generated == r.output {
+                    done.push(idx);
+                }
+            }
+            if from_pool > 0 && done.len() > from_pool {
+                done.sort_unstable_by_key(|&i| eng.reqs[i as usize].admitted_seq);
+            }
+            for &idx in &done {
+                eng.remove_running(idx);
+                let r = &eng.reqs[idx as usize];
+                out.records.push(r.record(now));
+                let client = r.client;
+                eng.free(idx);
+                eng.free_slots.push(idx);
+                on_finish(now, client, false);
+            }
+            self.finished = done;
+        } else if finished_any {
             // Compact `running` in place, keeping admission order.
             let mut kept = 0;
             for k in 0..eng.running.len() {
                 let idx = eng.running[k];
                 let r = &eng.reqs[idx as usize];
                 if r.generated == r.output {
-                    out.records.push(RequestRecord {
-                        id: r.id,
-                        class: r.class,
-                        input_tokens: r.prompt,
-                        output_tokens: r.output,
-                        arrival: SimTime(r.arrival_ns),
-                        enqueued: SimTime(r.enqueued_ns),
-                        first_scheduled: SimTime(r.first_sched_ns),
-                        first_token: SimTime(r.first_token_ns),
-                        finish: SimTime(now),
-                        preemptions: r.preemptions,
-                        cached_tokens: r.cached_tokens,
-                    });
+                    out.records.push(r.record(now));
                     let client = r.client;
                     eng.free(idx);
                     eng.free_slots.push(idx);

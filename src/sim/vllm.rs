@@ -49,6 +49,13 @@ impl Engine<'_> {
         if preempted {
             return;
         }
+        self.admit_waiting_vllm(now, shape, budget);
+    }
+
+    /// Start waiting requests FCFS with `budget` tokens left in the step.
+    #[inline]
+    pub(super) fn admit_waiting_vllm(&mut self, now: u64, shape: &mut BatchShape, mut budget: u32) {
+        let e = &self.p.engine;
         while budget > 0 && (self.running.len() as u32) < e.max_num_seqs {
             let Some(&idx) = self.waiting.front() else {
                 break;

@@ -573,6 +573,58 @@ fn fast_forward_equals_step_by_step_simulation() {
     }
 }
 
+/// Issue 13: vLLM's pooled decodes (sim/pool.rs) against step-by-step simulation where the pool is
+/// dissolved and re-formed often: open loops near and past saturation with a cache small enough to
+/// preempt, prompts longer than the token budget (chunked over several steps), and outputs of one
+/// token (finishing in their prefill step beside pooled decodes).
+#[test]
+fn pooled_decodes_equal_step_by_step_under_memory_pressure() {
+    use capsim::sim::simulate_observed;
+    let mut preempted = 0;
+    for (i, (kv_tokens, budget, input_max, output_max, rate)) in [
+        (6_000u64, 512u32, 1_500u32, 400u32, 6.0f64),
+        (20_000, 256, 3_000, 300, 3.0),
+        (200_000, 2_048, 900, 1, 40.0),
+        (200_000, 8_192, 2_000, 500, 30.0),
+        (3_000, 128, 600, 200, 20.0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // Step times that depend on the batch's shape (a constant one would hide a wrong shape).
+        let text = format!(
+            "name = \"physics\"\n[model]\nname = \"Qwen3-Coder-30B-A3B-Instruct\"\nweight_dtype = \"fp8\"\n\
+             kv_dtype = \"bf16\"\n[gpu]\nname = \"H200 SXM\"\n[engine]\nkind = \"vllm\"\n\
+             max_num_batched_tokens = {budget}\nmax_num_seqs = 96\nkv_capacity_tokens = {kv_tokens}\n\
+             [coefficients]\nstep_overhead_s = 0.002\nper_seq_overhead_s = 1e-5\nbandwidth_eff_bytes_s = 3e12\n\
+             matmul_flops_eff_s = 4e14\nattention_flops_eff_s = 2e14\nrequest_overhead_s = 0.0\n\
+             [provenance]\nmethod = \"test\"\n"
+        );
+        let p = capsim::profile::ProfileFile::parse("test", &text)
+            .unwrap()
+            .resolve("test", &capsim::catalog::Catalog::builtin())
+            .unwrap();
+        let mut t = LoadTemplate::fixed(1, 1);
+        t.classes[0].input = capsim::workload::LengthDist::Uniform { min: 1, max: input_max };
+        t.classes[0].output = capsim::workload::LengthDist::Uniform { min: 1, max: output_max };
+        t.requests = Some(1_500);
+        let w = t.at(LoadAxis::Rate, rate).unwrap();
+        let fast = simulate(&p, &w, i as u64, SimOptions::default());
+        let slow = simulate_observed(&p, &w, i as u64, SimOptions::default(), &mut |_: &StepView| {});
+        assert_eq!(fast.records, slow.records, "case {i}");
+        assert_eq!(
+            (fast.steps, fast.end, fast.busy_ns, fast.decode_tokens, fast.prefill_tokens, fast.preemptions),
+            (slow.steps, slow.end, slow.busy_ns, slow.decode_tokens, slow.prefill_tokens, slow.preemptions),
+            "case {i}"
+        );
+        assert_eq!(fast.kv_util_time_weighted_mean, slow.kv_util_time_weighted_mean, "case {i}");
+        assert_eq!(fast.series, slow.series, "case {i}");
+        assert_eq!(format!("{:?}", fast.itl_gaps), format!("{:?}", slow.itl_gaps), "case {i}");
+        preempted += (fast.preemptions > 0) as u32;
+    }
+    assert!(preempted >= 2, "the scenarios must reach memory pressure ({preempted} preempted)");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, .. ProptestConfig::default() })]
     /// The fast-forward against step-by-step simulation, as a property over drawn scenarios (shrunk
