@@ -24,6 +24,7 @@ use crate::catalog::ModelArch;
 use crate::profile::Profile;
 use crate::units::Dtype;
 use serde::Serialize;
+use std::cell::Cell;
 
 /// What a step contains, accumulated by the scheduler as it builds the batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -84,8 +85,11 @@ pub struct StepModel {
     dense_weight_bytes: f64,
     /// Bytes of one expert in every MoE layer (MoE layers x expert params x dtype).
     expert_bytes_all_layers: f64,
-    /// experts_touched(B) for B < table length.
-    experts_touched: Vec<f64>,
+    /// experts_touched(B) for B < table length, computed on first use (NaN until then): a run
+    /// meets a few dozen batch sizes of the ~8,000 a budget allows, and filling the table up front
+    /// (a `powf` each) took two thirds of a calibration, which builds a step model for every
+    /// simulated point of every evaluation.
+    experts_touched: Box<[Cell<f64>]>,
     arch_for_large_b: ModelArch,
     expert_spread: f64,
     /// KV bytes per token of context read, replication under tensor parallelism included.
@@ -168,7 +172,7 @@ impl StepModel {
         let w = p.file.model.weight_dtype;
         let kv = p.file.model.kv_dtype;
         let table_len = (p.engine.max_num_batched_tokens as usize + p.engine.max_num_seqs as usize + 1).min(1 << 16);
-        let experts_touched = (0..table_len).map(|b| a.experts_touched_spread(b as f64, c.expert_spread)).collect();
+        let experts_touched = (0..table_len).map(|_| Cell::new(f64::NAN)).collect();
         let state_dtype = p.file.model.state_dtype.unwrap_or(Dtype::Fp32);
         let replication = a.kv_replication(p.tensor_parallel);
         let matmul_rate = c.matmul_flops_eff_s * tp;
@@ -197,9 +201,18 @@ impl StepModel {
 
     #[inline]
     fn experts(&self, n_tokens: u32) -> f64 {
+        let compute = || self.arch_for_large_b.experts_touched_spread(n_tokens as f64, self.expert_spread);
         match self.experts_touched.get(n_tokens as usize) {
-            Some(&e) => e,
-            None => self.arch_for_large_b.experts_touched_spread(n_tokens as f64, self.expert_spread),
+            Some(cell) => {
+                let e = cell.get();
+                if !e.is_nan() {
+                    return e;
+                }
+                let e = compute();
+                cell.set(e);
+                e
+            }
+            None => compute(),
         }
     }
 
