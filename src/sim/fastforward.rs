@@ -37,8 +37,16 @@ impl Replica<'_> {
         if kind == EngineKind::Vllm && n > eng.p.engine.max_num_batched_tokens {
             return false;
         }
+        // A request found finishing within two steps blocks every stretch while it runs.
+        if let Some((i, seq)) = self.ff_blocker {
+            let r = &eng.reqs[i as usize];
+            if r.admitted_seq == seq && r.generated < r.output {
+                return false;
+            }
+            self.ff_blocker = None;
+        }
         let block = eng.block as u64;
-        let (mut k, mut kv, mut measured) = (u64::MAX, 0u64, 0u64);
+        let (mut k, mut kv, mut measured, mut first_done) = (u64::MAX, 0u64, 0u64, 0u32);
         for &i in &eng.running {
             let r = &eng.reqs[i as usize];
             let room = (r.blocks as u64 * block).checked_sub(r.computed as u64);
@@ -51,11 +59,15 @@ impl Replica<'_> {
                 return false;
             }
             // Steps before the one that finishes it.
-            k = k.min((r.output - r.generated - 1) as u64);
+            let before = (r.output - r.generated - 1) as u64;
+            if before < k {
+                (k, first_done) = (before, i);
+            }
             kv += r.computed as u64 + 1;
             measured += r.measured as u64;
         }
         if k < 2 {
+            self.ff_blocker = Some((first_done, eng.reqs[first_done as usize].admitted_seq));
             return false;
         }
         // Requests whose next block is needed at step j, for j mod block (each needs one more every
@@ -70,6 +82,7 @@ impl Replica<'_> {
         }
         // The shape of the first step, as schedule_vllm builds it (every sum an exact integer).
         let mut shape = BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: kv, attn_pairs: kv as f64 };
+        let fixed = eng.model.fixed(n, n);
         let cap = eng.capacity_blocks;
         let mut free = eng.free_blocks;
         let mut done = 0u64;
@@ -82,7 +95,7 @@ impl Replica<'_> {
             free -= need;
             let used = (cap - free) as f64 / cap as f64;
             let step_start = self.now;
-            let dt = self.eng.model.step_ns(&shape);
+            let dt = self.eng.model.step_ns_with(&fixed, shape.kv_read_tokens, shape.attn_pairs);
             self.kv_area += used * dt as f64;
             let out = &mut self.out;
             out.kv_util_max = out.kv_util_max.max(used);
@@ -153,6 +166,7 @@ impl Replica<'_> {
         let cap = eng.capacity_blocks;
         let mut free = eng.free_blocks;
         let mut shape = BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: pool.kv, attn_pairs: pool.kv as f64 };
+        let fixed = eng.model.fixed(n, n);
         let (mut tick, measured) = (pool.tick, pool.measured);
         let mut done = 0u64;
         while done < k && self.now < limit_ns {
@@ -163,7 +177,7 @@ impl Replica<'_> {
             free -= need;
             let used = (cap - free) as f64 / cap as f64;
             let step_start = self.now;
-            let dt = self.eng.model.step_ns(&shape);
+            let dt = self.eng.model.step_ns_with(&fixed, shape.kv_read_tokens, shape.attn_pairs);
             self.kv_area += used * dt as f64;
             let out = &mut self.out;
             out.kv_util_max = out.kv_util_max.max(used);

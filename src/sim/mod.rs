@@ -23,7 +23,7 @@ mod vllm;
 pub use engine::StepView;
 pub use gaps::GapHistogram;
 pub use run::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput};
-pub use step::{BatchShape, StepModel};
+pub use step::{BatchShape, FixedParts, StepModel};
 
 use crate::units::SimTime;
 use serde::Serialize;

@@ -162,6 +162,9 @@ pub(super) struct Replica<'a> {
     pub(super) crossings: Vec<u64>,
     /// The requests a pooled step finished, kept between steps.
     finished: Vec<u32>,
+    /// A running request (index, admission) that finishes within two steps: no decode stretch is
+    /// possible until it is done, so the fast-forward does not scan the batch to find that again.
+    pub(super) ff_blocker: Option<(u32, u64)>,
 }
 
 /// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
@@ -260,6 +263,7 @@ impl<'a> Replica<'a> {
             window,
             crossings: Vec::new(),
             finished: Vec::new(),
+            ff_blocker: None,
         }
     }
 

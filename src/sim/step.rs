@@ -74,6 +74,20 @@ pub struct StepParts {
     pub total_s: f64,
 }
 
+/// The parts of a step that its sequence and token counts decide (see [`StepModel::fixed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FixedParts {
+    /// No tokens: the step takes no time.
+    empty: bool,
+    weights_s: f64,
+    state_s: f64,
+    dense_matmul_s: f64,
+    expert_matmul_s: f64,
+    lm_head_s: f64,
+    communication_s: f64,
+    per_seq_s: f64,
+}
+
 /// Step-time model with its constants folded.
 #[derive(Debug, Clone)]
 pub struct StepModel {
@@ -230,42 +244,68 @@ impl StepModel {
     /// The step's duration and its parts.
     #[inline]
     pub fn parts(&self, b: &BatchShape) -> StepParts {
-        if b.n_tokens == 0 {
+        self.parts_with(&self.fixed(b.n_seqs, b.n_tokens), b.kv_read_tokens, b.attn_pairs)
+    }
+
+    /// The parts a step's sequence and token counts decide. A decode stretch keeps both, so it
+    /// computes these once (sim/fastforward.rs); the weights read, the collectives and the MoE
+    /// table lookup were most of a step time's cost.
+    #[inline]
+    pub fn fixed(&self, n_seqs: u32, n_tokens: u32) -> FixedParts {
+        if n_tokens == 0 {
+            return FixedParts { empty: true, ..FixedParts::default() };
+        }
+        let t = n_tokens as f64;
+        FixedParts {
+            empty: false,
+            weights_s: self.weight_bytes(n_tokens) * self.inv_bw,
+            state_s: n_seqs as f64 * self.state_bytes_per_seq * self.inv_bw,
+            dense_matmul_s: t * self.dense_s_per_token,
+            expert_matmul_s: t * self.expert_s_per_token,
+            lm_head_s: n_seqs as f64 * self.lm_head_s_per_seq,
+            communication_s: self.comm.step_s(n_tokens, n_seqs),
+            per_seq_s: self.per_seq_s * n_seqs as f64,
+        }
+    }
+
+    /// The whole step from its fixed parts and the context it reads: the one place the formula is
+    /// written.
+    #[inline]
+    pub fn parts_with(&self, f: &FixedParts, kv_read_tokens: u64, attn_pairs: f64) -> StepParts {
+        if f.empty {
             return StepParts::default();
         }
-        let weights_s = self.weight_bytes(b.n_tokens) * self.inv_bw;
-        let kv_s = b.kv_read_tokens as f64 * self.kv_bytes_per_token * self.inv_bw;
-        let state_s = b.n_seqs as f64 * self.state_bytes_per_seq * self.inv_bw;
-        let t = b.n_tokens as f64;
-        let dense_matmul_s = t * self.dense_s_per_token;
-        let expert_matmul_s = t * self.expert_s_per_token;
-        let lm_head_s = b.n_seqs as f64 * self.lm_head_s_per_seq;
-        let attention_s = b.attn_pairs * self.attn_s_per_pair;
-        let communication_s = self.comm.step_s(b.n_tokens, b.n_seqs);
-        let per_seq_s = self.per_seq_s * b.n_seqs as f64;
-        let memory_s = weights_s + kv_s + state_s;
-        let compute_s = dense_matmul_s + expert_matmul_s + lm_head_s + attention_s;
+        let kv_s = kv_read_tokens as f64 * self.kv_bytes_per_token * self.inv_bw;
+        let attention_s = attn_pairs * self.attn_s_per_pair;
+        let memory_s = f.weights_s + kv_s + f.state_s;
+        let compute_s = f.dense_matmul_s + f.expert_matmul_s + f.lm_head_s + attention_s;
         let total_s = self.overhead_s
-            + per_seq_s
+            + f.per_seq_s
             + memory_s.max(compute_s)
             + self.exposed * memory_s.min(compute_s)
-            + communication_s;
+            + f.communication_s;
         StepParts {
-            weights_s,
+            weights_s: f.weights_s,
             kv_s,
-            state_s,
-            dense_matmul_s,
-            expert_matmul_s,
-            lm_head_s,
+            state_s: f.state_s,
+            dense_matmul_s: f.dense_matmul_s,
+            expert_matmul_s: f.expert_matmul_s,
+            lm_head_s: f.lm_head_s,
             attention_s,
-            communication_s,
+            communication_s: f.communication_s,
             overhead_s: self.overhead_s,
-            per_seq_s,
+            per_seq_s: f.per_seq_s,
             memory_s,
             compute_s,
             exposed: self.exposed,
             total_s,
         }
+    }
+
+    /// [`StepModel::step_ns`] of a step whose fixed parts are `f`.
+    #[inline]
+    pub fn step_ns_with(&self, f: &FixedParts, kv_read_tokens: u64, attn_pairs: f64) -> u64 {
+        round_ns(self.parts_with(f, kv_read_tokens, attn_pairs).total_s * 1e9).max(1)
     }
 
     /// Step duration in seconds.
