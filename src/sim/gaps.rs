@@ -80,11 +80,8 @@ impl GapHistogram {
         }
         let hi = self.lo + self.counts.len();
         let slack = self.counts.len().max(32);
-        let (lo, hi) = if b < self.lo {
-            (b.saturating_sub(slack), hi)
-        } else {
-            (self.lo, (b + 1 + slack).min(N_BUCKETS))
-        };
+        let (lo, hi) =
+            if b < self.lo { (b.saturating_sub(slack), hi) } else { (self.lo, (b + 1 + slack).min(N_BUCKETS)) };
         let mut counts = vec![0; hi - lo];
         counts[self.lo - lo..self.lo - lo + self.counts.len()].copy_from_slice(&self.counts);
         self.lo = lo;

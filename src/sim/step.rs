@@ -336,8 +336,21 @@ mod tests {
 
     #[test]
     fn round_ns_is_round() {
-        let mut xs = vec![0.0, 0.5, 1.5, 2.5, 0.49999999999999994, 1e9 + 0.5, 4503599627370495.5, 1e18, 1e30, f64::INFINITY, -0.4, -3.0];
-        xs.extend((0..10_000).map(|i| i as f64 * 12345.678_9 + 0.5));
+        let mut xs = vec![
+            0.0,
+            0.5,
+            1.5,
+            2.5,
+            0.49999999999999994,
+            1e9 + 0.5,
+            4503599627370495.5,
+            1e18,
+            1e30,
+            f64::INFINITY,
+            -0.4,
+            -3.0,
+        ];
+        xs.extend((0..10_000).map(|i| i as f64 * 12_345.678_9 + 0.5));
         xs.extend((0..10_000).map(|i| (i as f64).powf(3.3) / 7.0));
         for x in xs {
             assert_eq!(round_ns(x), x.round() as u64, "{x}");
