@@ -8,7 +8,7 @@
 use crate::data::{Aggregation, LoadKind, Point, ReportMeta};
 use crate::measured::{RateProcess, Run, RunLoad, RUN_METRICS};
 use crate::metrics::StatKind;
-use crate::metrics::{summarize, RequestSlo, Summary};
+use crate::metrics::{summarize, RequestSlo, Stats, Summary};
 use crate::profile::Profile;
 use crate::sim::{simulate, SimOptions};
 use crate::workload::{Arrivals, LengthDist, Process, RateSchedule, RequestClass, TraceRecord, Workload, WorkloadSpec};
@@ -313,11 +313,15 @@ pub fn predict_cached(
     }
 }
 
-/// Mean TTFT of a burst of `n` requests.
+/// Mean TTFT of a burst of `n` requests. Simulated until the last first token only (the decodes
+/// after it cannot move a first token), the same mean as [`summary_of`]'s (a sorted sum of the same
+/// TTFTs) while every request finishes within the horizon.
 pub fn burst_mean_ttft_s(profile: &Profile, n: u32, input: u32, output: u32) -> f64 {
     let w =
         experiment_workload(input, output, LoadKind::Burst, n, &ExperimentUnknowns::default()).expect("valid burst");
-    summary_of(profile, &w).ttft_s.mean
+    let opts = SimOptions { horizon_s: 1e6, series_points: 2, until_first_tokens: true, ..Default::default() };
+    let mut out = simulate(profile, &w, 1, opts);
+    Stats::of(&mut out.ttfts_s).mean
 }
 
 /// The largest n in 1..=limit for which `ok` holds, assuming it holds up to some n and fails above:

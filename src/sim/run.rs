@@ -26,11 +26,17 @@ pub struct SimOptions {
     /// Visit every step (no decode fast-forward, sim/fastforward.rs): the reference the fast path is
     /// tested against, and what an observer of each step needs.
     pub step_by_step: bool,
+    /// Stop once every request has been sent and has its first token or was rejected (workloads
+    /// whose sends do not wait for completions: bursts, open loops, traces), and keep each first
+    /// token's TTFT in [`SimOutput::ttfts_s`]: what a question about TTFT alone needs (the mean TTFT
+    /// of a burst, searched over burst sizes for the max safe queue depth), without simulating the
+    /// decodes that follow, which cannot change a first token that came before them.
+    pub until_first_tokens: bool,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { horizon_s: 1e7, series_points: 256, step_by_step: false }
+        SimOptions { horizon_s: 1e7, series_points: 256, step_by_step: false, until_first_tokens: false }
     }
 }
 
@@ -96,6 +102,9 @@ pub struct SimOutput {
     pub itl_gaps: GapHistogram,
     /// Cached blocks evicted from the prefix cache to make room.
     pub prefix_evictions: u64,
+    /// With [`SimOptions::until_first_tokens`]: the TTFT (s) of every request that got its first
+    /// token, in the order the tokens came (empty otherwise).
+    pub ttfts_s: Vec<f64>,
 }
 
 /// How a fleet spreads requests over its replicas.
@@ -165,6 +174,8 @@ pub(super) struct Replica<'a> {
     /// A running request (index, admission) that finishes within two steps: no decode stretch is
     /// possible until it is done, so the fast-forward does not scan the batch to find that again.
     pub(super) ff_blocker: Option<(u32, u64)>,
+    /// Record each first token's TTFT (SimOptions::until_first_tokens).
+    keep_ttfts: bool,
 }
 
 /// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
@@ -251,6 +262,7 @@ impl<'a> Replica<'a> {
                 decode_tokens: 0,
                 itl_gaps: GapHistogram::default(),
                 prefix_evictions: 0,
+                ttfts_s: Vec::new(),
             },
             now: 0,
             inbox: VecDeque::new(),
@@ -264,6 +276,7 @@ impl<'a> Replica<'a> {
             crossings: Vec::new(),
             finished: Vec::new(),
             ff_blocker: None,
+            keep_ttfts: opts.until_first_tokens,
         }
     }
 
@@ -444,6 +457,9 @@ impl<'a> Replica<'a> {
                 r.generated += 1;
                 if r.generated == 1 {
                     r.first_token_ns = now;
+                    if self.keep_ttfts {
+                        out.ttfts_s.push((now - r.arrival_ns) as f64 * 1e-9);
+                    }
                 } else if r.measured {
                     if r.last_token_ns == step_start {
                         gaps_of_one_step += 1;
@@ -705,10 +721,11 @@ fn drive<F: FnMut(&StepView)>(
     let window = MeasureWindow::of(w);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
     let shares = super::arrivals::shares_content(w);
-    let independent = replicas > 1
-        && routing == Routing::RoundRobin
-        && w.spec.conversation.is_none()
-        && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
+    // Sends that never wait for a completion (a closed loop's and a conversation's do).
+    let sends_fixed =
+        w.spec.conversation.is_none() && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
+    let until_first_tokens = opts.until_first_tokens && sends_fixed;
+    let independent = replicas > 1 && !until_first_tokens && routing == Routing::RoundRobin && sends_fixed;
     if independent {
         let new = || Replica::new(p, &opts, per, window, shares);
         if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns, fast) {
@@ -779,6 +796,12 @@ fn drive<F: FnMut(&StepView)>(
             least.finished(at, i);
         }
         if !progressed {
+            break;
+        }
+        if until_first_tokens
+            && arr.peek_send().is_none()
+            && reps.iter().map(|r| r.out.ttfts_s.len() as u64 + r.out.requests_rejected).sum::<u64>() == sent
+        {
             break;
         }
     }

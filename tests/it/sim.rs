@@ -625,6 +625,41 @@ fn pooled_decodes_equal_step_by_step_under_memory_pressure() {
     assert!(preempted >= 2, "the scenarios must reach memory pressure ({preempted} preempted)");
 }
 
+/// Issue 13: a burst's mean TTFT simulated only until the last first token equals the mean of the
+/// full run's records, to the bit, for every engine, with and without preemption; and a closed loop
+/// (whose sends wait for completions) is not cut short by the option.
+#[test]
+fn burst_mean_ttft_until_first_tokens_equals_the_full_run() {
+    use capsim::experiment::burst_mean_ttft_s;
+    let small_kv = "kv_capacity_tokens = 20000\nmax_num_batched_tokens = 512";
+    let profiles = [
+        default_profile(),
+        const_profile("vllm", 0.004, small_kv),
+        const_profile("sglang", 0.004, small_kv),
+        const_profile("trtllm", 0.004, "max_num_batched_tokens = 4096"),
+    ];
+    for p in &profiles {
+        for (n, input, output) in [(1u32, 1024u32, 256u32), (7, 3000, 40), (64, 1024, 1024), (300, 200, 300)] {
+            let w = Workload::fixed(Arrivals::Burst { n }, input, output, Some(n as u64)).unwrap();
+            let full = simulate(p, &w, 1, SimOptions { horizon_s: 1e6, series_points: 2, ..Default::default() });
+            let mean = summarize(&full, 0, 0, 0.0, &RequestSlo::default()).ttft_s.mean;
+            let fast = burst_mean_ttft_s(p, n, input, output);
+            assert_eq!(fast.to_bits(), mean.to_bits(), "{} burst {n} of {input}/{output}", p.name());
+        }
+    }
+    let p = default_profile();
+    let w = Workload::fixed(
+        Arrivals::ClosedLoop { clients: 4, think_time_s: 0.0, think_exponential: false },
+        500,
+        50,
+        Some(40),
+    )
+    .unwrap();
+    let out = simulate(&p, &w, 1, SimOptions { until_first_tokens: true, ..Default::default() });
+    assert_eq!(out.records.len(), 40, "a closed loop runs to its last request");
+    assert_eq!(out.ttfts_s.len(), 40);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, .. ProptestConfig::default() })]
     /// The fast-forward against step-by-step simulation, as a property over drawn scenarios (shrunk
