@@ -12,6 +12,7 @@ mod measured;
 mod physics;
 mod prefix;
 mod report;
+mod reproduce;
 mod scaleout;
 mod sim;
 mod validate;
