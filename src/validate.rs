@@ -390,13 +390,15 @@ pub fn run(
         profiles.push((rep, p.clone()));
     }
     let targets = calibrate::targets(metas, catalog)?;
-    let mut rows = Vec::new();
     let reports: Vec<String> = {
         let mut r: Vec<String> = points.iter().map(|p| p.report.clone()).collect();
         r.dedup();
         r
     };
-    for rep in reports.iter().filter(|r| only_report.is_none_or(|o| r.starts_with(o))) {
+    // Reports (and, leaving a context out, contexts) are fitted in parallel and their rows kept in
+    // order: each held-out fit waits on its slowest simulation at every evaluation.
+    let one_report = |rep: &String| -> Result<Vec<Row>> {
+        let mut rows = Vec::new();
         let pts: Vec<&Point> = points.iter().filter(|p| &p.report == rep).collect();
         let meta = metas.iter().find(|m| &m.report == rep);
         // A duplicate report is predicted by its original's profile.
@@ -409,7 +411,7 @@ pub fn run(
                 None => rows.extend(pts.iter().map(|p| row(p, protocol, None, "no profile for this report".into()))),
             },
             Protocol::ExtrapolateConcurrency => {
-                let Some(t) = target else { continue };
+                let Some(t) = target else { return Ok(rows) };
                 // Priors from the shared model of the other reports: none of this report's points.
                 let shared = SharedModel::fit(&others_than(&profiles, metas, &source), "held out");
                 let fitted = held_out_fit(
@@ -424,27 +426,33 @@ pub fn run(
                 rows.extend(predict_rows(&high, &fitted, metas, protocol, "fitted on concurrency <= 4 only"));
             }
             Protocol::LeaveOneContextOut => {
-                let Some(t) = target else { continue };
+                let Some(t) = target else { return Ok(rows) };
                 let mut ctxs: Vec<u64> =
                     pts.iter().filter(|p| p.scenario != "all").filter_map(|p| p.input_tokens).collect();
                 ctxs.sort();
                 ctxs.dedup();
                 let shared = SharedModel::fit(&others_than(&profiles, metas, &source), "held out");
-                for l in ctxs {
-                    let fitted =
-                        held_out_fit(points, metas, t, catalog, &move |p: &Point| p.input_tokens != Some(l), &shared)?;
-                    let held: Vec<&Point> = pts.iter().copied().filter(|p| p.input_tokens == Some(l)).collect();
-                    rows.extend(predict_rows(
-                        &held,
-                        &fitted,
-                        metas,
-                        protocol,
-                        &format!("fitted without {l}-token contexts"),
-                    ));
+                let per_context: Vec<Result<Vec<Row>>> = ctxs
+                    .par_iter()
+                    .map(|&l| {
+                        let fitted = held_out_fit(
+                            points,
+                            metas,
+                            t,
+                            catalog,
+                            &move |p: &Point| p.input_tokens != Some(l),
+                            &shared,
+                        )?;
+                        let held: Vec<&Point> = pts.iter().copied().filter(|p| p.input_tokens == Some(l)).collect();
+                        Ok(predict_rows(&held, &fitted, metas, protocol, &format!("fitted without {l}-token contexts")))
+                    })
+                    .collect();
+                for r in per_context {
+                    rows.extend(r?);
                 }
             }
             Protocol::LeaveOneReportOut => {
-                let Some(t) = target else { continue };
+                let Some(t) = target else { return Ok(rows) };
                 // The shared hardware model fitted on every other report's profile, the deployment
                 // built from it with nothing of this report but what it states (model, GPU,
                 // precision, engine).
@@ -461,13 +469,13 @@ pub fn run(
                 let other = match &rep[..3] {
                     "000" => "001_755e0d5560c212ac.txt",
                     "001" => "000_2d6ea432ec8bd63a.txt",
-                    _ => continue,
+                    _ => return Ok(rows),
                 };
                 let Some((_, from)) = profiles.iter().find(|(r, _)| r == other) else {
-                    continue;
+                    return Ok(rows);
                 };
                 let Some((_, own)) = profiles.iter().find(|(r, _)| *r == source) else {
-                    continue;
+                    return Ok(rows);
                 };
                 // The shared model the move leans on knows nothing of the report being predicted.
                 let mut held_out = catalog.clone();
@@ -488,6 +496,13 @@ pub fn run(
                 ));
             }
         }
+        Ok(rows)
+    };
+    let per_report: Vec<Result<Vec<Row>>> =
+        reports.par_iter().filter(|r| only_report.is_none_or(|o| r.starts_with(o))).map(one_report).collect();
+    let mut rows = Vec::new();
+    for r in per_report {
+        rows.extend(r?);
     }
     Ok(rows)
 }

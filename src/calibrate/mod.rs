@@ -330,18 +330,14 @@ pub fn calibrate(
     let max_conc = points.iter().filter(|p| p.report == t.report).filter_map(|p| p.concurrency).max().unwrap_or(1);
     let variants: Vec<&(String, EngineSettings)> =
         t.variants.iter().filter(|(_, v)| v.max_num_seqs.is_none_or(|c| c < max_conc)).collect();
-    for (label, settings) in &variants {
-        // Each variant gets the whole budget: their objectives are compared, and a fit cut short by a
-        // smaller share loses to a converged one for that reason alone (report 002 at 800 evaluations
-        // each: vLLM defaults 5.21; at 2000: 2.58).
-        let share = FitOptions {
-            use_point: opts.use_point,
-            max_evaluations: opts.max_evaluations,
-            command: opts.command.clone(),
-            data_sha256: opts.data_sha256.clone(),
-            shared: opts.shared,
-        };
-        let (pf, rep) = calibrate_variant(points, metas, t, catalog, &share, settings)?;
+    // Each variant gets the whole budget: their objectives are compared, and a fit cut short by a
+    // smaller share loses to a converged one for that reason alone (report 002 at 800 evaluations
+    // each: vLLM defaults 5.21; at 2000: 2.58). The variants are fitted in parallel (each fit's
+    // evaluations wait for their slowest simulation, which leaves cores idle) and compared in order.
+    let fits: Vec<Result<(ProfileFile, FitReport)>> =
+        variants.par_iter().map(|(_, settings)| calibrate_variant(points, metas, t, catalog, opts, settings)).collect();
+    for ((label, _), fit) in variants.iter().zip(fits) {
+        let (pf, rep) = fit?;
         tried.push(format!("{label}: objective {:.4}, median |error| {:.1}%", rep.objective, rep.median_abs_error_pct));
         if best.as_ref().is_none_or(|(_, b)| rep.objective < b.objective) {
             best = Some((pf, rep));

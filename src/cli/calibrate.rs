@@ -13,6 +13,7 @@ use capsim::profile::Profile;
 use capsim::profile::{EngineKind, ProfileFile};
 use capsim::units::Dtype;
 use clap::Args;
+use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -251,17 +252,21 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     let mut reports = Vec::new();
     let mut fitted = Vec::new();
     let pb = super::progress_bar(targets.len() as u64, "profiles fitted");
-    for t in &targets {
-        let start = Instant::now();
-        pb.set_message(t.profile_name.clone());
-        let fit = calibrate::calibrate(&points, &metas, t, &catalog, &opts);
-        pb.inc(1);
-        if pb.position() == pb.length().unwrap_or(0) {
-            pb.finish_and_clear();
-        }
+    // The reports' profiles are fitted alone, so in parallel (a fit waits on its slowest simulation
+    // at every evaluation; two fits fill each other's gaps), then written in order.
+    let fits: Vec<_> = targets
+        .par_iter()
+        .map(|t| {
+            let start = Instant::now();
+            let fit = calibrate::calibrate(&points, &metas, t, &catalog, &opts);
+            pb.inc(1);
+            (fit, start.elapsed().as_secs_f64())
+        })
+        .collect();
+    pb.finish_and_clear();
+    for (fit, secs) in fits {
         let (pf, rep) = fit?;
         fitted.push(pf.resolve(&pf.name, &catalog)?);
-        let secs = start.elapsed().as_secs_f64();
         let (toml_path, fit_path, txt) = write_profile(&a.out, &opts.command, &pf, &rep)?;
         if a.json {
             reports.push(rep);

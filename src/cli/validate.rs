@@ -279,15 +279,22 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let mut all = Vec::new();
     let protocols = protocols(&a.protocol)?;
     let pb = super::progress_bar(protocols.len() as u64, "protocols");
-    for p in protocols {
-        pb.set_message(p.as_str());
-        all.extend(validate::run(p, &points, &metas, &catalog, a.report.as_deref(), override_profile.as_ref())?);
-        pb.inc(1);
-    }
+    // The protocols in parallel, their rows in order.
+    let per_protocol: Vec<_> = protocols
+        .par_iter()
+        .map(|&p| {
+            let rows = validate::run(p, &points, &metas, &catalog, a.report.as_deref(), override_profile.as_ref());
+            pb.inc(1);
+            rows
+        })
+        .collect();
     pb.finish_and_clear();
+    let mut all = Vec::new();
+    for rows in per_protocol {
+        all.extend(rows?);
+    }
     if a.json {
         let summary: Vec<_> = Protocol::ALL
             .iter()
@@ -355,8 +362,10 @@ fn markdown(
            |error| <= 10% and p90 <= 25% for TTFT, ITL or per-user tok/s, and E2E; extrapolate-concurrency median <= 15%;\n\
            cross-gpu median <= 20%; leave-one-report-out median <= 25%. Each protocol also counts the measured points inside the\n\
            predicted +-1 sigma band (the fit's covariance and residual scatter; about 68% if the bands are honest).\n\n";
-    for p in Protocol::ALL {
-        let rows = validate::run(p, points, metas, catalog, None, None)?;
+    let per_protocol: Vec<Result<Vec<Row>>> =
+        Protocol::ALL.par_iter().map(|&p| validate::run(p, points, metas, catalog, None, None)).collect();
+    for (p, rows) in Protocol::ALL.into_iter().zip(per_protocol) {
+        let rows = rows?;
         let _ = writeln!(md, "## Protocol `{}`\n", p.as_str());
         md += match p {
             Protocol::InSample => "The shipped profiles, calibrated on all unflagged points of their report.\n\n",
