@@ -1,9 +1,12 @@
-//! Simulator speed: 1,000,000 requests of 1024 in / 256 out on the default profile, single-threaded,
-//! (a) closed loop with 64 clients, (b) Poisson at 90% of the profile's capacity. Prints requests/s,
-//! steps/s and the peak resident memory, and appends them with the commit to
-//! benches/results/sim_speed.csv. Target (issue 3): under 2 s each, under 500 MB.
+//! Simulator speed, with issue 13's targets: 1,000,000 requests of 1024 in / 256 out on the default
+//! profile, single-threaded, (a) closed loop with 64 clients, (b) Poisson at 90% of the profile's
+//! capacity, each in <= 0.5 s with peak resident memory <= 200 MB; then the two commands whose
+//! speed users wait on, timed as users run them: `capsim calibrate` of the four reports with the
+//! default budget (<= 30 s) and `capsim validate --protocol all` (<= 60 s). Prints every figure with
+//! its target and appends them with the commit to benches/results/sim_speed.csv.
 //!
-//! Run: cargo bench --bench sim_speed   (CAPSIM_BENCH_REQUESTS=N to change the count)
+//! Run: cargo bench --bench sim_speed   (CAPSIM_BENCH_REQUESTS=N to change the count;
+//! CAPSIM_BENCH_SIM_ONLY=1 to skip the two commands)
 
 use capsim::catalog::Catalog;
 use capsim::metrics::{summarize, RequestSlo};
@@ -44,6 +47,9 @@ fn main() {
             s.ttft_s.mean,
             peak_rss_mb()
         );
+        if n == 1_000_000 {
+            println!("  target: <= 0.5 s and <= 200 MB: {}", verdict(secs <= 0.5 && peak_rss_mb() <= 200.0));
+        }
         record(
             "sim_speed",
             "workload,requests,wall_s,requests_per_s,steps,steps_per_s,peak_rss_mb",
@@ -57,5 +63,38 @@ fn main() {
                 peak_rss_mb()
             ),
         );
+    }
+    if std::env::var_os("CAPSIM_BENCH_SIM_ONLY").is_some() {
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!("capsim-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch folder");
+    for (label, args, target_s) in [
+        ("capsim calibrate (4 reports; default budget)", &["calibrate", "--out", "models"][..], 30.0),
+        ("capsim validate --protocol all", &["validate", "--protocol", "all", "--json"][..], 60.0),
+    ] {
+        let start = Instant::now();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
+            .args(args)
+            .current_dir(&scratch)
+            .output()
+            .expect("capsim runs");
+        let secs = start.elapsed().as_secs_f64();
+        assert!(o.status.success(), "{label}: {}", String::from_utf8_lossy(&o.stderr));
+        println!("{label}: {secs:.1} s wall; target <= {target_s} s: {}", verdict(secs <= target_s));
+        record(
+            "sim_speed",
+            "workload,requests,wall_s,requests_per_s,steps,steps_per_s,peak_rss_mb",
+            &format!("{label},,{secs:.3},,,,"),
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "NOT met"
     }
 }
