@@ -2,7 +2,7 @@
 //! asks the engine's policy what runs next and advances time by the step model.
 
 use super::arrivals::{Content, Pending, Sent};
-use super::engine::{Engine, Live, StepView, NONE};
+use super::engine::{Engine, Live, StepView};
 use super::gaps::GapHistogram;
 use super::pool::DecodePool;
 use super::prefix::PrefixCache;
@@ -319,52 +319,22 @@ impl<'a> Replica<'a> {
         let mut rejected_now = false;
         while self.inbox.front().is_some_and(|a| a.enqueued <= now) {
             let a = self.inbox.pop_front().expect("front exists");
-            let live = Live {
-                id: a.id,
-                client: a.client,
-                class: a.class,
-                arrival_ns: a.send,
-                enqueued_ns: a.enqueued,
-                prompt: a.input,
-                output: a.output,
-                num_tokens: a.input,
-                computed: 0,
-                generated: 0,
-                blocks: 0,
-                reserved: false,
-                first_sched_ns: NONE,
-                first_token_ns: NONE,
-                last_token_ns: NONE,
-                measured: self.window.contains(a.id, a.send),
-                preemptions: 0,
-                admitted_seq: 0,
-                hashes: Vec::new(),
-                table: Vec::new(),
-                registered: 0,
-                cached_tokens: 0,
-                probe: Vec::new(),
-                pool_tick: NONE,
-            };
-            if !eng.accepts(&live) {
+            if !eng.accepts(a.input, a.output) {
                 out.requests_rejected += 1;
                 rejected_now = true;
                 on_finish(now, a.client, true);
                 continue;
             }
-            let mut live = live;
+            let idx = eng.free_slots.pop().unwrap_or_else(|| {
+                eng.reqs.push(Live::EMPTY);
+                (eng.reqs.len() - 1) as u32
+            });
+            let r = &mut eng.reqs[idx as usize];
+            let measured = self.window.contains(a.id, a.send);
+            r.start(a.id, a.client, a.class, a.send, a.enqueued, a.input, a.output, measured);
             if let (Some(_), Some(content)) = (&eng.cache, &a.content) {
-                super::prefix::block_hashes(content, eng.block, &mut live.hashes);
+                super::prefix::block_hashes(content, eng.block, &mut r.hashes);
             }
-            let idx = match eng.free_slots.pop() {
-                Some(i) => {
-                    eng.reqs[i as usize] = live;
-                    i
-                }
-                None => {
-                    eng.reqs.push(live);
-                    (eng.reqs.len() - 1) as u32
-                }
-            };
             eng.waiting.push_back(idx);
         }
         out.max_waiting = out.max_waiting.max(eng.waiting.len() as u32);
@@ -492,6 +462,9 @@ impl<'a> Replica<'a> {
                 if r.generated == r.output {
                     done.push(idx);
                 }
+            }
+            if done.len() > from_pool {
+                eng.drop_finished_explicit();
             }
             if from_pool > 0 && done.len() > from_pool {
                 done.sort_unstable_by_key(|&i| eng.reqs[i as usize].admitted_seq);
