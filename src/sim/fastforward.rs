@@ -8,7 +8,9 @@
 //! advance its decode streak and decay its new_token_ratio, step by step as its scheduler does. The stretch is advanced by computing k step times, in
 //! the order and with the float operations of step-by-step simulation (the KV-utilization area, the
 //! pooled ITL gaps, the series samples), without visiting each request at each step: O(k + batch)
-//! instead of O(k x batch), and the same bytes (tests/it/sim.rs compares both paths).
+//! instead of O(k x batch), and the same bytes (tests/it/sim.rs compares both paths). With vLLM's decode
+//! pool active (sim/pool.rs) the stretch is [`Replica::fast_forward_pool`]: the pool already holds the
+//! counts, so nothing is scanned and the members are left behind the pool's tick, O(k).
 
 use super::run::Replica;
 use super::step::BatchShape;
