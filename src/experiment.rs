@@ -314,7 +314,7 @@ pub fn predict_cached(
 }
 
 /// Mean TTFT of a burst of `n` requests. Simulated until the last first token only (the decodes
-/// after it cannot move a first token), the same mean as [`summary_of`]'s (a sorted sum of the same
+/// after it cannot move a first token), the same mean as `summary_of`'s (a sorted sum of the same
 /// TTFTs) while every request finishes within the horizon.
 pub fn burst_mean_ttft_s(profile: &Profile, n: u32, input: u32, output: u32) -> f64 {
     let w =
