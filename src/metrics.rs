@@ -47,7 +47,9 @@ impl Stats {
         if values.is_empty() {
             return Stats::EMPTY;
         }
-        values.sort_by(f64::total_cmp);
+        // Unstable is enough: values equal under total_cmp are the same bits, so the order is the
+        // same as a stable sort's, and a million TTFTs sort in half the time.
+        values.sort_unstable_by(f64::total_cmp);
         let mean = values.iter().sum::<f64>() / values.len() as f64;
         Stats {
             mean,
