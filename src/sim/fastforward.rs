@@ -13,11 +13,34 @@
 //! counts, so nothing is scanned and the members are left behind the pool's tick, O(k).
 
 use super::run::Replica;
-use super::step::BatchShape;
+use super::step::{BatchShape, FixedParts};
 use super::Sample;
 use crate::profile::EngineKind;
 
 impl Replica<'_> {
+    /// One step of a decode stretch of `shape.n_seqs` requests (`measured` of them in the measured
+    /// window) at KV utilization `used`: its time, the utilization area, the series sample, the
+    /// counters and the token gaps, as the step loop (run.rs) counts them; the shape then grows by
+    /// one context token per request.
+    #[inline(always)]
+    fn stretch_step(&mut self, fixed: &FixedParts, shape: &mut BatchShape, used: f64, measured: u64) {
+        let n = shape.n_seqs;
+        let step_start = self.now;
+        let dt = self.eng.model.step_ns_with(fixed, shape.kv_read_tokens, shape.attn_pairs);
+        self.kv_area += used * dt as f64;
+        let out = &mut self.out;
+        out.kv_util_max = out.kv_util_max.max(used);
+        let sample = Sample { t_s: step_start as f64 * 1e-9, kv_util: used, running: n, waiting: 0 };
+        self.clock.sample(&mut out.series, step_start, sample);
+        self.now = step_start + dt;
+        out.busy_ns += dt;
+        out.steps += 1;
+        out.decode_tokens += n as u64;
+        out.itl_gaps.add_n(dt, measured);
+        shape.kv_read_tokens += n as u64;
+        shape.attn_pairs += n as f64;
+    }
+
     /// Advance a decode-only stretch of at least two steps, none starting at or after `limit_ns`.
     /// False (nothing done) when the engine is not in one.
     pub(super) fn fast_forward(&mut self, limit_ns: u64) -> bool {
@@ -95,21 +118,7 @@ impl Replica<'_> {
                 break;
             }
             free -= need;
-            let used = (cap - free) as f64 / cap as f64;
-            let step_start = self.now;
-            let dt = self.eng.model.step_ns_with(&fixed, shape.kv_read_tokens, shape.attn_pairs);
-            self.kv_area += used * dt as f64;
-            let out = &mut self.out;
-            out.kv_util_max = out.kv_util_max.max(used);
-            let sample = Sample { t_s: step_start as f64 * 1e-9, kv_util: used, running: n, waiting: 0 };
-            self.clock.sample(&mut out.series, step_start, sample);
-            self.now = step_start + dt;
-            out.busy_ns += dt;
-            out.steps += 1;
-            out.decode_tokens += n as u64;
-            out.itl_gaps.add_n(dt, measured);
-            shape.kv_read_tokens += n as u64;
-            shape.attn_pairs += n as f64;
+            self.stretch_step(&fixed, &mut shape, (cap - free) as f64 / cap as f64, measured);
             if kind == EngineKind::Sglang {
                 // A decode batch: the streak grows and new_token_ratio decays, as schedule_sglang.
                 let e = &mut self.eng;
@@ -177,21 +186,7 @@ impl Replica<'_> {
                 break;
             }
             free -= need;
-            let used = (cap - free) as f64 / cap as f64;
-            let step_start = self.now;
-            let dt = self.eng.model.step_ns_with(&fixed, shape.kv_read_tokens, shape.attn_pairs);
-            self.kv_area += used * dt as f64;
-            let out = &mut self.out;
-            out.kv_util_max = out.kv_util_max.max(used);
-            let sample = Sample { t_s: step_start as f64 * 1e-9, kv_util: used, running: n, waiting: 0 };
-            self.clock.sample(&mut out.series, step_start, sample);
-            self.now = step_start + dt;
-            out.busy_ns += dt;
-            out.steps += 1;
-            out.decode_tokens += n as u64;
-            out.itl_gaps.add_n(dt, measured);
-            shape.kv_read_tokens += n as u64;
-            shape.attn_pairs += n as f64;
+            self.stretch_step(&fixed, &mut shape, (cap - free) as f64 / cap as f64, measured);
             tick += 1;
             done += 1;
         }
