@@ -9,6 +9,7 @@
 //! streams derived from the seed it is given. A run is a pure function of (profile, workload, seed).
 
 mod arrivals;
+mod drive;
 mod engine;
 mod fastforward;
 pub mod gaps;
@@ -20,9 +21,10 @@ pub mod step;
 mod trtllm;
 mod vllm;
 
+pub use drive::{simulate, simulate_fleet, simulate_observed, Routing};
 pub use engine::StepView;
 pub use gaps::GapHistogram;
-pub use run::{simulate, simulate_fleet, simulate_observed, Routing, Sample, SimOptions, SimOutput};
+pub use run::{Sample, SimOptions, SimOutput};
 pub use step::{BatchShape, FixedParts, StepModel};
 
 use crate::units::SimTime;

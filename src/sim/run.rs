@@ -1,7 +1,8 @@
-//! The event loop: arrivals, the serial front-end, replicas behind a router, and the step loop that
-//! asks the engine's policy what runs next and advances time by the step model.
+//! One replica's event loop: requests reaching its serial front-end and engine, and the step loop
+//! that asks the engine's policy what runs next and advances time by the step model. drive.rs runs
+//! replicas behind a router.
 
-use super::arrivals::{Content, Pending, Sent};
+use super::arrivals::{Content, Sent};
 use super::engine::{Engine, Live, StepView};
 use super::gaps::GapHistogram;
 use super::pool::DecodePool;
@@ -12,8 +13,7 @@ use crate::profile::{EngineKind, Profile};
 use crate::units::SimTime;
 use crate::workload::Workload;
 use serde::Serialize;
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 /// Options of one run that are not part of the workload.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,26 +107,11 @@ pub struct SimOutput {
     pub ttfts_s: Vec<f64>,
 }
 
-/// How a fleet spreads requests over its replicas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Routing {
-    /// Request i goes to replica i mod K.
-    RoundRobin,
-    /// Each request goes to the replica with the fewest requests sent to it and not yet finished when
-    /// it is sent (ties: the lowest index), as a least-outstanding-requests load balancer does.
-    LeastOutstanding,
-    /// A conversation's later turns go to the replica that served its previous turn, and a trace
-    /// request to the replica that last served a request starting with the same block id (where its
-    /// prefix is cached); anything else least-outstanding.
-    PrefixAware,
-}
-
 /// A request on its way to a replica: sent, and when its engine will see it.
 #[derive(Clone)]
-struct Arrived {
+pub(super) struct Arrived {
     id: u32,
-    send: u64,
+    pub(super) send: u64,
     enqueued: u64,
     client: u32,
     input: u32,
@@ -134,11 +119,11 @@ struct Arrived {
     class: u16,
     content: Content,
     /// What prefix-aware routing keys on (a conversation, a trace's first block).
-    route_key: Option<u64>,
+    pub(super) route_key: Option<u64>,
 }
 
 impl Arrived {
-    fn new(id: u64, s: Sent) -> Arrived {
+    pub(super) fn new(id: u64, s: Sent) -> Arrived {
         Arrived {
             id: id as u32,
             send: s.send,
@@ -154,7 +139,7 @@ impl Arrived {
 }
 
 /// One serving engine with its own front-end, clock and output: the event loop of a single replica,
-/// advanced one step at a time by [`drive`].
+/// advanced one step at a time by drive.rs.
 pub(super) struct Replica<'a> {
     pub(super) eng: Engine<'a>,
     pub(super) out: SimOutput,
@@ -182,14 +167,14 @@ pub(super) struct Replica<'a> {
 /// [`crate::metrics::summarize`] leaves them out of the per-request metrics. Cool-down needs the
 /// planned request count; a run bounded only by its duration counts its last requests' gaps too.
 #[derive(Debug, Clone, Copy)]
-struct MeasureWindow {
+pub(super) struct MeasureWindow {
     first_id: u64,
     end_id: u64,
     from_ns: u64,
 }
 
 impl MeasureWindow {
-    fn of(w: &Workload) -> MeasureWindow {
+    pub(super) fn of(w: &Workload) -> MeasureWindow {
         MeasureWindow {
             first_id: w.spec.warmup_requests,
             end_id: w.planned_requests().map_or(u64::MAX, |n| n.saturating_sub(w.spec.cooldown_requests)),
@@ -203,7 +188,7 @@ impl MeasureWindow {
 
 impl<'a> Replica<'a> {
     /// `shares`: the workload's requests share content, so a prefix cache can hit.
-    fn new(
+    pub(super) fn new(
         p: &'a Profile,
         opts: &SimOptions,
         expected_requests: usize,
@@ -282,7 +267,7 @@ impl<'a> Replica<'a> {
 
     /// A request sent at `a.send` reaches this replica's serial front-end, then the engine at
     /// max(send, front-end free) + serial + overhead.
-    fn accept(&mut self, mut a: Arrived) {
+    pub(super) fn accept(&mut self, mut a: Arrived) {
         a.enqueued = a.send.max(self.frontend_free).saturating_add(self.serial_ns).saturating_add(self.overhead_ns);
         self.frontend_free = a.send.max(self.frontend_free) + self.serial_ns;
         self.inbox.push_back(a);
@@ -293,7 +278,7 @@ impl<'a> Replica<'a> {
     }
 
     /// When this replica next acts: now if it has work, else when its next request reaches the engine.
-    fn next_event(&self) -> Option<u64> {
+    pub(super) fn next_event(&self) -> Option<u64> {
         if self.busy() {
             Some(self.now)
         } else {
@@ -305,7 +290,7 @@ impl<'a> Replica<'a> {
     /// of which starts at or after `ff_limit` (the next send, the horizon; None: one step only).
     /// `on_finish(time, client, rejected)` is told of every request that completes or is rejected.
     /// Returns false when the replica cannot make progress.
-    fn advance<F: FnMut(&StepView)>(
+    pub(super) fn advance<F: FnMut(&StepView)>(
         &mut self,
         observer: &mut F,
         on_finish: &mut dyn FnMut(u64, u32, bool),
@@ -503,7 +488,7 @@ impl<'a> Replica<'a> {
         true
     }
 
-    fn finish(mut self) -> SimOutput {
+    pub(super) fn finish(mut self) -> SimOutput {
         let eng = &self.eng;
         self.out.requests_unfinished = eng.running.len() as u64
             + eng.waiting.len() as u64
@@ -516,281 +501,4 @@ impl<'a> Replica<'a> {
             if self.out.busy_ns > 0 { self.kv_area / self.out.busy_ns as f64 } else { 0.0 };
         self.out
     }
-}
-
-/// Run one simulation. Pure: the same (profile, workload, seed, options) give the same output.
-/// Decode-only stretches are advanced in one call (sim/fastforward.rs), with the same result as
-/// [`simulate_observed`], which visits every step.
-pub fn simulate(p: &Profile, w: &Workload, seed: u64, opts: SimOptions) -> SimOutput {
-    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, &mut |_: &StepView| {});
-    outs.pop().expect("one replica")
-}
-
-/// [`simulate`] with an observer called after every step (so every step is simulated one by one).
-pub fn simulate_observed<F: FnMut(&StepView)>(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    observer: &mut F,
-) -> SimOutput {
-    let opts = SimOptions { step_by_step: true, ..opts };
-    let mut outs = drive(p, w, seed, opts, 1, Routing::RoundRobin, observer);
-    outs.pop().expect("one replica")
-}
-
-/// A fleet of `replicas` identical engines behind a router, simulated jointly in time order: the
-/// router sees each replica's outstanding requests as of the moment a request is sent. Returns one
-/// output per replica; request ids are global send order.
-pub fn simulate_fleet(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    replicas: u32,
-    routing: Routing,
-) -> Vec<SimOutput> {
-    drive(p, w, seed, opts, replicas.max(1), routing, &mut |_: &StepView| {})
-}
-
-/// Round-robin routing of arrivals that do not depend on completions (open loops, bursts, traces):
-/// request i goes to replica i mod K whatever the replicas' state, so the replicas do not interact
-/// and each is simulated alone over its own arrivals, in parallel, with the same events in the same
-/// order as the joint loop of [`drive`] (a replica acts at t before a send at s when t < s). Its
-/// data stays in cache instead of K replicas taking turns step by step. None when a replica reaches
-/// the horizon or stalls: the joint loop then decides what was sent and what was left.
-fn drive_independent<'a>(
-    new: &(dyn Fn() -> Replica<'a> + Sync),
-    k: usize,
-    arr: &mut Pending,
-    horizon_ns: u64,
-    fast: bool,
-) -> Option<Vec<SimOutput>> {
-    use rayon::prelude::*;
-    let mut sends: Vec<Vec<Arrived>> = vec![Vec::new(); k];
-    let mut sent = 0u64;
-    while arr.peek_send().is_some() {
-        sends[(sent % k as u64) as usize].push(Arrived::new(sent, arr.pop()));
-        sent += 1;
-    }
-    let last_send = sends.iter().filter_map(|v| v.last()).map(|a| a.send).max().unwrap_or(0);
-    let runs: Vec<Option<(SimOutput, u64)>> = sends
-        .into_par_iter()
-        .map(|mine| {
-            let mut r = new();
-            // Completions in steps that started before the last send (the joint loop's count then).
-            let mut done_before_last = 0u64;
-            // A fast-forward stops before this replica's next send and the horizon.
-            let mut step = |r: &mut Replica, t: u64, limit: u64| -> Option<()> {
-                if t >= horizon_ns {
-                    return None;
-                }
-                let mut n = 0u64;
-                let progressed = r.advance(&mut |_: &StepView| {}, &mut |_, _, _| n += 1, fast.then_some(limit));
-                if t < last_send {
-                    done_before_last += n;
-                }
-                progressed.then_some(())
-            };
-            for a in mine {
-                while let Some(t) = r.next_event().filter(|&t| t < a.send) {
-                    step(&mut r, t, a.send.min(horizon_ns))?;
-                }
-                r.accept(a);
-            }
-            while let Some(t) = r.next_event() {
-                step(&mut r, t, horizon_ns)?;
-            }
-            Some((r.finish(), done_before_last))
-        })
-        .collect();
-    let runs: Vec<(SimOutput, u64)> = runs.into_iter().collect::<Option<_>>()?;
-    let completed: u64 = runs.iter().map(|(_, d)| d).sum();
-    let mut outs: Vec<SimOutput> = runs.into_iter().map(|(o, _)| o).collect();
-    for o in &mut outs {
-        o.last_send = SimTime(last_send);
-        o.outstanding_at_last_send = sent - completed;
-        o.requests_sent = o.records.len() as u64 + o.requests_rejected + o.requests_unfinished;
-    }
-    Some(outs)
-}
-
-/// No next event (an idle replica with an empty inbox).
-const NO_EVENT: u64 = u64::MAX;
-
-/// Replica `i`'s next event into the heap, unless the heap already holds it.
-fn reschedule(r: &Replica, i: usize, key: &mut [u64], events: &mut BinaryHeap<Reverse<(u64, u32)>>) {
-    let t = r.next_event().unwrap_or(NO_EVENT);
-    if t != key[i] {
-        key[i] = t;
-        if t != NO_EVENT {
-            events.push(Reverse((t, i as u32)));
-        }
-    }
-}
-
-/// Least-outstanding routing in O(log K) per request: each replica's count of requests routed to it
-/// and not finished by the send time, in an ordered set (fewest first, then the lowest index, as a
-/// scan would pick). Finish times are known ahead of the sends they precede (a replica's step that
-/// ends before a send is simulated before the send is routed) and applied when a send passes them.
-struct LeastOutstanding {
-    enabled: bool,
-    count: Vec<u64>,
-    by_count: BTreeSet<(u64, u32)>,
-    finishes: BinaryHeap<Reverse<(u64, u32)>>,
-}
-
-impl LeastOutstanding {
-    fn new(replicas: usize, enabled: bool) -> Self {
-        let by_count = if enabled { (0..replicas as u32).map(|i| (0, i)).collect() } else { BTreeSet::new() };
-        LeastOutstanding { enabled, count: vec![0; replicas], by_count, finishes: BinaryHeap::new() }
-    }
-    fn finished(&mut self, at: u64, replica: usize) {
-        if self.enabled {
-            self.finishes.push(Reverse((at, replica as u32)));
-        }
-    }
-    /// Route to replica `k` (prefix-aware routing's choice), keeping the counts.
-    fn route_to(&mut self, send: u64, k: usize) -> usize {
-        self.apply_finishes(send);
-        let c = &mut self.count[k];
-        self.by_count.remove(&(*c, k as u32));
-        *c += 1;
-        self.by_count.insert((*c, k as u32));
-        k
-    }
-    fn apply_finishes(&mut self, send: u64) {
-        while let Some(&Reverse((at, i))) = self.finishes.peek() {
-            if at > send {
-                break;
-            }
-            self.finishes.pop();
-            let c = &mut self.count[i as usize];
-            self.by_count.remove(&(*c, i));
-            *c -= 1;
-            self.by_count.insert((*c, i));
-        }
-    }
-    fn route(&mut self, send: u64) -> usize {
-        self.apply_finishes(send);
-        let (c, i) = self.by_count.pop_first().expect("at least one replica");
-        self.count[i as usize] = c + 1;
-        self.by_count.insert((c + 1, i));
-        i as usize
-    }
-}
-
-fn drive<F: FnMut(&StepView)>(
-    p: &Profile,
-    w: &Workload,
-    seed: u64,
-    opts: SimOptions,
-    replicas: u32,
-    routing: Routing,
-    observer: &mut F,
-) -> Vec<SimOutput> {
-    let fast = !opts.step_by_step;
-    let per = (w.planned_requests().unwrap_or(1024) / replicas as u64).min(1 << 24) as usize;
-    let window = MeasureWindow::of(w);
-    let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
-    let shares = super::arrivals::shares_content(w);
-    // Sends that never wait for a completion (a closed loop's and a conversation's do).
-    let sends_fixed =
-        w.spec.conversation.is_none() && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
-    let until_first_tokens = opts.until_first_tokens && sends_fixed;
-    let independent = replicas > 1 && !until_first_tokens && routing == Routing::RoundRobin && sends_fixed;
-    if independent {
-        let new = || Replica::new(p, &opts, per, window, shares);
-        if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns, fast) {
-            return outs;
-        }
-    }
-    let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window, shares)).collect();
-    let mut arr = Pending::new(w, seed);
-    let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
-    let mut finished: Vec<(u64, u32, bool)> = Vec::new();
-    // The replica that acts next, from a heap of (next event, index) keyed as a linear scan would
-    // choose (earliest, then lowest index): `key[i]` is replica i's current next event and entries
-    // that no longer match it are skipped. A replica's next event never moves back in time.
-    let mut key: Vec<u64> = vec![NO_EVENT; reps.len()];
-    let mut events: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(reps.len() * 2);
-    let mut least = LeastOutstanding::new(reps.len(), routing != Routing::RoundRobin);
-    let mut sticky: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
-    loop {
-        while let Some(&Reverse((t, i))) = events.peek() {
-            if key[i as usize] == t {
-                break;
-            }
-            events.pop();
-        }
-        let next = events.peek().map(|&Reverse((t, i))| (t, i as usize));
-        // Requests sent no later than that are routed first.
-        if let Some(send) = arr.peek_send() {
-            if next.is_none_or(|(t, _)| send <= t) {
-                let a = Arrived::new(sent, arr.pop());
-                let send = a.send;
-                let k = match routing {
-                    Routing::RoundRobin => (sent % replicas as u64) as usize,
-                    Routing::LeastOutstanding => least.route(send),
-                    Routing::PrefixAware => match a.route_key.and_then(|key| sticky.get(&key).copied()) {
-                        Some(k) => least.route_to(send, k),
-                        None => {
-                            let k = least.route(send);
-                            if let Some(key) = a.route_key {
-                                sticky.insert(key, k);
-                            }
-                            k
-                        }
-                    },
-                };
-                reps[k].accept(a);
-                reschedule(&reps[k], k, &mut key, &mut events);
-                sent += 1;
-                last_send = send;
-                outstanding_at_last_send = sent - completed;
-                continue;
-            }
-        }
-        let Some((t, i)) = next else { break };
-        if t >= horizon_ns {
-            break;
-        }
-        events.pop();
-        key[i] = NO_EVENT;
-        finished.clear();
-        // A fast-forward stops before the next send (it may be routed here) and the horizon.
-        let limit = fast.then(|| arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns));
-        let progressed =
-            reps[i].advance(observer, &mut |at, client, rejected| finished.push((at, client, rejected)), limit);
-        reschedule(&reps[i], i, &mut key, &mut events);
-        completed += finished.len() as u64;
-        for &(at, client, rejected) in &finished {
-            arr.on_finish(at, client, rejected);
-            least.finished(at, i);
-        }
-        if !progressed {
-            break;
-        }
-        if until_first_tokens
-            && arr.peek_send().is_none()
-            && reps.iter().map(|r| r.out.ttfts_s.len() as u64 + r.out.requests_rejected).sum::<u64>() == sent
-        {
-            break;
-        }
-    }
-    let mut outs: Vec<SimOutput> = reps.into_iter().map(Replica::finish).collect();
-    for o in &mut outs {
-        o.requests_sent = sent;
-        o.last_send = SimTime(last_send);
-        o.outstanding_at_last_send = outstanding_at_last_send;
-    }
-    if replicas > 1 {
-        // Per-replica outputs carry only their own requests; the fleet-level counts are in the first.
-        let mine: Vec<u64> =
-            outs.iter().map(|o| o.records.len() as u64 + o.requests_rejected + o.requests_unfinished).collect();
-        for (o, m) in outs.iter_mut().zip(mine) {
-            o.requests_sent = m;
-        }
-    }
-    outs
 }
