@@ -234,8 +234,12 @@ fn simulate_summary(profile: &Profile, p: &Point, u: &ExperimentUnknowns) -> Opt
     Some(summary_of(profile, &workload_for(p, u)?))
 }
 
+/// How an experiment is replayed: seed 1, a horizon of 1e6 s against runaway runs, no series to speak of.
+const REPLAY: SimOptions =
+    SimOptions { horizon_s: 1e6, series_points: 2, step_by_step: false, until_first_tokens: false };
+
 fn summary_of(profile: &Profile, w: &Workload) -> Summary {
-    let out = simulate(profile, w, 1, SimOptions { horizon_s: 1e6, series_points: 2, ..Default::default() });
+    let out = simulate(profile, w, 1, REPLAY);
     summarize(&out, 0, 0, 0.0, &RequestSlo::default())
 }
 
@@ -319,8 +323,7 @@ pub fn predict_cached(
 pub fn burst_mean_ttft_s(profile: &Profile, n: u32, input: u32, output: u32) -> f64 {
     let w =
         experiment_workload(input, output, LoadKind::Burst, n, &ExperimentUnknowns::default()).expect("valid burst");
-    let opts = SimOptions { horizon_s: 1e6, series_points: 2, until_first_tokens: true, ..Default::default() };
-    let mut out = simulate(profile, &w, 1, opts);
+    let mut out = simulate(profile, &w, 1, SimOptions { until_first_tokens: true, ..REPLAY });
     Stats::of(&mut out.ttfts_s).mean
 }
 

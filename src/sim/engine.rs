@@ -206,6 +206,28 @@ impl<'a> Engine<'a> {
         let reserved = if r.reserved { 0 } else { self.reserved_blocks };
         (self.blocks_for(tokens).saturating_sub(r.blocks) + reserved) as u64
     }
+    /// Steps before `r` needs a new KV block, when its next step is a plain decode: it has a token,
+    /// its next token is its only unscheduled one, it got its latest token at `now` (so the gap is
+    /// the step's), it holds its reserved blocks and its last block has room or is just full. None
+    /// otherwise. What a request must be for a decode stretch (sim/fastforward.rs) or the decode
+    /// pool (sim/pool.rs) to carry it without visiting it.
+    #[inline]
+    pub(super) fn decode_room(&self, r: &Live, now: u64) -> Option<u64> {
+        let block = self.block as u64;
+        let room = (r.blocks as u64 * block).checked_sub(r.computed as u64)?;
+        (r.generated >= 1 && r.computed + 1 == r.num_tokens && r.last_token_ns == now && r.reserved && room < block)
+            .then_some(room)
+    }
+    /// Hand a request that produced its last token at `now` back: its record, its blocks and its slot.
+    /// Returns its client.
+    pub(super) fn complete(&mut self, idx: u32, now: u64, records: &mut Vec<RequestRecord>) -> u32 {
+        let r = &self.reqs[idx as usize];
+        records.push(r.record(now));
+        let client = r.client;
+        self.free(idx);
+        self.free_slots.push(idx);
+        client
+    }
     #[inline(always)]
     pub(super) fn alloc(&mut self, idx: u32, tokens: u32) {
         if self.cache.is_some() {

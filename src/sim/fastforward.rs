@@ -74,13 +74,7 @@ impl Replica<'_> {
         let (mut k, mut kv, mut measured, mut first_done) = (u64::MAX, 0u64, 0u64, 0u32);
         for &i in &eng.running {
             let r = &eng.reqs[i as usize];
-            let room = (r.blocks as u64 * block).checked_sub(r.computed as u64);
-            if r.generated == 0
-                || r.computed + 1 != r.num_tokens
-                || r.last_token_ns != now
-                || !r.reserved
-                || room.is_none_or(|x| x >= block)
-            {
+            if eng.decode_room(r, now).is_none() {
                 return false;
             }
             // Steps before the one that finishes it.

@@ -122,31 +122,48 @@ impl Engine<'_> {
             self.pool.explicit.extend_from_slice(&self.running);
             self.note_positions(0);
         }
-        let block = self.block as u64;
         let mut explicit = std::mem::take(&mut self.pool.explicit);
-        explicit.retain(|&idx| {
-            let r = &self.reqs[idx as usize];
-            let held = r.blocks as u64 * block;
-            let decodes = r.generated >= 1
-                && r.computed + 1 == r.num_tokens
-                && r.reserved
-                && r.last_token_ns == now
-                && held >= r.computed as u64
-                && held - (r.computed as u64) < block;
-            if decodes {
-                let p = &mut self.pool;
-                let r = &mut self.reqs[idx as usize];
-                r.pool_tick = p.tick;
-                p.n += 1;
-                p.kv += r.computed as u64 + 1;
-                p.measured += r.measured as u64;
-                p.crossings[((p.tick + held - r.computed as u64) % block) as usize] += 1;
-                p.finishes.push(Reverse((p.tick + (r.output - r.generated) as u64 - 1, r.admitted_seq, idx)));
+        explicit.retain(|&idx| match self.decode_room(&self.reqs[idx as usize], now) {
+            Some(room) => {
+                self.pool_join(idx, room);
+                false
             }
-            !decodes
+            None => true,
         });
         self.pool.explicit = explicit;
         true
+    }
+
+    /// The member's phase: the ticks mod block at which it takes a new block.
+    fn pool_phase(&self, room: u64) -> usize {
+        ((self.pool.tick + room) % self.block as u64) as usize
+    }
+
+    /// A request whose next step is a decode, `room` steps from its next block, joins the pool.
+    fn pool_join(&mut self, idx: u32, room: u64) {
+        let phase = self.pool_phase(room);
+        let p = &mut self.pool;
+        let r = &mut self.reqs[idx as usize];
+        r.pool_tick = p.tick;
+        p.n += 1;
+        p.kv += r.computed as u64 + 1;
+        p.measured += r.measured as u64;
+        p.crossings[phase] += 1;
+        p.finishes.push(Reverse((p.tick + (r.output - r.generated) as u64 - 1, r.admitted_seq, idx)));
+    }
+
+    /// A member leaves the pool, synced (its entry off the heap already), undoing [`Engine::pool_join`].
+    fn pool_leave(&mut self, idx: u32) {
+        self.pool_sync(idx);
+        let r = &self.reqs[idx as usize];
+        let room = r.blocks as u64 * self.block as u64 - r.computed as u64;
+        let (kv, measured, phase) = (r.computed as u64 + 1, r.measured as u64, self.pool_phase(room));
+        let p = &mut self.pool;
+        p.n -= 1;
+        p.kv -= kv;
+        p.measured -= measured;
+        p.crossings[phase] -= 1;
+        self.reqs[idx as usize].pool_tick = NONE;
     }
 
     /// A failed attempt: dissolve, and run the next steps request by request.
@@ -203,21 +220,13 @@ impl Engine<'_> {
         p.tick += 1;
         p.kv += p.n as u64;
         p.last_token_ns = end;
-        let block = self.block as u64;
         while let Some(&Reverse((at, _, idx))) = self.pool.finishes.peek() {
             if at != t {
                 debug_assert!(at > t, "a member outlived its output");
                 break;
             }
             self.pool.finishes.pop();
-            self.pool_sync(idx);
-            let r = &mut self.reqs[idx as usize];
-            let p = &mut self.pool;
-            p.n -= 1;
-            p.kv -= r.computed as u64 + 1;
-            p.measured -= r.measured as u64;
-            p.crossings[((p.tick + r.blocks as u64 * block - r.computed as u64) % block) as usize] -= 1;
-            r.pool_tick = NONE;
+            self.pool_leave(idx);
             done.push(idx);
         }
     }

@@ -456,11 +456,7 @@ impl<'a> Replica<'a> {
             }
             for &idx in &done {
                 eng.remove_running(idx);
-                let r = &eng.reqs[idx as usize];
-                out.records.push(r.record(now));
-                let client = r.client;
-                eng.free(idx);
-                eng.free_slots.push(idx);
+                let client = eng.complete(idx, now, &mut out.records);
                 on_finish(now, client, false);
             }
             self.finished = done;
@@ -471,10 +467,7 @@ impl<'a> Replica<'a> {
                 let idx = eng.running[k];
                 let r = &eng.reqs[idx as usize];
                 if r.generated == r.output {
-                    out.records.push(r.record(now));
-                    let client = r.client;
-                    eng.free(idx);
-                    eng.free_slots.push(idx);
+                    let client = eng.complete(idx, now, &mut out.records);
                     on_finish(now, client, false);
                 } else {
                     eng.running[kept] = idx;

@@ -23,25 +23,30 @@ fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
+/// `made` has the bytes of the committed `shipped`; else a panic naming both and the first line that
+/// differs.
+fn same_file(made: &Path, shipped: &Path) {
+    let a = std::fs::read_to_string(made).unwrap();
+    let b = std::fs::read_to_string(shipped).unwrap_or_default();
+    if a != b {
+        let line =
+            a.lines().zip(b.lines()).position(|(x, y)| x != y).unwrap_or(a.lines().count().min(b.lines().count()));
+        panic!(
+            "{} moved from the committed {} (first difference at line {}): regenerate it with the command in its header and explain the change",
+            made.display(),
+            shipped.display(),
+            line + 1
+        );
+    }
+}
+
 /// Every file of `made` equals the committed file of the same name in `committed`, and the folder
 /// made holds at least `expected` files.
 fn same_files(made: &Path, committed: &Path, expected: usize) {
     let mut n = 0;
     for entry in std::fs::read_dir(made).unwrap() {
         let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_owned();
-        let shipped = committed.join(&name);
-        let (a, b) = (std::fs::read_to_string(&path).unwrap(), std::fs::read_to_string(&shipped).unwrap_or_default());
-        if a != b {
-            let line =
-                a.lines().zip(b.lines()).position(|(x, y)| x != y).unwrap_or(a.lines().count().min(b.lines().count()));
-            panic!(
-                "{} moved from the committed {} (first difference at line {}): regenerate it with the command in its header and explain the change",
-                path.display(),
-                shipped.display(),
-                line + 1
-            );
-        }
+        same_file(&path, &committed.join(path.file_name().unwrap()));
         n += 1;
     }
     assert!(n >= expected, "{} holds {n} files, expected at least {expected}", made.display());
@@ -62,15 +67,7 @@ fn shipped_profiles_reproduce_byte_for_byte() {
 fn validation_md_reproduces_byte_for_byte() {
     let dir = scratch("validation");
     run_in(&dir, &["validate", "--markdown", "VALIDATION.md", "--plots", "validation"]);
-    let made = std::fs::read_to_string(dir.join("VALIDATION.md")).unwrap();
-    let shipped = std::fs::read_to_string(repo("VALIDATION.md")).unwrap();
-    if made != shipped {
-        let line = made.lines().zip(shipped.lines()).position(|(x, y)| x != y).unwrap_or(0);
-        panic!(
-            "VALIDATION.md moved at line {}: regenerate it with `capsim validate --markdown VALIDATION.md --plots validation` and explain the change",
-            line + 1
-        );
-    }
+    same_file(&dir.join("VALIDATION.md"), &repo("VALIDATION.md"));
     same_files(&dir.join("validation"), &repo("validation"), 8);
     let _ = std::fs::remove_dir_all(&dir);
 }
