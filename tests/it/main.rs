@@ -3,12 +3,15 @@
 mod calibrate;
 mod capacity;
 mod catalog;
+mod corpus;
 mod cli;
 mod data;
 mod engines;
 mod fuzz;
+mod gpus_market;
 mod hardening;
 mod measured;
+mod models_corpus;
 mod physics;
 mod prefix;
 mod report;
@@ -16,6 +19,7 @@ mod reproduce;
 mod scaleout;
 mod sim;
 mod validate;
+mod validate_runs;
 mod workload;
 
 use capsim::catalog::Catalog;

@@ -1,0 +1,1 @@
+//! Integration tests: see the module's first test.
