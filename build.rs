@@ -17,4 +17,39 @@ fn main() {
     println!("cargo:rustc-env=CAPSIM_GIT_COMMIT={commit}{}", if dirty { "-dirty" } else { "" });
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+    embed_inferencex();
+}
+
+/// The InferenceX part of the shipped corpus (calibration/corpus/inferencex-dsr1), embedded so that the
+/// installed binary calibrates and validates from any directory: a generated list of
+/// (deployment, metadata.json, [(point file, text)]) in name order, each text an `include_str!`.
+fn embed_inferencex() {
+    use std::fmt::Write;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/corpus/inferencex-dsr1");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let mut code = String::from("pub const INFERENCEX: &[(&str, &str, &[(&str, &str)])] = &[\n");
+    let sorted = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+        v.sort();
+        v
+    };
+    for dep in sorted(&root).into_iter().filter(|p| p.is_dir()) {
+        let meta = dep.join("metadata.json");
+        if !meta.is_file() {
+            continue;
+        }
+        println!("cargo:rerun-if-changed={}", dep.display());
+        let name = dep.file_name().unwrap().to_string_lossy().to_string();
+        write!(code, "    ({name:?}, include_str!({:?}), &[", meta.display().to_string()).unwrap();
+        for f in sorted(&dep) {
+            let fname = f.file_name().unwrap().to_string_lossy().to_string();
+            if f.is_file() && fname.ends_with(".json") && fname != "metadata.json" {
+                write!(code, "({fname:?}, include_str!({:?})), ", f.display().to_string()).unwrap();
+            }
+        }
+        code.push_str("]),\n");
+    }
+    code.push_str("];\n");
+    let out = std::path::Path::new(&std::env::var("OUT_DIR").unwrap()).join("corpus_inferencex.rs");
+    std::fs::write(out, code).unwrap();
 }

@@ -9,6 +9,7 @@
 pub mod calibrate;
 pub mod capacity;
 pub mod catalog;
+pub mod corpus;
 pub mod data;
 pub mod datasheet;
 pub mod error;

@@ -45,6 +45,17 @@ pub struct PointsArgs {
     /// Recompute the physics and consistency flags and write the CSV to this path.
     #[arg(long)]
     pub write: Option<PathBuf>,
+    /// Check the public corpus instead (calibration/corpus, embedded; or a folder laid out like it):
+    /// how many points capsim replays, and the others counted by the reason it cannot yet.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["data", "write"])]
+    #[allow(clippy::option_option)]
+    pub corpus: Option<Option<PathBuf>>,
+    /// With --corpus: list every refused point with its reason.
+    #[arg(long, requires = "corpus")]
+    pub list: bool,
+    /// With --corpus: print JSON (counts by reason, by set and by client; with --list every refused point).
+    #[arg(long, requires = "corpus")]
+    pub json: bool,
 }
 
 pub fn gpus(a: GpusArgs) -> Result<()> {
@@ -207,6 +218,9 @@ pub fn profiles(a: ProfilesArgs) -> Result<()> {
 
 pub fn points(a: PointsArgs) -> Result<()> {
     let catalog = Catalog::builtin();
+    if let Some(dir) = &a.corpus {
+        return corpus_points(&catalog, dir.as_deref(), a.list, a.json);
+    }
     let metas = data::report_metas()?;
     let mut pts = data::load_points(a.data.as_deref())?;
     let before: Vec<Vec<String>> = pts.iter().map(|p| p.flags.clone()).collect();
@@ -230,6 +244,80 @@ pub fn points(a: PointsArgs) -> Result<()> {
         let text = data::write_points(&pts);
         std::fs::write(path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
         println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `capsim points --corpus`: the corpus's points expressed, the rest counted by reason.
+fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, as_json: bool) -> Result<()> {
+    let points = match dir {
+        None => capsim::corpus::builtin_points()?,
+        Some(d) => capsim::corpus::read_points(d)?,
+    };
+    let total = points.len();
+    let check = capsim::corpus::resolves(catalog);
+    let e = capsim::corpus::express_all(catalog, points, &check);
+    let counts = e.counts();
+    let by = |f: &dyn Fn(&capsim::measured::corpus::CorpusPoint) -> String| {
+        let mut m: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+        for x in &e.experiments {
+            m.entry(f(&x.point)).or_default().0 += 1;
+        }
+        for (p, _) in &e.refused {
+            m.entry(f(p)).or_default().1 += 1;
+        }
+        m
+    };
+    let sets = by(&|p| p.set.to_string());
+    let gpus = by(&|p| p.gpu.clone());
+    if as_json {
+        let refused: Vec<_> = if list {
+            e.refused
+                .iter()
+                .map(|(p, r)| json!({"id": p.id, "file": p.file, "line": p.line, "reason": r.label()}))
+                .collect()
+        } else {
+            vec![]
+        };
+        let table = |m: &std::collections::BTreeMap<String, (usize, usize)>| {
+            m.iter().map(|(k, (a, b))| json!({"name": k, "replayed": a, "refused": b})).collect::<Vec<_>>()
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "points": total,
+                "replayed": e.experiments.len(),
+                "refused": e.refused.len(),
+                "refused_by_reason": counts.iter().map(|(r, n)| json!({"reason": r, "points": n})).collect::<Vec<_>>(),
+                "by_set": table(&sets),
+                "by_gpu": table(&gpus),
+                "refused_points": refused,
+            }))
+            .expect("json")
+        );
+        return Ok(());
+    }
+    println!("{total} corpus points: {} replayed, {} not expressible yet", e.experiments.len(), e.refused.len());
+    println!();
+    println!("not expressible, by reason:");
+    for (r, n) in &counts {
+        println!("  {n:>5}  {r}");
+    }
+    println!();
+    println!("by set (replayed / refused):");
+    for (k, (a, b)) in &sets {
+        println!("  {k:<18} {a:>5} / {b}");
+    }
+    println!("by GPU (replayed / refused):");
+    for (k, (a, b)) in &gpus {
+        println!("  {k:<18} {a:>5} / {b}");
+    }
+    if list {
+        println!();
+        for (p, r) in &e.refused {
+            let at = if p.line > 0 { format!("{}:{}", p.file, p.line) } else { p.file.clone() };
+            println!("{at}  {}  {}", p.id, r.label());
+        }
     }
     Ok(())
 }

@@ -189,6 +189,7 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
         per_request,
         stats,
         not_compared,
+        uniform_lengths: None,
     })
     .map(|r| vec![r])
 }

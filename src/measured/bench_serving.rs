@@ -181,5 +181,6 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         per_request,
         stats,
         not_compared,
+        uniform_lengths: None,
     })
 }

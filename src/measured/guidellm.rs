@@ -164,5 +164,6 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
         per_request,
         stats,
         not_compared,
+        uniform_lengths: None,
     })
 }

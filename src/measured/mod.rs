@@ -18,6 +18,7 @@
 pub mod aiperf;
 pub mod bench_serving;
 pub mod guidellm;
+pub mod corpus;
 pub mod json;
 
 use crate::data::{Aggregation, LoadKind, Point};
@@ -147,6 +148,9 @@ pub struct Run {
     pub stats: Vec<MeasuredStat>,
     /// Statistics the file holds that capsim does not compare (std, other percentiles), by key.
     pub not_compared: Vec<String>,
+    /// Lengths drawn uniformly in these (min, max) ranges (input, output) where the client says so
+    /// and the file lists no requests (the corpus's InferenceX client: [int(0.8 L), L]).
+    pub uniform_lengths: Option<((u32, u32), (u32, u32))>,
 }
 
 /// Metrics of a run, as capsim names them.

@@ -1,0 +1,396 @@
+//! The public corpus as experiments to replay (calibration/corpus, its README): every point becomes a
+//! deployment capsim can build and a benchmark run replayed as its load generator ran it (a closed
+//! loop at the concurrency; InferenceX's lengths uniform in [int(0.8 L), L], 10 x concurrency
+//! requests; NVIDIA's own rows fixed lengths, their request count an unknown of the source), or a
+//! [`Refusal`] that says why not. Nothing is dropped silently: `capsim points --corpus` counts the
+//! refusals by reason.
+
+use crate::catalog::Catalog;
+use crate::data::{Aggregation, LoadKind, Point};
+use crate::error::Result;
+use crate::measured::corpus::{read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint};
+use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
+use crate::profile::{Deployment, EngineKind, EngineSettings};
+use crate::units::Dtype;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::Arc;
+
+pub const AIC_E2E_PATH: &str = "calibration/corpus/aic-e2e/measured.csv";
+pub const AIC_E2E: &str = include_str!("../calibration/corpus/aic-e2e/measured.csv");
+pub const INFERENCEX_PATH: &str = "calibration/corpus/inferencex-dsr1";
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/corpus_inferencex.rs"));
+}
+
+/// Requests per client the NVIDIA rows are replayed with: their client's request count is not
+/// stated (corpus README). A stated assumption, reported with every use.
+pub const NVIDIA_ROUNDS: u64 = 10;
+
+/// The shipped corpus, as embedded in the binary.
+pub fn builtin_points() -> Result<Vec<CorpusPoint>> {
+    let mut out = read_aic_e2e(AIC_E2E_PATH, AIC_E2E)?;
+    for (dep, meta, files) in embedded::INFERENCEX {
+        let files: Vec<(String, &str)> = files.iter().map(|(n, t)| (n.to_string(), *t)).collect();
+        out.extend(read_inferencex_deployment(&format!("{INFERENCEX_PATH}/{dep}"), meta, &files)?);
+    }
+    Ok(out)
+}
+
+/// A corpus folder on disk laid out as calibration/corpus (`aic-e2e/measured.csv` and/or
+/// `inferencex-dsr1/`); at least one of the two must be there.
+pub fn read_points(dir: &Path) -> Result<Vec<CorpusPoint>> {
+    let aic = dir.join("aic-e2e/measured.csv");
+    let ix = dir.join("inferencex-dsr1");
+    if !aic.is_file() && !ix.is_dir() {
+        return Err(crate::Error::input(
+            dir.display().to_string(),
+            None,
+            None,
+            "not a corpus folder: needs aic-e2e/measured.csv or inferencex-dsr1/ (as calibration/corpus)",
+        ));
+    }
+    let mut out = Vec::new();
+    if aic.is_file() {
+        let text = crate::error::read_file(&aic)?;
+        out.extend(read_aic_e2e(&aic.display().to_string(), &text)?);
+    }
+    if ix.is_dir() {
+        out.extend(read_inferencex_dir(&ix)?);
+    }
+    Ok(out)
+}
+
+/// Why capsim cannot replay a corpus point yet.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "reason", content = "detail", rename_all = "snake_case")]
+pub enum Refusal {
+    /// A row its source marks unofficial (InferenceX's Together-cluster baselines: another client).
+    Unofficial,
+    /// Prefill and decode on separate workers (issue 25).
+    Disaggregated,
+    /// Multi-token prediction or another draft (issue 25).
+    SpeculativeDecoding,
+    /// Attention data parallelism: the client's concurrency spread over DP ranks (issue 25).
+    AttentionDp,
+    PipelineParallel,
+    /// MoE experts split over tensor and expert parallelism at once.
+    MixedMoeLayout,
+    /// More tensor-parallel GPUs than one NVLink domain holds.
+    BeyondLinkDomain,
+    UnknownGpu(String),
+    UnknownModel(String),
+    UnknownEngine(String),
+    UnknownDtype(String),
+    /// No TTFT or TPOT statistic capsim compares.
+    NoStatistic,
+    /// The deployment does not resolve (does not fit in memory, context beyond the model's window).
+    DoesNotResolve(String),
+}
+
+impl Refusal {
+    /// The reason's name, for counts.
+    pub fn label(&self) -> String {
+        match self {
+            Refusal::Unofficial => "unofficial row of its source (another client setup)".into(),
+            Refusal::Disaggregated => "disaggregated prefill/decode".into(),
+            Refusal::SpeculativeDecoding => "speculative decoding (MTP)".into(),
+            Refusal::AttentionDp => "attention data parallelism".into(),
+            Refusal::PipelineParallel => "pipeline parallelism".into(),
+            Refusal::MixedMoeLayout => "MoE split over TP and EP at once".into(),
+            Refusal::BeyondLinkDomain => "tensor parallel beyond one NVLink domain".into(),
+            Refusal::UnknownGpu(g) => format!("GPU not in the catalog: {g}"),
+            Refusal::UnknownModel(m) => format!("model not in the catalog: {m}"),
+            Refusal::UnknownEngine(e) => format!("engine not modelled: {e}"),
+            Refusal::UnknownDtype(d) => format!("precision not known: {d}"),
+            Refusal::NoStatistic => "no TTFT or TPOT statistic".into(),
+            Refusal::DoesNotResolve(why) => format!("deployment does not resolve: {why}"),
+        }
+    }
+}
+
+/// A corpus point capsim can replay: its deployment, its run and the measured points of that run.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub point: CorpusPoint,
+    pub deployment: Deployment,
+    /// Catalog names, the keys the learned hardware model groups by.
+    pub gpu: String,
+    pub model: String,
+    pub engine: EngineKind,
+    pub run: Arc<Run>,
+    /// `ttft_s` and `tpot_ms` (those the source has), each a point carrying `run`.
+    pub points: Vec<Point>,
+}
+
+impl Experiment {
+    /// The deployment's identity (GPU, model, engine, precision, TP, EP): points of one deployment
+    /// share a fitted residual.
+    pub fn deployment_key(&self) -> String {
+        let d = &self.deployment;
+        format!(
+            "{} | {} | {} {} | {} | tp{}{}",
+            self.model,
+            self.gpu,
+            self.engine.as_str(),
+            self.point.engine_version,
+            d.weight_dtype,
+            d.tensor_parallel,
+            if d.expert_parallel { " ep" } else { "" }
+        )
+    }
+}
+
+/// The catalog GPU a corpus name means (the sets write `h100_sxm`, `b200_sxm`, `gb200`, `h200`).
+fn gpu_name(g: &str) -> String {
+    match g {
+        "h100" => "H100 SXM".into(),
+        "h200" => "H200 SXM".into(),
+        "b200" | "b200_sxm" => "B200".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The catalog model a corpus name means: a Hugging Face id (catalog aliases), InferenceX's short
+/// names and its checkpoints' paths (all DeepSeek-R1-0528 but one gpt-oss-120b).
+fn model_name(m: &str) -> String {
+    let l = m.to_ascii_lowercase();
+    if l == "dsr1" || l.contains("deepseek-r1") {
+        return "DeepSeek-R1".into();
+    }
+    if l.starts_with("gptoss") {
+        return "gpt-oss-120b".into();
+    }
+    m.to_string()
+}
+
+fn engine_of(e: &str) -> Option<EngineKind> {
+    match e {
+        "vllm" => Some(EngineKind::Vllm),
+        "sglang" => Some(EngineKind::Sglang),
+        "trtllm" | "trt" => Some(EngineKind::Trtllm),
+        _ => None,
+    }
+}
+
+/// The weights' dtype from the quantization columns: the experts' for an MoE model (most of the
+/// bytes), else the dense GEMMs'; blank columns mean the checkpoint's BF16. `fp4` is NVFP4 on NVIDIA
+/// GPUs and MXFP4 on AMD's (the sets' convention: ModelOpt checkpoints on NVIDIA, AMD's MXFP4 ones).
+fn weight_dtype(p: &CorpusPoint, moe: bool, amd: bool) -> std::result::Result<Dtype, Refusal> {
+    let q = if moe && !p.moe_quant.is_empty() { &p.moe_quant } else { &p.gemm_quant };
+    let q = if q.is_empty() { &p.precision } else { q };
+    match q.as_str() {
+        "" | "bf16" => Ok(Dtype::Bf16),
+        "fp8" | "fp8_block" => Ok(Dtype::Fp8),
+        "nvfp4" => Ok(Dtype::Nvfp4),
+        "mxfp4" => Ok(Dtype::Mxfp4),
+        "fp4" => Ok(if amd { Dtype::Mxfp4 } else { Dtype::Nvfp4 }),
+        "int4_wo" | "int4" => Ok(Dtype::Int4),
+        other => Err(Refusal::UnknownDtype(other.to_string())),
+    }
+}
+
+/// The KV cache's dtype: the launch script's where the source states it; else the engine's default
+/// for the checkpoint. vLLM and SGLang default `--kv-cache-dtype auto`, the model's activation dtype
+/// (BF16) whatever the weights' quantization (vllm/config/cache.py CacheDType; SGLang server_args
+/// kv_cache_dtype "auto"); TensorRT-LLM takes the checkpoint's `kv_cache_quant_algo`, FP8 in
+/// NVIDIA's ModelOpt FP8 and NVFP4 checkpoints (FACTS-hardware-engines.md, quantization formats),
+/// so FP8 where the weights are quantized to 8 bits or fewer.
+fn kv_dtype(p: &CorpusPoint, engine: EngineKind, w: Dtype) -> std::result::Result<Dtype, Refusal> {
+    if let Some(kv) = &p.kv_dtype {
+        return match kv.as_str() {
+            "fp8" | "fp8_e4m3" | "fp8_e5m2" => Ok(Dtype::Fp8),
+            "bf16" | "auto" | "bfloat16" => Ok(Dtype::Bf16),
+            other => Err(Refusal::UnknownDtype(format!("kv cache {other}"))),
+        };
+    }
+    Ok(match (engine, w) {
+        (EngineKind::Trtllm, Dtype::Fp8 | Dtype::Nvfp4 | Dtype::Mxfp4) => Dtype::Fp8,
+        _ => Dtype::Bf16,
+    })
+}
+
+/// Whether `p` can be replayed, and as what. `check` resolves the deployment (memory, context) and
+/// may refuse it.
+pub fn express(
+    catalog: &Catalog,
+    p: &CorpusPoint,
+    check: &dyn Fn(&Deployment) -> std::result::Result<(), String>,
+) -> std::result::Result<Experiment, Refusal> {
+    if !p.official || p.range_ratio.is_some_and(|r| (r - 0.8).abs() > 1e-9) {
+        return Err(Refusal::Unofficial);
+    }
+    if p.disaggregated {
+        return Err(Refusal::Disaggregated);
+    }
+    if p.spec_decoding.is_some() {
+        return Err(Refusal::SpeculativeDecoding);
+    }
+    if p.pipeline_parallel > 1 {
+        return Err(Refusal::PipelineParallel);
+    }
+    if p.attention_dp > 1 || p.batch_size.is_some_and(|b| b != p.concurrency) {
+        return Err(Refusal::AttentionDp);
+    }
+    let engine = engine_of(&p.engine).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
+    let gpu = catalog.gpu(&gpu_name(&p.gpu)).map_err(|_| Refusal::UnknownGpu(p.gpu.clone()))?;
+    let model_key = model_name(&p.model);
+    let arch = catalog.model(&model_key).map_err(|_| Refusal::UnknownModel(p.model.clone()))?;
+    if p.ttft_ms.is_none() && p.tpot_ms.is_none() {
+        return Err(Refusal::NoStatistic);
+    }
+    let tp = p.tensor_parallel;
+    if tp > gpu.link_domain_gpus.max(1) {
+        return Err(Refusal::BeyondLinkDomain);
+    }
+    let moe = arch.moe.is_some();
+    let expert_parallel = moe && p.moe_ep > 1;
+    if expert_parallel && (p.moe_tp > 1 || p.moe_ep != tp) {
+        return Err(Refusal::MixedMoeLayout);
+    }
+    let amd = gpu.name.starts_with("MI");
+    let w = weight_dtype(p, moe, amd)?;
+    let kv = kv_dtype(p, engine, w)?;
+    let deployment = Deployment {
+        model: model_key,
+        gpu: gpu.name.clone(),
+        tensor_parallel: tp,
+        expert_parallel,
+        engine,
+        weight_dtype: w,
+        kv_dtype: kv,
+        settings: EngineSettings { kind: Some(engine), ..EngineSettings::default() },
+    };
+    check(&deployment).map_err(Refusal::DoesNotResolve)?;
+    let requests = p.requests.unwrap_or(NVIDIA_ROUNDS * p.concurrency as u64);
+    let short = p.client.length_shortfall();
+    let range = |l: u32| (((1.0 - short) * l as f64).floor().max(1.0) as u32, l);
+    let (ir, or) = (range(p.isl), range(p.osl));
+    let mean = |r: (u32, u32)| (r.0 as f64 + r.1 as f64) / 2.0;
+    let mut stats = Vec::new();
+    if let Some((stat, v)) = p.ttft_ms {
+        stats.push(MeasuredStat { metric: "ttft_s", stat, value: v / 1e3, key: "ttft_ms".into() });
+    }
+    if let Some((stat, v)) = p.tpot_ms {
+        stats.push(MeasuredStat { metric: "tpot_ms", stat, value: v, key: "tpot_ms".into() });
+    }
+    let run = Arc::new(Run {
+        source: RunSource {
+            file: p.file.clone(),
+            index: p.line,
+            tool: Tool::VllmBenchServe,
+            tool_version: None,
+            model_id: Some(p.model.clone()),
+        },
+        load: RunLoad::Concurrency { clients: p.concurrency },
+        requests,
+        completed: requests,
+        failed: 0,
+        input_tokens_mean: mean(ir),
+        output_tokens_mean: mean(or),
+        per_request: vec![],
+        stats: stats.clone(),
+        not_compared: vec![],
+        uniform_lengths: Some((ir, or)),
+    });
+    let points = stats
+        .iter()
+        .map(|s| Point {
+            line: p.line,
+            report: format!("corpus:{}", p.client.as_str()),
+            model: deployment.model.clone(),
+            precision: Some(w),
+            gpu: deployment.gpu.clone(),
+            engine: engine.as_str().to_string(),
+            scenario: p.id.clone(),
+            input_tokens: Some(p.isl as u64),
+            output_tokens: Some(p.osl as u64),
+            load: LoadKind::ClosedLoop,
+            concurrency: Some(p.concurrency),
+            metric: s.metric.to_string(),
+            value: s.value,
+            approx: false,
+            aggregation: Aggregation::Value,
+            quote: format!("{}: {} {} = {}", p.id, crate::metrics::stat_name(s.stat), s.key, s.value),
+            flags: vec![],
+            stat: s.stat,
+            run: Some(run.clone()),
+        })
+        .collect();
+    Ok(Experiment {
+        gpu: gpu.name.clone(),
+        model: arch.name.clone(),
+        engine,
+        point: p.clone(),
+        deployment,
+        run,
+        points,
+    })
+}
+
+/// The check [`express_all`] uses by default: the deployment resolves as `capsim simulate` would
+/// build it (the model fits in memory with room for KV, the engine's defaults apply).
+pub fn resolves(catalog: &Catalog) -> impl Fn(&Deployment) -> std::result::Result<(), String> + Sync + '_ {
+    move |d: &Deployment| {
+        crate::hardware::unmeasured_profile(catalog, &catalog.hardware, "corpus", d).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// Every point expressed or refused, in the corpus's order.
+pub struct Expressed {
+    pub experiments: Vec<Experiment>,
+    pub refused: Vec<(CorpusPoint, Refusal)>,
+}
+
+impl Expressed {
+    /// Refusals counted by reason, the largest first (ties by name).
+    pub fn counts(&self) -> Vec<(String, usize)> {
+        let mut m: std::collections::BTreeMap<String, usize> = Default::default();
+        for (_, r) in &self.refused {
+            *m.entry(r.label()).or_default() += 1;
+        }
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// Express every point; `check` as in [`express`].
+pub fn express_all(
+    catalog: &Catalog,
+    points: Vec<CorpusPoint>,
+    check: &(dyn Fn(&Deployment) -> std::result::Result<(), String> + Sync),
+) -> Expressed {
+    let mut experiments = Vec::new();
+    let mut refused = Vec::new();
+    // Deployments repeat across points: resolve each once.
+    let cache: std::sync::Mutex<std::collections::HashMap<String, std::result::Result<(), String>>> =
+        Default::default();
+    let cached = |d: &Deployment| -> std::result::Result<(), String> {
+        let key = format!("{d:?}");
+        if let Some(r) = cache.lock().expect("cache").get(&key) {
+            return r.clone();
+        }
+        let r = check(d);
+        cache.lock().expect("cache").insert(key, r.clone());
+        r
+    };
+    for p in points {
+        match express(catalog, &p, &cached) {
+            Ok(e) => experiments.push(e),
+            Err(r) => refused.push((p, r)),
+        }
+    }
+    Expressed { experiments, refused }
+}
+
+/// The clients of the corpus, for reports.
+pub fn client_note(c: Client) -> &'static str {
+    match c {
+        Client::InferenceX => "InferenceX client: lengths uniform in [0.8, 1.0] x ISL/OSL, 10 x concurrency requests",
+        Client::NvidiaInternal | Client::NvidiaGapAnalysis => {
+            "client not stated: fixed lengths and a closed loop at the concurrency assumed, 10 requests per client"
+        }
+    }
+}

@@ -1,0 +1,418 @@
+//! The public corpus (calibration/corpus, its README): measurements taken by others, read into
+//! [`CorpusPoint`]s exactly as their files state them. Two sets:
+//!
+//! - `aic-e2e/measured.csv` (aiconfigurator's accuracy set, Apache-2.0): one row per (deployment,
+//!   ISL, OSL, concurrency) with the mean TTFT and TPOT in ms. Rows from the InferenceX database
+//!   (`db-dump/...`) ran InferenceX's client; the others (`source_file=...`, NVIDIA's internal
+//!   benchmark database and gap analyses) do not state their client's settings.
+//! - `inferencex-dsr1/<deployment>/metadata.json` + one `vllm bench serve`-layout file per load point
+//!   (InferenceX dashboard rows of DeepSeek-R1): the latency keys are the source's seconds x 1000,
+//!   `completed`, `duration` and token totals were never stored (its README).
+//!
+//! The reader does nothing but read: whether capsim can express a point (its GPU, model, engine,
+//! parallelism) is decided above it (crate::corpus), with a reason for every point it cannot.
+//! Errors name the file, the line (CSV) or the key (JSON), and the field.
+
+use crate::error::{Error, Result};
+use crate::metrics::StatKind;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Which client drove a point's load, as far as the corpus says (corpus README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Client {
+    /// InferenceX's fork of `vllm bench serve`: random lengths uniform in [0.8, 1.0] x ISL and x OSL,
+    /// `--ignore-eos`, request rate inf, `--max-concurrency conc`, 10 x conc prompts (single node).
+    InferenceX,
+    /// NVIDIA's internal benchmark database (`source_file=<date>.csv`): settings not stated; assumed
+    /// fixed lengths and a closed loop at the concurrency.
+    NvidiaInternal,
+    /// NVIDIA's gap analyses (`source_file=...gap-analysis...`): settings not stated, as above.
+    NvidiaGapAnalysis,
+}
+
+impl Client {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Client::InferenceX => "inferencex",
+            Client::NvidiaInternal => "nvidia-internal",
+            Client::NvidiaGapAnalysis => "nvidia-gap-analysis",
+        }
+    }
+
+    /// Share of the stated length each request's length may fall short by (uniform in
+    /// [(1 - ratio) L, L]); 0 for fixed lengths.
+    pub fn length_shortfall(self) -> f64 {
+        match self {
+            Client::InferenceX => 0.2,
+            _ => 0.0,
+        }
+    }
+}
+
+/// One measured load point of the corpus, as its file states it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CorpusPoint {
+    /// The row's id (aic-e2e) or `<deployment>/<file>` (InferenceX).
+    pub id: String,
+    /// The file it was read from and its line (CSV; 0 for a JSON file).
+    pub file: String,
+    pub line: usize,
+    /// `aic-e2e` or `inferencex-dsr1`.
+    pub set: &'static str,
+    pub client: Client,
+    /// The model as the source names it (a Hugging Face id, or InferenceX's `dsr1`).
+    pub model: String,
+    /// The GPU as the source names it (`h100_sxm`, `gb200`, `mi355x`).
+    pub gpu: String,
+    /// The engine as the source names it (`vllm`, `sglang`, `trtllm`, `trt`, `dynamo-sglang`, `atom`).
+    pub engine: String,
+    pub engine_version: String,
+    /// Precision columns as written: the deployment's precision, the dense GEMMs' and the MoE experts'
+    /// quantization (empty where the source leaves them blank).
+    pub precision: String,
+    pub gemm_quant: String,
+    pub moe_quant: String,
+    /// The KV cache dtype where the source states it (InferenceX launch scripts), else None.
+    pub kv_dtype: Option<String>,
+    pub tensor_parallel: u32,
+    pub pipeline_parallel: u32,
+    pub attention_dp: u32,
+    pub moe_tp: u32,
+    pub moe_ep: u32,
+    /// Prefill and decode on separate workers.
+    pub disaggregated: bool,
+    /// Speculative decoding (`mtp`), None when off.
+    pub spec_decoding: Option<String>,
+    pub isl: u32,
+    pub osl: u32,
+    /// The client's concurrency (closed loop); 0 where a disaggregated row does not state it.
+    pub concurrency: u32,
+    /// The engine's batch size where the source gives one apart from the concurrency (aic-e2e
+    /// `batch_size`: concurrency / attention-DP ranks).
+    pub batch_size: Option<u32>,
+    /// Requests the client sent where the source says (InferenceX single node: 10 x conc).
+    pub requests: Option<u64>,
+    /// TTFT (ms) and TPOT (ms) with the statistic the source kept (mean, else median).
+    pub ttft_ms: Option<(StatKind, f64)>,
+    pub tpot_ms: Option<(StatKind, f64)>,
+    /// The date it was measured, where stated.
+    pub date: String,
+    /// An official row of its source (InferenceX marks its Together-cluster baselines unofficial:
+    /// another client setup).
+    pub official: bool,
+    /// InferenceX's `random_range_ratio` where the file states it (0.8 for official rows).
+    pub range_ratio: Option<f64>,
+}
+
+/// The columns of aic-e2e/measured.csv capsim reads (the rest are the disaggregated workers' layout,
+/// read only to say a row is disaggregated).
+#[derive(Debug, serde::Deserialize)]
+struct AicRow {
+    id: String,
+    silicon_data_source: String,
+    backend: String,
+    backend_version: String,
+    model_path: String,
+    system: String,
+    precision: String,
+    mode: String,
+    isl: String,
+    osl: String,
+    gemm_quant_mode: String,
+    moe_quant_mode: String,
+    batch_size: String,
+    tp_size: String,
+    pp_size: String,
+    attention_dp_size: String,
+    moe_tp_size: String,
+    moe_ep_size: String,
+    prefill_tp_size: String,
+    decode_tp_size: String,
+    silicon_ttft_ms: String,
+    silicon_tpot_ms: String,
+}
+
+/// The `key=value` fields of aic-e2e's `silicon_data_source` column.
+fn source_field<'a>(source: &'a str, key: &str) -> Option<&'a str> {
+    source.split(';').map(str::trim).find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+/// Read aic-e2e/measured.csv.
+pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
+    let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(text.as_bytes());
+    let mut out = Vec::new();
+    for (i, rec) in rdr.deserialize::<AicRow>().enumerate() {
+        let line = i + 2;
+        let r = rec.map_err(|e| Error::input(file, Some(line), None, format!("malformed row: {e}")))?;
+        let err = |field: &str, msg: String| Error::input(file, Some(line), Some(field), msg);
+        let count = |field: &str, s: &str, default: Option<u32>| -> Result<u32> {
+            match (s.trim(), default) {
+                ("", Some(d)) => Ok(d),
+                ("", None) => Err(err(field, "required, empty".into())),
+                (t, _) => t
+                    .parse::<u32>()
+                    .map_err(|_| err(field, format!("must be a non-negative integer, got `{t}`"))),
+            }
+        };
+        let ms = |field: &str, s: &str| -> Result<Option<(StatKind, f64)>> {
+            match s.trim() {
+                "" => Ok(None),
+                t => match t.parse::<f64>() {
+                    Ok(v) if v.is_finite() && v > 0.0 => Ok(Some((StatKind::Mean, v))),
+                    _ => Err(err(field, format!("must be a positive number of ms, got `{t}`"))),
+                },
+            }
+        };
+        let src = r.silicon_data_source.as_str();
+        let client = if src.starts_with("db-dump") {
+            Client::InferenceX
+        } else if src.contains("gap-analysis") {
+            Client::NvidiaGapAnalysis
+        } else if src.starts_with("source_file=") {
+            Client::NvidiaInternal
+        } else {
+            return Err(err("silicon_data_source", format!("unknown source `{src}`")));
+        };
+        let disaggregated = match r.mode.as_str() {
+            "agg" => false,
+            "disagg" => true,
+            m => return Err(err("mode", format!("must be agg or disagg, got `{m}`"))),
+        };
+        let batch_size = count("batch_size", &r.batch_size, Some(0))?;
+        let concurrency = match source_field(src, "silicon_concurrency") {
+            Some(c) => c
+                .parse::<u32>()
+                .map_err(|_| err("silicon_data_source", format!("silicon_concurrency must be an integer, got `{c}`")))?,
+            None if batch_size > 0 => batch_size,
+            // A disaggregated row's client concurrency is not always stated (its workers' batch sizes
+            // are): kept as 0, "not stated"; capsim does not replay those rows yet (crate::corpus).
+            None if disaggregated => 0,
+            None => return Err(err("batch_size", "no concurrency: neither silicon_concurrency nor batch_size".into())),
+        };
+        if concurrency == 0 && !disaggregated {
+            return Err(err("silicon_data_source", "silicon_concurrency must be at least 1".into()));
+        }
+        let tp = if disaggregated {
+            count("prefill_tp_size", &r.prefill_tp_size, Some(1))?.max(count("decode_tp_size", &r.decode_tp_size, Some(1))?)
+        } else {
+            count("tp_size", &r.tp_size, None)?
+        };
+        let (isl, osl) = (count("isl", &r.isl, None)?, count("osl", &r.osl, None)?);
+        if isl == 0 || osl == 0 {
+            return Err(err(if isl == 0 { "isl" } else { "osl" }, "must be at least 1 token".into()));
+        }
+        out.push(CorpusPoint {
+            id: r.id.clone(),
+            file: file.to_string(),
+            line,
+            set: "aic-e2e",
+            client,
+            model: r.model_path.clone(),
+            gpu: r.system.clone(),
+            engine: r.backend.clone(),
+            engine_version: r.backend_version.clone(),
+            precision: r.precision.clone(),
+            gemm_quant: r.gemm_quant_mode.clone(),
+            moe_quant: r.moe_quant_mode.clone(),
+            kv_dtype: None,
+            tensor_parallel: tp.max(1),
+            pipeline_parallel: count("pp_size", &r.pp_size, Some(1))?.max(1),
+            attention_dp: count("attention_dp_size", &r.attention_dp_size, Some(1))?.max(1),
+            moe_tp: count("moe_tp_size", &r.moe_tp_size, Some(1))?,
+            moe_ep: count("moe_ep_size", &r.moe_ep_size, Some(1))?,
+            disaggregated,
+            spec_decoding: None,
+            isl,
+            osl,
+            concurrency,
+            batch_size: (batch_size > 0).then_some(batch_size),
+            requests: (client == Client::InferenceX).then_some(10 * concurrency as u64),
+            ttft_ms: ms("silicon_ttft_ms", &r.silicon_ttft_ms)?,
+            tpot_ms: ms("silicon_tpot_ms", &r.silicon_tpot_ms)?,
+            date: source_field(src, "measured").unwrap_or("").chars().take(10).collect(),
+            official: true,
+            range_ratio: None,
+        });
+    }
+    Ok(out)
+}
+
+/// A JSON object's fields with errors that name the file and the key.
+struct Obj<'a> {
+    file: &'a str,
+    v: &'a Value,
+}
+
+impl Obj<'_> {
+    fn err(&self, key: &str, msg: impl Into<String>) -> Error {
+        Error::input(self.file, None, Some(key), msg)
+    }
+    fn str(&self, key: &str) -> Result<String> {
+        match self.v.get(key) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => Err(self.err(key, format!("must be a string, got {other}"))),
+            None => Err(self.err(key, "required field is missing")),
+        }
+    }
+    fn opt_str(&self, key: &str) -> Result<Option<String>> {
+        match self.v.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(self.err(key, format!("must be a string or null, got {other}"))),
+        }
+    }
+    fn opt_count(&self, key: &str) -> Result<Option<u32>> {
+        match self.v.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= u32::MAX as u64 => Ok(Some(n as u32)),
+                _ => Err(self.err(key, format!("must be a non-negative integer, got {v}"))),
+            },
+        }
+    }
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.v.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.err(key, format!("must be true or false, got {other}"))),
+        }
+    }
+    fn opt_ms(&self, key: &str) -> Result<Option<f64>> {
+        match self.v.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() && x > 0.0 => Ok(Some(x)),
+                _ => Err(self.err(key, format!("must be a positive number of ms, got {v}"))),
+            },
+        }
+    }
+}
+
+/// One InferenceX deployment: its metadata.json and its point files, as (name, text).
+pub fn read_inferencex_deployment(
+    dir: &str,
+    metadata: &str,
+    points: &[(String, &str)],
+) -> Result<Vec<CorpusPoint>> {
+    let meta_file = format!("{dir}/metadata.json");
+    let mv: Value = crate::measured::parse_json_lenient(metadata)
+        .map_err(|e| Error::input(&meta_file, Some(e.line()), None, format!("malformed JSON: {e}")))?;
+    let m = Obj { file: &meta_file, v: &mv };
+    let gpu = m.str("gpu")?;
+    let engine = m.str("engine")?;
+    let precision = m.str("precision")?;
+    let engine_version = m.opt_str("engine_version")?.unwrap_or_default();
+    let disaggregated = m.opt_bool("disagg")?.unwrap_or(false);
+    let spec = m.opt_str("spec_decoding")?.filter(|s| s != "none");
+    let kv = m.opt_str("kv_cache_dtype")?;
+    let official = m.opt_bool("official")?.unwrap_or(true);
+    let (tp, ep, dpa) = if disaggregated {
+        let decode = mv.get("decode").ok_or_else(|| m.err("decode", "a disaggregated deployment needs a decode block"))?;
+        let d = Obj { file: &meta_file, v: decode };
+        (d.opt_count("tp")?.unwrap_or(1), d.opt_count("ep")?.unwrap_or(1), d.opt_bool("dp_attention")?.unwrap_or(false))
+    } else {
+        let tp = m.opt_count("tp")?.ok_or_else(|| m.err("tp", "required for a single-node deployment"))?;
+        (tp, m.opt_count("ep")?.unwrap_or(1), m.opt_bool("dp_attention")?.unwrap_or(false))
+    };
+    let mut out = Vec::new();
+    for (name, text) in points {
+        let file = format!("{dir}/{name}");
+        let v: Value = crate::measured::parse_json_lenient(text)
+            .map_err(|e| Error::input(&file, Some(e.line()), None, format!("malformed JSON: {e}")))?;
+        let o = Obj { file: &file, v: &v };
+        let conc = o.opt_count("max_concurrency")?.ok_or_else(|| o.err("max_concurrency", "required"))?;
+        let isl = o.opt_count("random_input_len")?.ok_or_else(|| o.err("random_input_len", "required"))?;
+        let osl = o.opt_count("random_output_len")?.ok_or_else(|| o.err("random_output_len", "required"))?;
+        if conc == 0 || isl == 0 || osl == 0 {
+            return Err(o.err("max_concurrency", "concurrency and lengths must be at least 1"));
+        }
+        let range_ratio = match v.get("random_range_ratio") {
+            None | Some(Value::Null) => None,
+            Some(x) => match x.as_f64() {
+                Some(r) if (0.0..=1.0).contains(&r) => Some(r),
+                _ => return Err(o.err("random_range_ratio", format!("must be in [0, 1], got {x}"))),
+            },
+        };
+        let stat = |metric: &str| -> Result<Option<(StatKind, f64)>> {
+            if let Some(x) = o.opt_ms(&format!("mean_{metric}_ms"))? {
+                return Ok(Some((StatKind::Mean, x)));
+            }
+            Ok(o.opt_ms(&format!("median_{metric}_ms"))?.map(|x| (StatKind::P50, x)))
+        };
+        let requests = o.opt_count("num_prompts")?.map(u64::from);
+        out.push(CorpusPoint {
+            id: format!("{dir}/{name}"),
+            file: file.clone(),
+            line: 0,
+            set: "inferencex-dsr1",
+            client: Client::InferenceX,
+            model: m.str("model_hf_id").or_else(|_| m.str("model"))?,
+            gpu: gpu.clone(),
+            engine: engine.clone(),
+            engine_version: engine_version.clone(),
+            precision: precision.clone(),
+            gemm_quant: precision.clone(),
+            moe_quant: precision.clone(),
+            kv_dtype: kv.clone(),
+            tensor_parallel: tp.max(1),
+            pipeline_parallel: 1,
+            attention_dp: if dpa { tp.max(1) } else { 1 },
+            moe_tp: if ep > 1 { 1 } else { tp.max(1) },
+            moe_ep: ep.max(1),
+            disaggregated,
+            spec_decoding: spec.clone(),
+            isl,
+            osl,
+            concurrency: conc,
+            batch_size: None,
+            requests: Some(requests.unwrap_or(10 * conc as u64)),
+            ttft_ms: stat("ttft")?,
+            tpot_ms: stat("tpot")?,
+            date: o.opt_str("date")?.unwrap_or_default(),
+            official,
+            range_ratio,
+        });
+    }
+    Ok(out)
+}
+
+/// Read an InferenceX folder on disk (`inferencex-dsr1/`): every deployment folder in name order,
+/// its metadata.json and its point files (every other `.json`), regular files only.
+pub fn read_inferencex_dir(root: &std::path::Path) -> Result<Vec<CorpusPoint>> {
+    let io = |p: &std::path::Path, err| Error::Io { path: p.display().to_string(), err };
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .map_err(|e| io(root, e))?
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| io(root, e))?;
+    dirs.sort_by_key(|e| e.file_name());
+    let mut out = Vec::new();
+    for d in dirs {
+        let ft = d.file_type().map_err(|e| io(&d.path(), e))?;
+        if !ft.is_dir() {
+            continue;
+        }
+        let dir = d.path();
+        let meta_path = dir.join("metadata.json");
+        let metadata = crate::error::read_file(&meta_path)?;
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|e| io(&dir, e))?
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| io(&dir, e))?;
+        files.sort_by_key(|e| e.file_name());
+        let mut texts = Vec::new();
+        for f in files {
+            let name = f.file_name().to_string_lossy().to_string();
+            let is_file = f.file_type().map_err(|e| io(&f.path(), e))?.is_file();
+            if !is_file || name == "metadata.json" || !name.ends_with(".json") {
+                continue;
+            }
+            texts.push((name, crate::error::read_file(&f.path())?));
+        }
+        let refs: Vec<(String, &str)> = texts.iter().map(|(n, t)| (n.clone(), t.as_str())).collect();
+        let label = format!("{}/{}", root.display(), d.file_name().to_string_lossy());
+        out.extend(read_inferencex_deployment(&label, &metadata, &refs)?);
+    }
+    Ok(out)
+}
