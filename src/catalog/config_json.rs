@@ -7,13 +7,14 @@
 //! does not fit the width the model keeps it in, is an error naming the file and the key, never a
 //! silent truncation.
 
-use super::model::{LinearAttnSpec, MlaSpec, ModelArch, MoeSpec};
+use super::model::{DsaSpec, LinearAttnSpec, MlaSpec, ModelArch, MoeSpec};
 use crate::error::{Error, Result};
 use crate::units::Dtype;
 use serde_json::Value;
 
-/// `model_type`s capsim can derive every figure for (the `_text` suffix of multimodal wrappers is
-/// accepted and reads `text_config`).
+/// `model_type`s capsim can derive every figure for. A multimodal wrapper is read by the `model_type`
+/// of its `text_config` (the `_text` suffix dropped): Kimi-K2.5's `kimi_k25` wrapper holds a `kimi_k2`
+/// language model, Qwen3.5's `qwen3_5_moe` a `qwen3_5_moe_text` one. The vision tower is not modelled.
 pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "llama",
     "mistral",
@@ -30,6 +31,8 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "glm4_moe",
     "deepseek_v3",
     "kimi_k2",
+    "glm_moe_dsa",
+    "minimax_m2",
     "qwen3_next",
     "qwen3_5_moe",
 ];
@@ -132,6 +135,29 @@ fn layer_kinds(c: &Cfg, family: &str, n_layers: u32) -> Result<Vec<LayerKind>> {
     }
     let n = n_layers as u64;
     Ok(match family {
+        // MiniMax-M2: `attn_type_list` gives each layer's attention, 1 = softmax (full) attention and 0 =
+        // lightning (linear) attention, the convention of MiniMax-Text-01 / M1 (one softmax layer after
+        // every seven lightning ones; recalled, not re-read). The MiniMax-M2.5 config lists 62 x 1 (the
+        // config corpus's SOURCES.md: the upstream file has `attn_type_list`, 62 x 1; the copy kept here
+        // lacks the key), i.e. every layer is full GQA attention. Lightning attention's state is not
+        // modelled, so a 0 is refused.
+        "minimax_m2" => match c.u64_list("attn_type_list")? {
+            None => vec![LayerKind::Full; n as usize],
+            Some(l) => {
+                if l.len() != n as usize {
+                    return Err(
+                        c.err("attn_type_list", format!("has {} entries but num_hidden_layers is {n}", l.len()))
+                    );
+                }
+                if l.iter().any(|&t| t != 1) {
+                    return Err(c.err(
+                        "attn_type_list",
+                        "only softmax attention layers (1) are supported; lightning attention (0) is not modelled",
+                    ));
+                }
+                vec![LayerKind::Full; n as usize]
+            }
+        },
         // Qwen3-Next / Qwen3.5: every full_attention_interval-th layer is full attention, the rest
         // Gated DeltaNet.
         "qwen3_next" | "qwen3_5_moe" => {
@@ -184,7 +210,8 @@ type Quant = (Option<Dtype>, Option<Dtype>, Option<Dtype>);
 
 fn quantization(c: &Cfg) -> Result<Quant> {
     let key = "quantization_config";
-    let Some(q) = c.root.get(key).filter(|q| !q.is_null()) else {
+    // Multimodal wrappers may keep it inside text_config (Kimi-K2.5).
+    let Some(q) = c.root.get(key).or_else(|| c.text.and_then(|t| t.get(key))).filter(|q| !q.is_null()) else {
         return Ok((None, None, None));
     };
     let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
@@ -232,19 +259,31 @@ fn quantization(c: &Cfg) -> Result<Quant> {
             let nb = w.and_then(|w| w.get("num_bits")).and_then(Value::as_u64);
             let ty = w.and_then(|w| w.get("type")).and_then(Value::as_str).unwrap_or("int");
             let format = q.get("format").and_then(Value::as_str).unwrap_or("");
-            match (nb, ty) {
-                (Some(8), "float") => Some(Dtype::Fp8),
-                (Some(8), _) => Some(Dtype::Fp8), // INT8 weights: one byte per weight, as FP8
-                (Some(4), "float") => Some(Dtype::Nvfp4),
-                (Some(4), _) if format.contains("nvfp4") => Some(Dtype::Nvfp4),
-                (Some(4), _) => Some(Dtype::Int4),
+            let dtype = match (nb, ty) {
+                (Some(8), "float") => Dtype::Fp8,
+                (Some(8), _) => Dtype::Fp8, // INT8 weights: one byte per weight, as FP8
+                (Some(4), "float") => Dtype::Nvfp4,
+                (Some(4), _) if format.contains("nvfp4") => Dtype::Nvfp4,
+                (Some(4), _) => Dtype::Int4,
                 _ => {
                     return Err(c.err(
                         "quantization_config.config_groups",
                         "compressed-tensors weights scheme not recognized (need num_bits 4 or 8)",
                     ))
                 }
+            };
+            // `ignore` lists the modules left unquantized. When attention is among them the scheme is
+            // taken to cover the routed experts only (Kimi-K2.5 / K2-Thinking's native INT4: lm_head,
+            // `self_attn`, `shared_experts` and the dense MLPs ignored, so only the routed experts are
+            // INT4); a dense MLP quantized alongside the experts would be counted at the deployment's
+            // precision.
+            let ignores_attention = q.get("ignore").and_then(Value::as_array).is_some_and(|l| {
+                l.iter().filter_map(Value::as_str).any(|s| s.contains("self_attn") || s.contains("attention"))
+            });
+            if ignores_attention {
+                return Ok((None, Some(dtype), kv));
             }
+            Some(dtype)
         }
         "bitsandbytes" => match q.get("load_in_4bit").and_then(Value::as_bool) {
             Some(true) => Some(Dtype::Int4),
@@ -274,14 +313,18 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
     }
     let text_cfg = root.get("text_config").filter(|t| t.is_object());
     let c = Cfg { source, root: &root, text: text_cfg };
+    // The language model's own model_type (text_config's, when there is one) names the family.
     let model_type = c.str("model_type").ok_or_else(|| c.err("model_type", "required field is missing"))?.to_string();
-    let top_type = root.get("model_type").and_then(Value::as_str).unwrap_or(&model_type).to_string();
-    let family = top_type.trim_end_matches("_text").to_string();
+    let family = model_type.trim_end_matches("_text").to_string();
     if !SUPPORTED_MODEL_TYPES.contains(&family.as_str()) {
-        return Err(c.err(
-            "model_type",
-            format!("unsupported model_type `{family}`; supported: {}", SUPPORTED_MODEL_TYPES.join(", ")),
-        ));
+        let key = if text_cfg.is_some_and(|t| t.get("model_type").is_some()) {
+            "text_config.model_type"
+        } else {
+            "model_type"
+        };
+        return Err(
+            c.err(key, format!("unsupported model_type `{family}`; supported: {}", SUPPORTED_MODEL_TYPES.join(", ")))
+        );
     }
     let hidden = c.positive("hidden_size", MAX_DIM)?;
     let n_layers = c.positive("num_hidden_layers", MAX_LAYERS)? as u32;
@@ -329,6 +372,21 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
             v_head_dim: c.positive("v_head_dim", MAX_DIM)?,
         }),
     };
+    // DeepSeek sparse attention (GLM-5 `glm_moe_dsa`; the DeepSeek-V3.2 design): a lightning indexer of
+    // index_n_heads x index_head_dim scores every cached token and the MLA attention reads only the
+    // index_topk best. Required for glm_moe_dsa (its configuration has no defaults capsim relies on).
+    let dsa = if family == "glm_moe_dsa" || get(c.root, c.text, "index_topk").is_some() {
+        if mla.is_none() {
+            return Err(c.err("kv_lora_rank", "sparse attention (index_topk) is modelled on MLA only"));
+        }
+        Some(DsaSpec {
+            index_n_heads: c.positive("index_n_heads", MAX_HEADS)?,
+            index_head_dim: c.positive("index_head_dim", MAX_DIM)?,
+            index_topk: c.positive("index_topk", MAX_CONTEXT)?,
+        })
+    } else {
+        None
+    };
 
     let n_experts = match c.opt_u64("num_experts")? {
         Some(e) => Some(e),
@@ -357,10 +415,18 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
             // Shared experts: Qwen names their width and gates them; DeepSeek and GLM count them in
             // units of the routed expert's width; Llama 4 has one of the routed width.
             let (shared_intermediate, shared_gate) = match family.as_str() {
-                "deepseek_v3" | "kimi_k2" | "glm4_moe" => {
+                "deepseek_v3" | "kimi_k2" | "glm4_moe" | "glm_moe_dsa" => {
                     (c.opt_u64("n_shared_experts")?.unwrap_or(0).min(MAX_EXPERTS) * expert_intermediate, false)
                 }
                 "llama4" => (expert_intermediate, false),
+                // MiniMax-M2 has no shared expert (`shared_intermediate_size` 0; intermediate_size is the
+                // routed expert's width). A nonzero width is refused rather than guessed at (gated or not).
+                "minimax_m2" => match c.opt_u64("shared_intermediate_size")? {
+                    None | Some(0) => (0, false),
+                    Some(_) => {
+                        return Err(c.err("shared_intermediate_size", "a MiniMax-M2 shared expert is not modelled"))
+                    }
+                },
                 _ => {
                     // 0 or absent: no shared expert.
                     let s = c.opt_u64("shared_expert_intermediate_size")?.filter(|&s| s > 0);
@@ -369,7 +435,7 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
                 }
             };
             let n_moe_layers = match family.as_str() {
-                "deepseek_v3" | "kimi_k2" | "glm4_moe" => {
+                "deepseek_v3" | "kimi_k2" | "glm4_moe" | "glm_moe_dsa" => {
                     let k_dense = c.opt_u64("first_k_dense_replace")?.unwrap_or(0);
                     if k_dense > n_layers as u64 {
                         return Err(c.err(
@@ -377,7 +443,10 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
                             format!("{k_dense} is more than num_hidden_layers ({n_layers})"),
                         ));
                     }
-                    n_layers - k_dense as u32
+                    // modeling_deepseek.py: layer i has an MoE MLP when i >= first_k_dense_replace and
+                    // i % moe_layer_freq == 0 (1 in every published config).
+                    let freq = c.opt_positive("moe_layer_freq", MAX_LAYERS)?.unwrap_or(1);
+                    (k_dense..n_layers as u64).filter(|i| i % freq == 0).count() as u32
                 }
                 "llama4" => match c.u64_list("moe_layers")? {
                     Some(l) => {
@@ -436,6 +505,7 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
         moe,
         linear,
         mla,
+        dsa,
         attn_output_gate: family == "qwen3_next" || family == "qwen3_5_moe",
         weight_dtype_native,
         expert_dtype_native,

@@ -6,7 +6,7 @@ pub mod gpu;
 pub mod model;
 
 pub use gpu::GpuSpec;
-pub use model::{LinearAttnSpec, MlaSpec, ModelArch, MoeSpec};
+pub use model::{DsaSpec, LinearAttnSpec, MlaSpec, ModelArch, MoeSpec};
 
 use crate::error::{read_file, toml_error, Error, Result};
 use crate::hardware::SharedModel;
@@ -47,6 +47,12 @@ const CONFIGS: &[(&str, &str)] = &[
     ),
     ("phi-3-mini-4k-instruct.json", include_str!("../../models/configs/phi-3-mini-4k-instruct.json")),
     ("phi-4.json", include_str!("../../models/configs/phi-4.json")),
+    ("deepseek-r1.json", include_str!("../../models/configs/deepseek-r1.json")),
+    ("kimi-k2.5.json", include_str!("../../models/configs/kimi-k2.5.json")),
+    ("minimax-m2.5.json", include_str!("../../models/configs/minimax-m2.5.json")),
+    ("glm-5.json", include_str!("../../models/configs/glm-5.json")),
+    ("qwen3.5-397b-a17b.json", include_str!("../../models/configs/qwen3.5-397b-a17b.json")),
+    ("llama-3.1-70b.json", include_str!("../../models/configs/llama-3.1-70b.json")),
 ];
 
 #[derive(Debug, Clone, Deserialize)]

@@ -3,9 +3,14 @@
 //! linear-attention state, FLOPs per prefill token as a function of context, and the experts a batch of
 //! B tokens touches.
 //!
-//! Supported families: dense llama-style (`llama`, `mistral`, `qwen2`, `qwen3`), MoE (`qwen3_moe`,
-//! `mixtral`, `gpt_oss`) and hybrid linear attention (`qwen3_next`, `qwen3_5_moe`). Norms, biases and
+//! Supported families: dense llama-style (`llama`, `mistral`, `qwen2`, `qwen3`, `phi3`, `gemma2`,
+//! `gemma3`), MoE (`qwen3_moe`, `qwen2_moe`, `mixtral`, `gpt_oss`, `llama4`, `glm4_moe`, `minimax_m2`),
+//! MoE with multi-head latent attention (`deepseek_v3`, `kimi_k2`, and `glm_moe_dsa` with DeepSeek sparse
+//! attention's indexer) and hybrid linear attention (`qwen3_next`, `qwen3_5_moe`). Norms, biases and
 //! rotary tables are left out of parameter counts: they are well under 0.1% of any of these models.
+//! Multi-token-prediction layers (DeepSeek's and GLM's `num_nextn_predict_layers`, MiniMax-M2's MTP
+//! modules) are left out too, as the published totals leave them out (671B for DeepSeek-V3, whose
+//! checkpoint holds 685B with the MTP layer).
 
 use crate::error::Result;
 use crate::units::Dtype;
@@ -35,6 +40,40 @@ pub struct MlaSpec {
     pub qk_nope_head_dim: u64,
     pub qk_rope_head_dim: u64,
     pub v_head_dim: u64,
+}
+
+/// DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5) on top of MLA: a lightning indexer (queries
+/// from the q latent, index_n_heads x index_head_dim; one shared key of index_head_dim per token;
+/// a per-head weight from the hidden state) scores every cached token, and the MLA attention then reads
+/// only the `index_topk` best per query.
+///
+/// What capsim models: the indexer's parameters, its key cache (FP8 with one 4-byte scale per 128
+/// values, kept for every token beside the latent) and its scoring FLOPs over every (query, key) pair.
+/// What it does not: the step model reads the latents of the whole context and counts MLA attention
+/// over every pair, as for dense MLA, so decode attention and KV reads beyond `index_topk` tokens of
+/// context are upper bounds (the step model has no per-pair cap to give it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DsaSpec {
+    pub index_n_heads: u64,
+    pub index_head_dim: u64,
+    /// Cached tokens each query's MLA attention reads (2048 for GLM-5). Kept for the step model; not
+    /// used by it yet (see above).
+    pub index_topk: u64,
+}
+
+impl DsaSpec {
+    /// Bytes of one token's indexer key in one layer: FP8 values plus a 4-byte scale per 128 (vLLM's
+    /// indexer cache; aiconfigurator `indexer_cache_entry_bytes`, ai-dynamo/aiconfigurator
+    /// aic-core/rust/aiconfigurator-core/src/perf_database/dsa.rs @ 095f58a51c4c): 132 B for 128.
+    pub fn key_bytes_per_token_layer(&self) -> f64 {
+        (self.index_head_dim + self.index_head_dim.div_ceil(128) * 4) as f64
+    }
+    /// Indexer parameters of one layer: wq_b (q latent to index heads), wk (hidden to the key),
+    /// weights_proj (hidden to one weight per index head), as aiconfigurator's `dsa_block_weights_bytes`
+    /// counts them. `q_in` is q_lora_rank (hidden when queries are not compressed).
+    fn params_per_layer(&self, hidden: u64, q_in: u64) -> u64 {
+        q_in * self.index_n_heads * self.index_head_dim + hidden * self.index_head_dim + hidden * self.index_n_heads
+    }
 }
 
 /// Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a fixed-size recurrent state per sequence.
@@ -88,6 +127,8 @@ pub struct ModelArch {
     pub moe: Option<MoeSpec>,
     pub linear: Option<LinearAttnSpec>,
     pub mla: Option<MlaSpec>,
+    /// DeepSeek sparse attention's indexer (GLM-5), on MLA layers.
+    pub dsa: Option<DsaSpec>,
     /// Qwen3-Next style attention whose q_proj also emits an output gate (q_proj twice as wide).
     pub attn_output_gate: bool,
     /// The checkpoint's own weight format from `quantization_config` (FP8, INT4 AWQ/GPTQ, NVFP4), used
@@ -131,7 +172,9 @@ impl ModelArch {
             let kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim);
             let kv_b = m.kv_lora_rank * self.n_heads * (m.qk_nope_head_dim + m.v_head_dim);
             let o = self.n_heads * m.v_head_dim * h;
-            return q + kv_a + kv_b + o;
+            let q_in = if m.q_lora_rank > 0 { m.q_lora_rank } else { h };
+            let indexer = self.dsa.as_ref().map_or(0, |d| d.params_per_layer(h, q_in));
+            return q + kv_a + kv_b + o + indexer;
         }
         let q = self.hidden * self.n_heads * self.head_dim * if self.attn_output_gate { 2 } else { 1 };
         let kv = 2 * self.hidden * self.n_kv_heads * self.head_dim;
@@ -274,12 +317,17 @@ impl ModelArch {
         dense + experts
     }
     /// KV bytes per token of context held by full-attention layers (2 x layers x KV heads x head dim x
-    /// dtype bytes). Sliding layers add `sliding_kv_bytes_per_token` for at most the window.
+    /// dtype bytes; MLA's latent; with DSA the indexer's FP8 key besides). Sliding layers add
+    /// `sliding_kv_bytes_per_token` for at most the window.
     pub fn kv_bytes_per_token(&self, kv_dtype: Dtype) -> f64 {
-        self.n_full_attn_layers as f64 * self.kv_elems_per_token_layer() * kv_dtype.bytes()
+        self.n_full_attn_layers as f64 * self.kv_bytes_per_token_layer(kv_dtype)
     }
     pub fn sliding_kv_bytes_per_token(&self, kv_dtype: Dtype) -> f64 {
-        self.n_sliding_layers as f64 * self.kv_elems_per_token_layer() * kv_dtype.bytes()
+        self.n_sliding_layers as f64 * self.kv_bytes_per_token_layer(kv_dtype)
+    }
+    fn kv_bytes_per_token_layer(&self, kv_dtype: Dtype) -> f64 {
+        self.kv_elems_per_token_layer() * kv_dtype.bytes()
+            + self.dsa.as_ref().map_or(0.0, DsaSpec::key_bytes_per_token_layer)
     }
     /// KV elements one token keeps in one attention layer: K and V of every KV head, or MLA's latent
     /// plus its RoPE key (FACTS-hardware-engines.md section 5).
@@ -326,13 +374,16 @@ impl ModelArch {
     }
     /// QK^T and AV FLOPs of one (query, key) pair in one layer: 2 x heads x (qk dim + v dim). MLA
     /// counts its prefill form (queries and keys of nope + rope dims, values of v_head_dim), the form
-    /// vLLM and SGLang run for prefill, where attention FLOPs matter.
+    /// vLLM and SGLang run for prefill, where attention FLOPs matter. DSA adds its indexer's scores,
+    /// 2 x index heads x index head dim, and (not modelled, see [`DsaSpec`]) keeps the MLA part of every
+    /// pair although only index_topk keys per query are attended.
     fn attn_flops_per_pair_layer(&self) -> f64 {
         let (qk, v) = match &self.mla {
             Some(m) => (m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim),
             None => (self.head_dim, self.head_dim),
         };
-        2.0 * self.n_heads as f64 * (qk + v) as f64
+        let indexer = self.dsa.as_ref().map_or(0.0, |d| 2.0 * (d.index_n_heads * d.index_head_dim) as f64);
+        2.0 * self.n_heads as f64 * (qk + v) as f64 + indexer
     }
     /// Attention FLOPs of a prefill chunk of `n` tokens starting at context position `start` (causal:
     /// token i attends to start+i+1 tokens): pairs = n*start + n(n+1)/2.
