@@ -320,11 +320,64 @@ impl ProfileArgs {
         }
         Ok(c)
     }
-    /// The resolved profile: loaded, engine overrides applied, retargeted if asked.
+    /// The flags given, as typed (for commands that take the group only in some modes).
+    pub fn given_flags(&self) -> Vec<&'static str> {
+        [
+            ("--profile", self.profile.is_some()),
+            ("--gpu", self.gpu.is_some()),
+            ("--model", self.model.is_some()),
+            ("--tp", self.tp.is_some()),
+            ("--expert-parallel", self.expert_parallel),
+            ("--gpus-file", self.gpus_file.is_some()),
+            ("--hardware", self.hardware.is_some()),
+            ("--engine", self.engine.is_some()),
+            ("--precision", self.precision.is_some()),
+            ("--kv-dtype", self.kv_dtype.is_some()),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens.is_some()),
+            ("--max-num-seqs", self.max_num_seqs.is_some()),
+            ("--kv-capacity-tokens", self.kv_capacity_tokens.is_some()),
+            ("--gpu-memory-utilization", self.gpu_memory_utilization.is_some()),
+            ("--block-size", self.block_size.is_some()),
+            ("--enable-mixed-chunk", self.enable_mixed_chunk),
+            ("--interleave-decode", self.interleave_decode),
+            ("--num-continuous-decode-steps", self.num_continuous_decode_steps.is_some()),
+            ("--max-prefill-tokens", self.max_prefill_tokens.is_some()),
+            ("--new-token-ratio-init", self.new_token_ratio_init.is_some()),
+            ("--new-token-ratio-min", self.new_token_ratio_min.is_some()),
+            ("--new-token-ratio-decay-steps", self.new_token_ratio_decay_steps.is_some()),
+            ("--engine-version", self.engine_version.is_some()),
+            ("--reserve-full-prompt", self.reserve_full_prompt.is_some()),
+            ("--watermark", self.watermark.is_some()),
+            ("--ignore-eos", self.ignore_eos),
+            ("--capacity-scheduler-policy", self.capacity_scheduler_policy.is_some()),
+            ("--enable-chunked-prefill", self.enable_chunked_prefill),
+            ("--free-gpu-memory-fraction", self.free_gpu_memory_fraction.is_some()),
+            ("--prefix-caching", self.prefix_caching.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+    /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
+    /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
-        let base = Profile::load(self.profile.as_deref(), catalog)?;
+        let base = Profile::load(self.profile.as_deref(), catalog).map_err(|e| match e {
+            Error::Unknown { kind, .. } if kind.starts_with("profile") => Error::flag("--profile", e.to_string()),
+            other => other,
+        })?;
         let over = self.engine_settings();
-        let p = base.retarget(catalog, &self.retarget()?)?;
+        let p = base.retarget(catalog, &self.retarget()?).map_err(|e| {
+            let flag = match &e {
+                Error::Unknown { kind: "GPU", .. } => "--gpu",
+                Error::Unknown { kind: "model", .. } => "--model",
+                Error::Input { at, .. } if at.field.as_deref() == Some("gpu.tensor_parallel") => "--tp",
+                _ => return e,
+            };
+            match e {
+                Error::Input { msg, .. } => Error::flag(flag, msg),
+                other => Error::flag(flag, other.to_string()),
+            }
+        })?;
         if over == EngineSettings::default() {
             return Ok(p);
         }

@@ -6,6 +6,8 @@ use capsim::catalog::Catalog;
 use capsim::data::{self, LoadKind, Point};
 use capsim::error::{Error, Result};
 use capsim::experiment::{predict, ExperimentUnknowns};
+use capsim::measured::Run;
+use capsim::profile::Profile;
 use capsim::report::{num, svg_chart, table, Series};
 use capsim::validate::{self, summarize_rows, Protocol, Row, TARGETS};
 use clap::Args;
@@ -16,15 +18,19 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
-    /// Benchmark result files or directories to replay on --profile, instead of the reports' points.
+    /// Benchmark result files or directories to replay, instead of the reports' points, on the
+    /// deployment the flags name as simulate takes them: --profile P, or --gpu with --model, --tp,
+    /// --engine, --precision, --kv-dtype ... (the model the files name when --model is not given).
     #[arg(long, num_args = 1.., value_name = "PATH")]
     pub runs: Vec<PathBuf>,
-    /// Validate this profile (its source_report's points) instead of the shipped one.
+    /// The deployment: without --runs only --profile applies (validate that profile on its
+    /// source_report's points instead of the shipped one).
+    #[command(flatten)]
+    pub deployment: ProfileArgs,
+    /// in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out, or
+    /// all [default: in-sample]
     #[arg(long)]
-    pub profile: Option<String>,
-    /// in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, or all.
-    #[arg(long, default_value = "in-sample")]
-    pub protocol: String,
+    pub protocol: Option<String>,
     /// Only the report whose file name starts with this (e.g. 002).
     #[arg(long)]
     pub report: Option<String>,
@@ -34,9 +40,10 @@ pub struct ValidateArgs {
     /// Write the full validation document (all protocols, tables and plots) to this file.
     #[arg(long)]
     pub markdown: Option<PathBuf>,
-    /// Folder for the SVG plots of --markdown (relative paths are written into the document).
-    #[arg(long, default_value = "validation")]
-    pub plots: PathBuf,
+    /// Folder for the SVG plots of --markdown (relative paths are written into the document)
+    /// [default: validation]
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
     #[command(flatten)]
     pub scale_out: ScaleOutArgs,
 }
@@ -128,13 +135,114 @@ pub fn target_lines(protocol: Protocol, rows: &[Row]) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// The deployment `validate --runs` replays the runs on, through the one path every command takes
+/// (`ProfileArgs::resolve`), with notes on what was taken from the files.
+fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(Profile, Vec<String>)> {
+    let mut notes = Vec::new();
+    if d.profile.is_none() && d.gpu.is_none() {
+        return Err(Error::flag(
+            "--gpu",
+            "required with --runs unless --profile names the deployment: the GPU the runs were measured on \
+             (with --model, --tp, --engine, --precision, --kv-dtype as simulate takes them)",
+        ));
+    }
+    let files_model = runs.iter().find_map(|r| r.source.model_id.clone());
+    let mut d = d.clone();
+    if d.profile.is_none() && d.model.is_none() {
+        // As calibrate --runs: the model the files name, when the catalog knows it.
+        let id = files_model.clone().ok_or_else(|| {
+            Error::flag("--model", "required: the files name no model (give a catalog name or a config.json)")
+        })?;
+        let arch = catalog.model(&id).map_err(|_| {
+            Error::flag("--model", format!("required: the files name `{id}`, which the model catalog does not know"))
+        })?;
+        notes.push(format!("model from the files' model id `{id}`: {}", arch.name));
+        d.model = Some(id);
+    }
+    let profile = d.resolve(catalog)?;
+    if d.model.is_none() {
+        // --profile alone: its own model, said when the files name another.
+        if let Some((id, arch)) = files_model.and_then(|id| catalog.model(&id).ok().map(|a| (id, a))) {
+            if !arch.same_architecture(&profile.arch) {
+                notes.push(format!(
+                    "the files name model `{id}`, the profile is of {}: give --model to move the profile to it",
+                    profile.arch.name
+                ));
+            }
+        }
+    }
+    Ok((profile, notes))
+}
+
+/// Where the predictions come from: the deployment, the profile's provenance and its band.
+fn provenance_lines(p: &Profile) -> Vec<String> {
+    let f = &p.file;
+    let mut out = vec![format!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p))];
+    out.push(format!(
+        "deployment: {} on {} x{}{}, {} {}, {} weights, {} KV, KV capacity {} tokens",
+        p.arch.name,
+        p.gpu.name,
+        p.tensor_parallel,
+        if p.expert_parallel { " (expert parallel)" } else { "" },
+        p.engine.kind.as_str(),
+        p.engine.version,
+        f.model.weight_dtype,
+        f.model.kv_dtype,
+        p.engine.kv_capacity_tokens
+    ));
+    let mut prov = if !f.provenance.source_report.is_empty() {
+        format!("calibrated on report {}", f.provenance.source_report)
+    } else if !f.provenance.command.is_empty() {
+        format!("calibrated with `{}`", f.provenance.command)
+    } else {
+        f.provenance.method.clone()
+    };
+    if let Some(fit) = &f.fit {
+        let _ = write!(
+            prov,
+            " (fit over {} points: median |error| {:.1}%, p90 {:.1}%)",
+            fit.n_points, fit.median_abs_error_pct, fit.p90_abs_error_pct
+        );
+    }
+    if let Some(base) = &p.retargeted_from {
+        // The numbers are the moved profile's, not its fit's: the move is the extrapolation above.
+        prov = format!("moved from profile {base}, itself {prov}");
+    }
+    out.push(format!("provenance: {prov}"));
+    out.push(if f.sigmas.is_some() {
+        "band: each prediction +-1 sigma: the runs replayed on the profile one sigma slower and one faster \
+         (its uncertainty: the fit's, widened or replaced by the shared hardware model's where it was moved), \
+         widened by the fit's residual scatter"
+            .into()
+    } else {
+        "band: none (the profile states no uncertainty)".into()
+    });
+    out
+}
+
 /// `validate --runs`: every statistic of every run, predicted against measured, and a summary per
 /// metric class.
-fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
-    let name =
-        a.profile.clone().ok_or_else(|| Error::flag("--profile", "required with --runs: the profile to validate"))?;
-    let profile = ProfileArgs { profile: Some(name), ..Default::default() }.resolve(catalog)?;
+fn validate_runs(a: &ValidateArgs) -> Result<()> {
+    // Flags of the reports' points say nothing about a user's runs: refused, not ignored.
+    for (flag, given) in [
+        ("--protocol", a.protocol.is_some()),
+        ("--report", a.report.is_some()),
+        ("--markdown", a.markdown.is_some()),
+        ("--plots", a.plots.is_some()),
+    ] {
+        if given {
+            return Err(Error::flag(
+                flag,
+                "applies to the reports' points, not to --runs (whose runs are replayed on the deployment the flags name)",
+            ));
+        }
+    }
+    let catalog = a.deployment.catalog()?;
     let (runs, _files, skipped) = super::calibrate::read_runs(&a.runs)?;
+    let (profile, notes) = runs_deployment(&a.deployment, &runs, &catalog)?;
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
     if a.scale_out.jsonl {
         // One line per run: its statistics predicted against measured.
         let shard = a.scale_out.shard()?;
@@ -163,18 +271,29 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
                        "output_tokens_mean": r.output_tokens_mean, "not_compared": r.not_compared})
             })
             .collect();
+        let p = &profile;
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"profile": profile.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
-                           "band_coverage": {"statistics": coverage.0, "inside": coverage.1}}))
-                .expect("json")
+            serde_json::to_string_pretty(
+                &json!({"profile": p.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
+                           "band_coverage": {"statistics": coverage.0, "inside": coverage.1},
+                           "retargeted_from": p.retargeted_from, "retarget_method": p.retarget_method,
+                           "extrapolation": p.retargeted_from.is_some(), "caveats": p.caveats(), "notes": notes,
+                           "model": p.arch.name, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
+                           "expert_parallel": p.expert_parallel, "weight_dtype": p.file.model.weight_dtype,
+                           "kv_dtype": p.file.model.kv_dtype, "engine": p.engine,
+                           "source_report": p.file.provenance.source_report})
+            )
+            .expect("json")
         );
         return Ok(());
     }
     for s in &skipped {
         eprintln!("skipped {s}");
     }
-    println!("profile: {}", profile.name());
+    for l in provenance_lines(&profile) {
+        println!("{l}");
+    }
     for r in &runs {
         println!(
             "run {}: {} ({}{}), {} requests sent, {} completed, {} failed, mean lengths {:.0} in / {:.0} out{}",
@@ -204,11 +323,12 @@ fn validate_runs(a: &ValidateArgs, catalog: &Catalog) -> Result<()> {
                 r.stat.clone(),
                 num(r.measured, 4),
                 fmt_opt(r.predicted, 4),
+                r.band.map_or("-".into(), |(lo, hi)| format!("{} .. {}", num(lo, 4), num(hi, 4))),
                 r.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0)),
             ]
         })
         .collect();
-    println!("{}", table(&["run", "load", "metric", "stat", "measured", "predicted", "error"], &t));
+    println!("{}", table(&["run", "load", "metric", "stat", "measured", "predicted", "band (+-1 sigma)", "error"], &t));
     let s: Vec<Vec<String>> = summary
         .iter()
         .map(|c| {
@@ -238,8 +358,19 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         return Err(Error::flag("--jsonl", "choose one output: --jsonl, --json or --markdown"));
     }
     if !a.runs.is_empty() {
-        return validate_runs(&a, &catalog);
+        return validate_runs(&a);
     }
+    // The reports' points are replayed on their own deployments: of the deployment flags only
+    // --profile (one report's profile replaced) applies.
+    if let Some(flag) = a.deployment.given_flags().into_iter().find(|f| *f != "--profile") {
+        return Err(Error::flag(
+            flag,
+            "applies to --runs (your own result files); the reports' points are replayed on their own deployments \
+             (--profile replaces one report's profile; --protocol cross-gpu moves profiles between GPUs)",
+        ));
+    }
+    let plots = a.plots.clone().unwrap_or_else(|| PathBuf::from("validation"));
+    let protocol = a.protocol.as_deref().unwrap_or("in-sample");
     let points = data::load_points(None)?;
     let metas = data::report_metas()?;
     if let Some(prefix) = &a.report {
@@ -255,14 +386,14 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     if let Some(path) = &a.markdown {
         // Fail on the output paths before minutes of computing, not after.
         super::check_output_file("--markdown", path)?;
-        super::check_output_dir("--plots", &a.plots)?;
+        super::check_output_dir("--plots", &plots)?;
     }
-    let override_profile = match &a.profile {
-        Some(p) => Some(ProfileArgs { profile: Some(p.clone()), ..Default::default() }.resolve(&catalog)?),
+    let override_profile = match &a.deployment.profile {
+        Some(_) => Some(a.deployment.resolve(&catalog)?),
         None => None,
     };
     if let Some(path) = &a.markdown {
-        return markdown(path, &a.plots, &points, &metas, &catalog);
+        return markdown(path, &plots, &points, &metas, &catalog);
     }
     if a.scale_out.jsonl {
         // One line per (protocol, report): each is its own fit, the unit a slice runs.
@@ -270,7 +401,7 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         reports.dedup();
         reports.retain(|r| a.report.as_deref().is_none_or(|o| r.starts_with(o)));
         let tasks: Vec<(Protocol, &str)> =
-            protocols(&a.protocol)?.into_iter().flat_map(|p| reports.iter().map(move |r| (p, *r))).collect();
+            protocols(protocol)?.into_iter().flat_map(|p| reports.iter().map(move |r| (p, *r))).collect();
         let shard = a.scale_out.shard()?;
         for i in shard.indices(tasks.len()) {
             let (p, rep) = tasks[i];
@@ -279,7 +410,7 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let protocols = protocols(&a.protocol)?;
+    let protocols = protocols(protocol)?;
     let pb = super::progress_bar(protocols.len() as u64, "protocols");
     // The protocols in parallel, their rows in order.
     let per_protocol: Vec<_> = protocols
@@ -459,4 +590,32 @@ fn markdown(
     std::fs::write(path, md).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     println!("wrote {} and plots under {}", path.display(), plots.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProfileArgs;
+    use clap::{Args, FromArgMatches};
+
+    /// `ProfileArgs::given_flags` knows every flag of the group: each one given alone is reported, so
+    /// a flag added to the group cannot slip past validate's refusal without --runs.
+    #[test]
+    fn given_flags_knows_every_deployment_flag() {
+        let cmd = ProfileArgs::augment_args(clap::Command::new("t"));
+        let mut n = 0;
+        for arg in cmd.get_arguments() {
+            let long = format!("--{}", arg.get_long().expect("a long flag"));
+            let mut argv = vec!["t".to_string(), long.clone()];
+            if arg.get_action().takes_values() {
+                let value = arg.get_possible_values().first().map_or("1".to_string(), |v| v.get_name().to_string());
+                argv.push(value);
+            }
+            let m = cmd.clone().try_get_matches_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            let a = ProfileArgs::from_arg_matches(&m).unwrap();
+            assert_eq!(a.given_flags(), vec![long.as_str()], "{argv:?}");
+            n += 1;
+        }
+        assert!(n >= 30, "{n} flags");
+        assert!(ProfileArgs::default().given_flags().is_empty());
+    }
 }

@@ -1,1 +1,243 @@
-//! Integration tests: see the module's first test.
+//! `capsim validate --runs FILES` on the deployment flags simulate takes (--gpu, --tp, --model,
+//! --engine, ...), resolved by the one path (`ProfileArgs::resolve`): the rows move with the
+//! deployment, the output says where the prediction comes from and carries its band, the JSON keeps
+//! its keys, and flags that do not apply are refused.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The embedded default profile (what simulate runs without --profile).
+const DEFAULT: &str = "qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm";
+
+fn fixture(rel: &str) -> String {
+    let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel);
+    p.to_str().unwrap().to_string()
+}
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `validate --runs FIXTURE ARGS... --json`, parsed.
+fn json(fix: &str, args: &[&str]) -> Value {
+    let f = fixture(fix);
+    let mut argv = vec!["validate", "--runs", f.as_str()];
+    argv.extend_from_slice(args);
+    argv.push("--json");
+    let o = capsim(&argv);
+    assert!(o.status.success(), "{argv:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().cloned().collect()
+}
+
+fn predicted(v: &Value) -> Vec<Option<f64>> {
+    v["rows"].as_array().unwrap().iter().map(|r| r["predicted"].as_f64()).collect()
+}
+
+/// What each row compares (run, metric, statistic, measured value): the files', whatever the deployment.
+fn measured(v: &Value) -> Vec<(String, String, String, f64)> {
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["run"].as_str().unwrap().to_string(),
+                r["metric"].as_str().unwrap().to_string(),
+                r["stat"].as_str().unwrap().to_string(),
+                r["measured"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_gpu_flags_move_the_prediction_and_the_profile_flag_keeps_it() {
+    let fix = "vllm/sweep/high";
+    let by_profile = json(fix, &["--profile", DEFAULT]);
+    // The default profile on its own GPU, through the deployment flags: the same deployment, the
+    // same bytes of rows.
+    let same = json(fix, &["--gpu", "H200 SXM"]);
+    assert_eq!(by_profile["rows"], same["rows"]);
+    assert_eq!(same["extrapolation"], false);
+    // Moved to two H100 SXM: the same statistics, other predictions.
+    let moved = json(fix, &["--gpu", "H100 SXM", "--tp", "2"]);
+    assert_eq!(measured(&moved), measured(&by_profile));
+    let (a, b) = (predicted(&by_profile), predicted(&moved));
+    assert!(a.len() >= 100 && a.iter().chain(&b).all(Option::is_some), "{} rows", a.len());
+    let differ = a.iter().zip(&b).filter(|(x, y)| (x.unwrap() / y.unwrap() - 1.0).abs() > 0.01).count();
+    assert!(differ * 10 >= a.len() * 9, "only {differ} of {} predictions moved by more than 1%", a.len());
+    // Where the prediction comes from.
+    assert_eq!(moved["gpu"], "H100 SXM");
+    assert_eq!(moved["tensor_parallel"], 2);
+    assert_eq!(moved["extrapolation"], true);
+    assert_eq!(moved["retargeted_from"], DEFAULT);
+    assert!(moved["retarget_method"].as_str().unwrap().contains("shared hardware model"), "{moved}");
+    assert!(moved["profile"].as_str().unwrap().contains("H100 SXM x2"), "{}", moved["profile"]);
+    assert_eq!(by_profile["extrapolation"], false);
+    assert_eq!(by_profile["gpu"], "H200 SXM");
+    // The band: every prediction of the moved profile has one around it.
+    for r in moved["rows"].as_array().unwrap() {
+        let (lo, hi, p) =
+            (r["band"][0].as_f64().unwrap(), r["band"][1].as_f64().unwrap(), r["predicted"].as_f64().unwrap());
+        assert!(lo <= p && p <= hi && lo < hi, "{r}");
+    }
+    let cov = &moved["band_coverage"];
+    assert_eq!(cov["statistics"].as_u64().unwrap() as usize, a.len());
+}
+
+#[test]
+fn the_json_keeps_its_keys() {
+    let fix = "guidellm/benchmarks.json";
+    let by_profile = json(fix, &["--profile", DEFAULT]);
+    let moved = json(fix, &["--gpu", "H100 SXM", "--tp", "2", "--engine", "vllm"]);
+    // Today's keys, each still there with the deployment flags.
+    for k in ["profile", "runs", "rows", "summary", "skipped", "band_coverage"] {
+        assert!(moved.get(k).is_some(), "no {k}: {:?}", keys(&moved));
+    }
+    assert_eq!(keys(&moved["band_coverage"]), ["inside", "statistics"].map(String::from).into());
+    let row_keys: BTreeSet<String> =
+        ["file", "run", "load", "metric", "stat", "measured", "predicted", "error", "band"].map(String::from).into();
+    let run_keys: BTreeSet<String> = [
+        "run",
+        "file",
+        "tool",
+        "tool_version",
+        "load",
+        "requests",
+        "completed",
+        "failed",
+        "input_tokens_mean",
+        "output_tokens_mean",
+        "not_compared",
+    ]
+    .map(String::from)
+    .into();
+    for v in [&by_profile, &moved] {
+        assert_eq!(keys(v), keys(&by_profile), "one set of keys, however the deployment is named");
+        for r in v["rows"].as_array().unwrap() {
+            assert_eq!(keys(r), row_keys);
+        }
+        for r in v["runs"].as_array().unwrap() {
+            assert_eq!(keys(r), run_keys);
+        }
+        for c in v["summary"].as_array().unwrap() {
+            assert_eq!(
+                keys(c),
+                ["class", "count", "median_abs_error", "p90_abs_error", "mean_error"].map(String::from).into()
+            );
+        }
+    }
+    // --jsonl: the same rows, one line per run, through the same deployment.
+    let f = fixture(fix);
+    let o = capsim(&["validate", "--runs", &f, "--gpu", "H100 SXM", "--tp", "2", "--engine", "vllm", "--jsonl"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut rows = Vec::new();
+    for l in String::from_utf8(o.stdout).unwrap().lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["profile"], moved["profile"], "{l}");
+        rows.extend(v["rows"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(Value::Array(rows), moved["rows"]);
+}
+
+#[test]
+fn the_text_says_where_the_prediction_comes_from() {
+    let f = fixture("vllm/sweep/high");
+    let o = capsim(&["validate", "--runs", &f, "--gpu", "H100 SXM", "--tp", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    for needle in [
+        &format!("[EXTRAPOLATION: retargeted from profile {DEFAULT}") as &str,
+        "deployment: Qwen3-Coder-30B-A3B-Instruct on H100 SXM x2, vllm",
+        &format!("provenance: moved from profile {DEFAULT}, itself calibrated on report 001"),
+        "band: each prediction +-1 sigma",
+        "band (+-1 sigma)",
+        "coverage: ",
+    ] {
+        assert!(t.contains(needle), "no `{needle}` in:\n{t}");
+    }
+    // The model came from the files, and it is said.
+    assert!(stderr(&o).contains("model from the files' model id `Qwen3-Coder-30B-A3B-Instruct`"), "{}", stderr(&o));
+    // A calibrated profile on its own deployment: no extrapolation, its report.
+    let o = capsim(&["validate", "--runs", &f, "--profile", DEFAULT]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("provenance: calibrated on report 001") && !t.contains("EXTRAPOLATION"), "{t}");
+}
+
+#[test]
+fn every_tool_replays_on_the_flags_deployment() {
+    for (fix, engine) in
+        [("vllm/detailed_c2.json", "vllm"), ("sglang", "sglang"), ("guidellm", "vllm"), ("aiperf", "vllm")]
+    {
+        let v = json(fix, &["--gpu", "H100 SXM", "--tp", "2", "--engine", engine]);
+        assert_eq!(v["gpu"], "H100 SXM", "{fix}");
+        assert_eq!(v["engine"]["kind"], engine, "{fix}");
+        let p = predicted(&v);
+        assert!(!p.is_empty() && p.iter().all(Option::is_some), "{fix}: {p:?}");
+    }
+    // Another model than the files name: the shared hardware model's coefficients, and other numbers.
+    let files = json("guidellm/benchmarks.json", &["--gpu", "H100 SXM"]);
+    let llama = json("guidellm/benchmarks.json", &["--gpu", "H100 SXM", "--model", "Llama-3.1-8B-Instruct"]);
+    assert_eq!(llama["model"], "Llama-3.1-8B-Instruct");
+    assert_eq!(files["model"], "Qwen3-Coder-30B-A3B-Instruct");
+    assert!(llama["retarget_method"].as_str().unwrap().starts_with("another model"), "{}", llama["retarget_method"]);
+    assert_ne!(predicted(&files), predicted(&llama));
+    // --profile with files of another model: kept, and said.
+    let f = fixture("sglang");
+    let o = capsim(&["validate", "--runs", &f, "--profile", "qwen3.5-35b-a3b-fp8_h100-sxm_vllm"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("give --model to move the profile"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_or_conflicting_flags_are_refused_naming_the_flag() {
+    let f = fixture("vllm/detailed_c2.json");
+    let runs: &[&str] = &["validate", "--runs", &f];
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--gpu", "H900"], &["--gpu", "unknown GPU `H900`"]),
+        (&["--gpu", "H100 SXM", "--model", "no-such-model"], &["--model", "unknown model `no-such-model`"]),
+        (&["--gpu", "H100 SXM", "--tp", "0"], &["--tp"]),
+        (&["--gpu", "H100 SXM", "--precision", "fp3"], &["--precision"]),
+        (&["--gpu", "H100 SXM", "--kv-dtype", "int2"], &["--kv-dtype"]),
+        (&["--profile", "no-such-profile"], &["--profile", "unknown profile"]),
+        // Nothing names the GPU the runs were measured on.
+        (&[], &["--gpu", "required with --runs"]),
+        (&["--model", "Qwen3-8B"], &["--gpu", "required with --runs"]),
+        // The reports' flags mean nothing for a user's runs.
+        (&["--gpu", "H100 SXM", "--protocol", "all"], &["--protocol", "not to --runs"]),
+        (&["--profile", DEFAULT, "--protocol", "in-sample"], &["--protocol", "not to --runs"]),
+        (&["--gpu", "H100 SXM", "--report", "001"], &["--report", "not to --runs"]),
+        (&["--gpu", "H100 SXM", "--markdown", "v.md"], &["--markdown", "not to --runs"]),
+        (&["--gpu", "H100 SXM", "--plots", "plots"], &["--plots", "not to --runs"]),
+    ];
+    for (extra, needles) in cases {
+        let argv: Vec<&str> = runs.iter().chain(extra.iter()).copied().collect();
+        let o = capsim(&argv);
+        assert_eq!(o.status.code(), Some(2), "{argv:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(needles.iter().all(|n| e.contains(n)) && !e.contains("panicked"), "{argv:?}: {e}");
+    }
+    // Without --runs the reports' points run on their own deployments: a deployment flag other than
+    // --profile is refused, not ignored.
+    for (argv, flag) in [
+        (&["validate", "--gpu", "H100 SXM"] as &[&str], "--gpu"),
+        (&["validate", "--report", "001", "--tp", "2"], "--tp"),
+        (&["validate", "--profile", DEFAULT, "--engine", "sglang"], "--engine"),
+        (&["validate", "--max-num-seqs", "8", "--json"], "--max-num-seqs"),
+    ] {
+        let o = capsim(argv);
+        assert_eq!(o.status.code(), Some(2), "{argv:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(flag) && e.contains("applies to --runs"), "{argv:?}: {e}");
+    }
+}
