@@ -29,7 +29,8 @@ fn embed_inferencex() {
     println!("cargo:rerun-if-changed={}", root.display());
     let mut code = String::from("pub const INFERENCEX: &[(&str, &str, &[(&str, &str)])] = &[\n");
     let sorted = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
-        let mut v: Vec<_> = std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+        let mut v: Vec<_> =
+            std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
         v.sort();
         v
     };

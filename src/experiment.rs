@@ -105,7 +105,8 @@ pub fn workload_for(p: &Point, u: &ExperimentUnknowns) -> Option<Workload> {
 /// and output independently), else the file's means.
 fn run_lengths(run: &Run) -> (LengthDist, LengthDist) {
     if let (Some(((i0, i1), (o0, o1))), true) = (run.uniform_lengths, run.per_request.is_empty()) {
-        let u = |lo: u32, hi: u32| if lo == hi { LengthDist::fixed(hi) } else { LengthDist::Uniform { min: lo, max: hi } };
+        let u =
+            |lo: u32, hi: u32| if lo == hi { LengthDist::fixed(hi) } else { LengthDist::Uniform { min: lo, max: hi } };
         return (u(i0.max(1), i1.max(1)), u(o0.max(1), o1.max(1)));
     }
     let dist = |xs: Vec<u32>, mean: f64| -> LengthDist {

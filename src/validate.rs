@@ -1,12 +1,14 @@
 //! Validation: every measured point replayed as its report ran it, predicted against measured, in-sample
 //! and held out (DESIGN.md section 5). Targets live in [`TARGETS`], the one place tests read them from.
 
+pub mod corpus;
+
 use crate::calibrate::{self, FitOptions, Target};
 use crate::catalog::Catalog;
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
-use crate::hardware::{unmeasured_profile, SharedModel};
+use crate::hardware::{unmeasured_profile_shared, SharedModel};
 use crate::metrics::percentile_sorted;
 use crate::profile::{Profile, ProfileFile, BUILTIN_PROFILES};
 use rayon::prelude::*;
@@ -460,7 +462,7 @@ pub fn run(
                 let shared = SharedModel::fit(&others, "leave-one-report-out");
                 let name =
                     format!("{} (shared model without report {})", t.profile_name, &source[..3.min(source.len())]);
-                let p = unmeasured_profile(catalog, &shared, &name, &t.deployment)?;
+                let p = unmeasured_profile_shared(catalog, &shared, &name, &t.deployment)?;
                 let note = format!("shared model of {} other deployments", others.len());
                 rows.extend(predict_rows(&pts, &p, metas, protocol, &note));
             }

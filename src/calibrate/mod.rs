@@ -10,6 +10,7 @@
 //!
 //! The calibrator knows the simulator only through its public entry points.
 
+pub mod corpus;
 pub mod nelder_mead;
 mod priors;
 mod report;

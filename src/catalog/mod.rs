@@ -16,6 +16,7 @@ use std::path::Path;
 const GPUS_TOML: &str = include_str!("../../models/gpus.toml");
 const MODELS_TOML: &str = include_str!("../../models/models.toml");
 const HARDWARE_TOML: &str = include_str!("../../models/hardware.toml");
+const LEARNED_TOML: &str = include_str!("../../models/learned.toml");
 
 /// The embedded config.json files, by file name.
 const CONFIGS: &[(&str, &str)] = &[
@@ -84,6 +85,9 @@ pub struct Catalog {
     pub models: Vec<CatalogModel>,
     /// The shared hardware model deployments without measurements are built from.
     pub hardware: SharedModel,
+    /// The step model learned across the corpus (models/learned.toml, `capsim calibrate --corpus`):
+    /// where present, a deployment nobody calibrated takes its coefficients from it.
+    pub learned: Option<crate::hardware::learned::LearnedModel>,
 }
 
 fn norm(s: &str) -> String {
@@ -116,7 +120,12 @@ impl Catalog {
         } else {
             SharedModel::parse("models/hardware.toml", HARDWARE_TOML)?
         };
-        Ok(Catalog { gpus, models: out, hardware })
+        let learned = if LEARNED_TOML.lines().all(|l| l.trim().is_empty() || l.trim_start().starts_with('#')) {
+            None
+        } else {
+            Some(crate::hardware::learned::LearnedModel::parse("models/learned.toml", LEARNED_TOML)?)
+        };
+        Ok(Catalog { gpus, models: out, hardware, learned })
     }
 
     /// Add or override GPUs from a TOML file in the format of models/gpus.toml.

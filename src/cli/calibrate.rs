@@ -46,6 +46,12 @@ pub struct CalibrateArgs {
     /// Print the fit reports as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Learn the step model from the public corpus (embedded calibration/corpus, or a folder laid out
+    /// like it) and write OUT/learned.toml and OUT/learned.fit.txt: efficiencies and host costs per
+    /// GPU, engine, pair and dtype, the measured deployments' residuals, the clients' own costs.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["runs", "data", "report", "name", "max_evals"])]
+    #[allow(clippy::option_option)]
+    pub corpus: Option<Option<PathBuf>>,
 }
 
 /// Every run in the paths, with one provenance line per file.
@@ -166,6 +172,9 @@ fn write_profile(out: &Path, command: &str, pf: &ProfileFile, rep: &FitReport) -
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
+    if let Some(dir) = &a.corpus {
+        return run_corpus(&a, dir.as_deref());
+    }
     let max_evals = a.max_evals.unwrap_or(if a.runs.is_empty() { 2000 } else { 5000 });
     if max_evals < 10 {
         return Err(Error::flag("--max-evals", "must be at least 10"));
@@ -304,6 +313,73 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&reports).expect("json"));
+    }
+    Ok(())
+}
+
+/// `capsim calibrate --corpus`: the learned step model (crate::calibrate::corpus).
+fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
+    super::check_output_dir("--out", &a.out)?;
+    let catalog = a.deployment.catalog()?;
+    let (points, source) = match dir {
+        None => (capsim::corpus::builtin_points()?, "calibration/corpus (embedded)".to_string()),
+        Some(d) => (capsim::corpus::read_points(d)?, d.display().to_string()),
+    };
+    let total = points.len();
+    let check = capsim::corpus::resolves(&catalog);
+    let ex = capsim::corpus::express_all(&catalog, points, &check);
+    let exps: Vec<&capsim::corpus::Experiment> = ex.experiments.iter().collect();
+    let command = format!(
+        "capsim calibrate --corpus{} --out {}",
+        dir.map_or(String::new(), |d| format!(" {}", d.display())),
+        a.out.display()
+    );
+    let provenance = format!(
+        "{command}: {} of {total} points of {source} (the rest cannot be expressed yet: capsim points --corpus)",
+        exps.len()
+    );
+    let fit = calibrate::corpus::fit(&catalog, &exps, &provenance)?;
+    if let Ok(path) = std::env::var("CAPSIM_DEBUG_CORPUS") {
+        let mut t = String::from(
+            "id,model,gpu,engine,dtype,tp,ep,client,isl,osl,conc,ttft_meas,ttft_pred,tpot_meas,tpot_pred\n",
+        );
+        for (k, ttft, tpot) in &fit.predictions {
+            let e = exps[*k];
+            let p = &e.point;
+            t += &format!(
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                p.id.replace(',', ";"),
+                e.model,
+                e.gpu,
+                e.engine.as_str(),
+                e.deployment.weight_dtype,
+                e.deployment.tensor_parallel,
+                e.deployment.expert_parallel,
+                p.client.as_str(),
+                p.isl,
+                p.osl,
+                p.concurrency,
+                p.ttft_ms.map_or(f64::NAN, |x| x.1 / 1e3),
+                ttft,
+                p.tpot_ms.map_or(f64::NAN, |x| x.1 / 1e3),
+                tpot
+            );
+        }
+        std::fs::write(path, t).ok();
+    }
+    std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
+    let toml_path = a.out.join("learned.toml");
+    let fit_path = a.out.join("learned.fit.txt");
+    let header = format!("# Written by `{command}` (capsim {}). Do not edit: regenerate.\n", env!("CARGO_PKG_VERSION"));
+    std::fs::write(&toml_path, header + &fit.model.to_toml())
+        .map_err(|err| Error::Io { path: toml_path.display().to_string(), err })?;
+    let txt = calibrate::corpus::report_text(&fit.model, &ex);
+    std::fs::write(&fit_path, &txt).map_err(|err| Error::Io { path: fit_path.display().to_string(), err })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&fit.model).expect("json"));
+    } else {
+        print!("{txt}");
+        println!("wrote {} and {}", toml_path.display(), fit_path.display());
     }
     Ok(())
 }

@@ -151,10 +151,27 @@ pub fn run(a: ExplainArgs) -> Result<()> {
                 "one GPU".into()
             },
         ],
-        vec!["step overhead".into(), num(ms(parts.overhead_s), 4), "launches, scheduler, sampling".into()],
-        vec!["per-sequence cost".into(), num(ms(parts.per_seq_s), 4), format!("{} sequences", b.n_seqs)],
+        vec![
+            "host: step overhead".into(),
+            num(ms(parts.overhead_s), 4),
+            format!("scheduler CPU time and kernel launches per step ({} layers)", p.arch.n_layers),
+        ],
+        vec![
+            "host: per sequence".into(),
+            num(ms(parts.per_seq_s), 4),
+            format!("{} sequences: scheduling, sampling, detokenizing and streaming each token", b.n_seqs),
+        ],
         vec!["= step".into(), num(ms(parts.total_s), 4), format!("{:.1} tokens/s", b.n_tokens as f64 / parts.total_s)],
     ];
     print!("{}", table(&["part", "ms", "how"], &rows));
+    // The host's costs outside the step: each request's, once (they add to its TTFT, not to any step).
+    println!();
+    println!(
+        "per request, outside the step: API server {} ms (tokenization, admission, first-token streaming); \
+         front-end serial stage {} ms; async scheduling overlap: not modelled (the step's host parts are paid in full)",
+        num(c.request_overhead_s * 1e3, 3),
+        num(c.frontend_serial_s * 1e3, 3)
+    );
+    println!("coefficients from: {}", p.file.provenance.method);
     Ok(())
 }

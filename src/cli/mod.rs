@@ -10,6 +10,7 @@ mod shard;
 mod simulate;
 mod sweep;
 mod validate;
+mod validate_corpus;
 
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};

@@ -17,8 +17,8 @@
 
 pub mod aiperf;
 pub mod bench_serving;
-pub mod guidellm;
 pub mod corpus;
+pub mod guidellm;
 pub mod json;
 
 use crate::data::{Aggregation, LoadKind, Point};

@@ -104,11 +104,21 @@ impl Profile {
             f.model.kv_dtype = kv_new;
             f.model.name = named.to_string();
             f.model.state_dtype = None;
-            let (c, sig) = shared.coefficients_for(arch, &new_gpu, w, chunk);
+            let (c, sig) = match &catalog.learned {
+                Some(m) => {
+                    let l = m.lookup(&new_gpu.name, kind.as_str(), w, &arch.name, None);
+                    crate::hardware::coefficients_from_learned(&l, shared, arch, &new_gpu, w)
+                }
+                None => shared.coefficients_for(arch, &new_gpu, w, chunk),
+            };
             f.coefficients = c;
             f.sigmas = Some(sig);
             f.covariance = None;
-            method = "another model: coefficients from the shared hardware model (models/hardware.toml)";
+            method = if catalog.learned.is_some() {
+                "another model: coefficients from the step model learned across the corpus (models/learned.toml)"
+            } else {
+                "another model: coefficients from the shared hardware model (models/hardware.toml)"
+            };
         } else {
             let w = w_new;
             f.model.weight_dtype = w;

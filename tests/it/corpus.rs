@@ -1,1 +1,149 @@
-//! Integration tests: see the module's first test.
+//! The public corpus (issue 23): read, expressed or refused with a reason, learned from, and the
+//! learned model's use for deployments nobody calibrated.
+
+use capsim::catalog::Catalog;
+use capsim::corpus::{builtin_points, express_all, read_points, resolves, Refusal};
+use capsim::hardware::learned::{LearnedModel, BW, GEMM, LEVELS};
+use capsim::measured::corpus::{read_aic_e2e, Client};
+use std::process::{Command, Output};
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+const HEADER: &str = "id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,silicon_tpot_ms";
+
+fn row(isl: &str, tpot: &str) -> String {
+    format!(
+        "x,db-dump/2026-04-27; config_id=1; silicon_concurrency=8; measured=2026-04-18,vllm,0.19.0,meta-llama/Llama-3.1-70B,h200_sxm,fp8,agg,{isl},1024,fp8,fp8,8,4,1,1,4,1,,,,,,,,,,,,,,,120.5,{tpot}"
+    )
+}
+
+#[test]
+fn every_point_is_replayed_or_refused_with_a_reason() {
+    let catalog = Catalog::builtin();
+    let points = builtin_points().unwrap();
+    let n = points.len();
+    assert!(n > 6000, "the shipped corpus has about 6,000 points, read {n}");
+    let check = resolves(&catalog);
+    let e = express_all(&catalog, points, &check);
+    assert_eq!(e.experiments.len() + e.refused.len(), n, "nothing dropped silently");
+    assert!(e.experiments.len() > 3000, "most aggregated points are expressible: {}", e.experiments.len());
+    let counts = e.counts();
+    assert_eq!(counts.iter().map(|c| c.1).sum::<usize>(), e.refused.len());
+    assert!(e.refused.iter().any(|(_, r)| *r == Refusal::Disaggregated));
+    assert!(e.refused.iter().any(|(_, r)| *r == Refusal::SpeculativeDecoding));
+    // Every replayed point carries its run, replayed as its client ran it.
+    for x in &e.experiments {
+        assert!(!x.points.is_empty());
+        assert_eq!(x.run.requests, x.point.requests.unwrap_or(10 * x.point.concurrency as u64));
+        let ((i0, i1), (o0, o1)) = x.run.uniform_lengths.unwrap();
+        assert_eq!((i1, o1), (x.point.isl, x.point.osl));
+        if x.point.client == Client::InferenceX {
+            assert_eq!(i0, (0.8 * x.point.isl as f64).floor() as u32, "{}", x.point.id);
+            assert_eq!(o0, (0.8 * x.point.osl as f64).floor() as u32);
+        } else {
+            assert_eq!(i0, i1, "stated input lengths are fixed: {}", x.point.id);
+            assert_eq!(o0, (0.98 * x.point.osl as f64).floor() as u32, "outputs up to 2% short: {}", x.point.id);
+        }
+    }
+}
+
+#[test]
+fn points_corpus_prints_the_counts_by_reason() {
+    let o = capsim(&["points", "--corpus"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("corpus points:") && t.contains("disaggregated prefill/decode"), "{t}");
+    let o = capsim(&["points", "--corpus", "--json", "--list"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let total = v["points"].as_u64().unwrap();
+    assert_eq!(v["replayed"].as_u64().unwrap() + v["refused"].as_u64().unwrap(), total);
+    assert_eq!(v["refused_points"].as_array().unwrap().len() as u64, v["refused"].as_u64().unwrap());
+    let by_reason: u64 = v["refused_by_reason"].as_array().unwrap().iter().map(|r| r["points"].as_u64().unwrap()).sum();
+    assert_eq!(by_reason, v["refused"].as_u64().unwrap());
+}
+
+#[test]
+fn bad_corpus_rows_name_the_file_line_and_field() {
+    let ok = format!("{HEADER}\n{}\n", row("1024", "9.5"));
+    let p = read_aic_e2e("m.csv", &ok).unwrap();
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].concurrency, 8);
+    assert_eq!(p[0].client, Client::InferenceX);
+    for (bad, field) in [(row("-5", "9.5"), "isl"), (row("1024", "NaN"), "silicon_tpot_ms"), (row("0", "9.5"), "isl")] {
+        let e = read_aic_e2e("m.csv", &format!("{HEADER}\n{}\n{bad}\n", row("1024", "9.5"))).unwrap_err().to_string();
+        assert!(e.contains("m.csv") && e.contains("line 3") && e.contains(field), "{e}");
+    }
+    // A folder that is no corpus, and an InferenceX metadata file without its GPU.
+    let dir = std::env::temp_dir().join(format!("capsim-corpus-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(read_points(&dir).unwrap_err().to_string().contains("not a corpus folder"));
+    let dep = dir.join("inferencex-dsr1/dep");
+    std::fs::create_dir_all(&dep).unwrap();
+    std::fs::write(dep.join("metadata.json"), r#"{"engine": "sglang", "precision": "fp8", "tp": 8}"#).unwrap();
+    std::fs::write(dep.join("1024x1024_c4.json"), r#"{"max_concurrency": 4}"#).unwrap();
+    let e = read_points(&dir).unwrap_err().to_string();
+    assert!(e.contains("metadata.json") && e.contains("gpu"), "{e}");
+    let o = capsim(&["points", "--corpus", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("gpu"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A small fit (one engine on two GPUs) twice: the same bytes; its lookups widen the band for what
+/// they lack.
+#[test]
+fn the_learned_model_is_deterministic_and_widens_for_the_unmeasured() {
+    let catalog = Catalog::builtin();
+    let check = resolves(&catalog);
+    let e = express_all(&catalog, builtin_points().unwrap(), &check);
+    let some: Vec<_> = e
+        .experiments
+        .iter()
+        .filter(|x| x.engine.as_str() == "vllm" && (x.gpu == "H200 SXM" || x.gpu == "H100 SXM"))
+        .collect();
+    assert!(some.len() > 100);
+    let a = capsim::calibrate::corpus::fit(&catalog, &some, "test").unwrap().model;
+    let b = capsim::calibrate::corpus::fit(&catalog, &some, "test").unwrap().model;
+    assert_eq!(a.to_toml(), b.to_toml());
+    let back = LearnedModel::parse("test", &a.to_toml()).unwrap();
+    assert_eq!(back, a);
+    let seen = a.lookup("H200 SXM", "vllm", capsim::units::Dtype::Fp8, "Llama-3.1-70B", None);
+    let unseen = a.lookup("MI355X", "trtllm", capsim::units::Dtype::Fp8, "no such model", None);
+    assert!(seen.matched.iter().filter(|m| **m).count() >= 5, "{:?}", seen.matched);
+    assert!(!unseen.matched[LEVELS.iter().position(|l| *l == "gpu").unwrap()]);
+    for i in [BW, GEMM] {
+        assert!(unseen.sigma_log[i] > seen.sigma_log[i], "{i}: {} vs {}", unseen.sigma_log[i], seen.sigma_log[i]);
+    }
+    // Closed-form in-sample errors are reported and finite.
+    assert!(a.fit.tpot_median_abs_pct.is_finite() && a.fit.tpot_median_abs_pct < 50.0, "{:?}", a.fit);
+}
+
+#[test]
+fn a_bad_learned_model_file_is_refused_with_its_key() {
+    let catalog = Catalog::builtin();
+    let Some(m) = &catalog.learned else { return };
+    let mut bad = m.clone();
+    bad.global[BW] = 1.5;
+    let e = LearnedModel::parse("learned.toml", &bad.to_toml()).unwrap_err().to_string();
+    assert!(e.contains("learned.toml") && e.contains("bandwidth_frac"), "{e}");
+    let e = LearnedModel::parse("learned.toml", "provenance = 3").unwrap_err().to_string();
+    assert!(e.contains("learned.toml"), "{e}");
+}
+
+#[test]
+fn explain_names_the_host_costs() {
+    let o = capsim(&["explain", "--model", "Llama-3.1-70B", "--gpu", "H200 SXM", "--tp", "4", "--decode", "64"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    for part in ["host: step overhead", "host: per sequence", "API server", "coefficients from"] {
+        assert!(t.contains(part), "{part} missing:\n{t}");
+    }
+}

@@ -3,8 +3,8 @@
 mod calibrate;
 mod capacity;
 mod catalog;
-mod corpus;
 mod cli;
+mod corpus;
 mod data;
 mod engines;
 mod fuzz;

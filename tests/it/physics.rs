@@ -181,7 +181,13 @@ fn another_model_takes_its_own_precision_and_the_shared_model() {
     let to = |m: &str| Retarget { model: Some(m.into()), tensor_parallel: Some(8), ..Default::default() };
     let ds = p.retarget(&c, &to("deepseek-ai/DeepSeek-V3")).unwrap();
     assert_eq!(ds.file.model.weight_dtype, Dtype::Fp8, "quantization_config");
-    assert!(ds.retarget_method.as_deref().unwrap().contains("shared hardware model"));
+    // Another model's coefficients come from the step model learned across the corpus (the shared
+    // hardware model of the reports where no learned model is shipped).
+    let method = ds.retarget_method.as_deref().unwrap();
+    assert!(
+        method.contains(if c.learned.is_some() { "learned across the corpus" } else { "shared hardware model" }),
+        "{method}"
+    );
     let l8 = p.retarget(&c, &Retarget { model: Some("Llama-3.1-8B-Instruct".into()), ..Default::default() }).unwrap();
     assert_eq!(l8.file.model.weight_dtype, Dtype::Bf16, "no quantization_config: the checkpoint's BF16");
     let l8f = p
@@ -195,12 +201,17 @@ fn another_model_takes_its_own_precision_and_the_shared_model() {
         )
         .unwrap();
     assert_eq!(l8f.file.model.weight_dtype, Dtype::Fp8, "--precision wins");
-    // The dense model's GEMMs run at the dense share of the peak, not at one MoE fit's blend.
+    // The dense model's GEMMs run at the dense share of the peak, not at one MoE fit's blend: the
+    // learned model's GEMM share for its GPU, engine, dtype and model (or the shared model's).
     let shared = &c.hardware;
-    assert_relative_eq!(
-        l8.coefficients.matmul_flops_eff_s,
-        shared.dense_gemm_frac.value * l8.gpu.dense_flops_s(Dtype::Bf16)
-    );
+    let gemm = match &c.learned {
+        Some(m) => {
+            m.lookup(&l8.gpu.name, "vllm", Dtype::Bf16, &l8.arch.name, None).values[capsim::hardware::learned::GEMM]
+        }
+        None => shared.dense_gemm_frac.value,
+    };
+    assert_relative_eq!(l8.coefficients.matmul_flops_eff_s, gemm * l8.gpu.dense_flops_s(Dtype::Bf16));
+    assert_relative_eq!(l8.coefficients.grouped_gemm_rel, 1.0);
     // Same model elsewhere keeps its fitted share of the peak, pulled toward the shared model by
     // precision: log share = (ln own / s_own^2 + ln shared / s_shared^2) / (1 / s_own^2 + 1 / s_shared^2).
     let moved = p.retarget(&c, &Retarget { gpu: Some("H100 SXM".into()), ..Default::default() }).unwrap();

@@ -71,3 +71,27 @@ fn validation_md_reproduces_byte_for_byte() {
     same_files(&dir.join("validation"), &repo("validation"), 8);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn learned_step_model_reproduces_byte_for_byte() {
+    let dir = scratch("learned");
+    // The command in models/learned.toml's header: `capsim calibrate --corpus --out models`.
+    run_in(&dir, &["calibrate", "--corpus", "--out", "models"]);
+    same_file(&dir.join("models/learned.toml"), &repo("models/learned.toml"));
+    same_file(&dir.join("models/learned.fit.txt"), &repo("models/learned.fit.txt"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The corpus protocols' document (validation/corpus.md) regenerates byte for byte. It replays every
+/// corpus point under four protocols (about 10 minutes on 2 cores), so it runs only when
+/// CAPSIM_HEAVY=1.
+#[test]
+fn corpus_validation_reproduces_byte_for_byte() {
+    if std::env::var("CAPSIM_HEAVY").as_deref() != Ok("1") {
+        return;
+    }
+    let dir = scratch("corpus-validation");
+    run_in(&dir, &["validate", "--protocol", "corpus-all", "--markdown", "corpus.md"]);
+    same_file(&dir.join("corpus.md"), &repo("validation/corpus.md"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -19,6 +19,8 @@
 //! each profile's grouped-GEMM efficiency is what its blend implies given the prior, from the FLOP
 //! shares of its model: 1/blend = (1 - s)/dense + s/grouped, s the experts' share of matmul FLOPs.
 
+pub mod learned;
+
 use crate::catalog::{GpuSpec, ModelArch};
 use crate::profile::{CoefficientSigmas, Coefficients, Profile};
 use crate::units::Dtype;
@@ -457,15 +459,43 @@ pub fn unmeasured_profile(
     name: &str,
     d: &crate::profile::Deployment,
 ) -> crate::error::Result<Profile> {
+    build_unmeasured(catalog, shared, catalog.learned.as_ref(), name, d)
+}
+
+/// [`unmeasured_profile`] from `shared` alone, the learned step model set aside: the reports'
+/// leave-one-report-out protocol predicts each report from the shared model of the others.
+pub fn unmeasured_profile_shared(
+    catalog: &crate::catalog::Catalog,
+    shared: &SharedModel,
+    name: &str,
+    d: &crate::profile::Deployment,
+) -> crate::error::Result<Profile> {
+    build_unmeasured(catalog, shared, None, name, d)
+}
+
+fn build_unmeasured(
+    catalog: &crate::catalog::Catalog,
+    shared: &SharedModel,
+    learned: Option<&learned::LearnedModel>,
+    name: &str,
+    d: &crate::profile::Deployment,
+) -> crate::error::Result<Profile> {
     use crate::profile::{GpuRef, ModelRef, ProfileFile, Provenance};
     let arch = catalog.model(&d.model)?;
     let gpu = catalog.gpu(&d.gpu)?;
     let engine = crate::profile::EngineSettings { kind: Some(d.engine), ..d.settings.clone() };
     let chunk = crate::profile::default_prefill_budget(d.engine, &engine, gpu);
-    let (c, s) = shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk);
+    let (c, s) = match learned {
+        Some(m) => {
+            let l = m.lookup(&gpu.name, d.engine.as_str(), d.weight_dtype, &arch.name, None);
+            coefficients_from_learned(&l, shared, &arch, gpu, d.weight_dtype)
+        }
+        None => shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk),
+    };
+    let method = if learned.is_some() { "learned step model (models/learned.toml)" } else { "shared hardware model" };
     let pf = ProfileFile {
         name: name.to_string(),
-        description: format!("{} on {}x {} from the shared hardware model", arch.name, d.tensor_parallel, gpu.name),
+        description: format!("{} on {}x {} from the {method}", arch.name, d.tensor_parallel, gpu.name),
         model: ModelRef {
             name: d.model.clone(),
             weight_dtype: d.weight_dtype,
@@ -483,18 +513,62 @@ pub fn unmeasured_profile(
         covariance: None,
         experiment: None,
         provenance: Provenance {
-            method: "shared hardware model".into(),
-            notes: vec![shared.provenance.clone()],
+            method: method.into(),
+            notes: vec![learned.map_or(shared.provenance.clone(), |m| m.provenance.clone())],
             ..Default::default()
         },
         fit: Some(crate::profile::FitQuality {
-            stop_reason: "no measurements: coefficients from the shared hardware model".into(),
-            residual_sigma_log: shared.residual_sigma_log,
+            stop_reason: format!("no measurements: coefficients from the {method}"),
+            residual_sigma_log: learned.map_or(shared.residual_sigma_log, |m| m.residual_sigma_log),
             ..Default::default()
         }),
     };
     let mut p = pf.resolve(name, catalog)?;
-    p.retargeted_from = Some("shared hardware model".into());
-    p.retarget_method = Some("no measurements: coefficients from the shared hardware model".into());
+    p.retargeted_from = Some(method.into());
+    p.retarget_method = Some(format!("no measurements: coefficients from the {method}"));
     Ok(p)
+}
+
+/// Coefficients (and their log sigmas) from learned values (crate::hardware::learned) for `arch` on
+/// `gpu` in `weight_dtype`: each share times the peak it is a share of, the per-layer overhead times
+/// the layers, a measured deployment's own residual applied (decode: bandwidth, overheads; prefill:
+/// the GEMM and attention shares). The overlap is the shared model's; the
+/// front-end's serial cost is 0 (the learned per-request cost holds the API server's work).
+pub fn coefficients_from_learned(
+    l: &learned::Learned,
+    shared: &SharedModel,
+    arch: &ModelArch,
+    gpu: &GpuSpec,
+    weight_dtype: Dtype,
+) -> (Coefficients, CoefficientSigmas) {
+    use learned::*;
+    let v = &l.values;
+    let (dec, pre) = l.residual.unwrap_or((0.0, 0.0));
+    let (d, p) = (dec.exp(), pre.exp());
+    let c = Coefficients {
+        step_overhead_s: v[OVERHEAD] * arch.n_layers as f64 * d,
+        per_seq_overhead_s: v[PER_SEQ] * d,
+        bandwidth_eff_bytes_s: v[BW] / d * gpu.hbm_bandwidth_bytes_s(),
+        matmul_flops_eff_s: v[GEMM] / p * gpu.dense_flops_s(weight_dtype),
+        attention_flops_eff_s: v[ATTN] / p * gpu.dense_flops_s(Dtype::Bf16),
+        request_overhead_s: v[REQUEST],
+        mem_compute_overlap: shared.mem_compute_overlap.value.clamp(0.0, 1.0),
+        expert_spread: v[SPREAD].clamp(1e-3, 1.0),
+        frontend_serial_s: 0.0,
+        grouped_gemm_rel: if arch.moe.is_some() { v[GROUPED].clamp(1e-3, 1.0) } else { 1.0 },
+    };
+    let s = &l.sigma_log;
+    let sig = CoefficientSigmas {
+        step_overhead_s: s[OVERHEAD],
+        per_seq_overhead_s: s[PER_SEQ],
+        bandwidth_eff_bytes_s: s[BW],
+        matmul_flops_eff_s: s[GEMM],
+        attention_flops_eff_s: s[ATTN],
+        request_overhead_s: s[REQUEST],
+        mem_compute_overlap: shared.mem_compute_overlap.sigma_log,
+        expert_spread: s[SPREAD],
+        frontend_serial_s: 0.0,
+        grouped_gemm_rel: if arch.moe.is_some() { s[GROUPED] } else { 0.0 },
+    };
+    (c, sig)
 }

@@ -1,0 +1,255 @@
+//! The step model learned across the corpus (models/learned.toml, written by `capsim calibrate
+//! --corpus`): efficiencies and host costs that belong to a GPU, an engine, the pair, and the weights'
+//! dtype, learned jointly over every deployment the corpus measured.
+//!
+//! Each quantity is log-additive over levels: log value = global + gpu + engine + (gpu, engine) +
+//! dtype (the GEMM share only), every level's offset pulled toward 0 by a stated prior spread
+//! (partial pooling), so a pair measured thinly leans on its GPU and its engine, and a pair nobody
+//! measured gets exactly that, with the spread of the levels it lacks as its uncertainty. A
+//! deployment the corpus measured keeps its own residual (decode and prefill scales, pulled toward
+//! 0 as well); a benchmark client's own overhead is fitted per client and never enters a prediction
+//! for another deployment.
+
+use crate::units::Dtype;
+use serde::{Deserialize, Serialize};
+
+/// The learned quantities, in this order everywhere (`global`, offsets, spreads).
+pub const PARAMS: [&str; 8] = [
+    "bandwidth_frac",
+    "gemm_frac",
+    "grouped_gemm_rel",
+    "attention_frac",
+    "step_overhead_per_layer_s",
+    "per_seq_overhead_s",
+    "request_overhead_s",
+    "expert_spread",
+];
+pub const N_PARAMS: usize = PARAMS.len();
+pub const BW: usize = 0;
+pub const GEMM: usize = 1;
+pub const GROUPED: usize = 2;
+pub const ATTN: usize = 3;
+pub const OVERHEAD: usize = 4;
+pub const PER_SEQ: usize = 5;
+pub const REQUEST: usize = 6;
+/// MoE: share of the experts a batch's tokens route among (crate::profile::Coefficients::expert_spread).
+pub const SPREAD: usize = 7;
+
+/// Whether a parameter is a share (at most 1).
+pub fn is_share(i: usize) -> bool {
+    i <= ATTN || i == SPREAD
+}
+
+/// Level kinds, from the broadest. A GPU nobody measured still has a vendor and usually a
+/// generation (its kernels, its memory system); `model` is the architecture (catalog name): a model
+/// nobody measured gets none, and the spread across models as its uncertainty.
+pub const LEVELS: [&str; 7] = ["vendor", "generation", "gpu", "engine", "gpu_engine", "dtype", "model"];
+pub const N_LEVELS: usize = LEVELS.len();
+
+/// One level member's offsets (log) and how many points informed it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Offset {
+    pub level: String,
+    pub key: String,
+    pub points: usize,
+    pub log_offsets: Vec<f64>,
+}
+
+/// A measured deployment's own residual: log scales of its decode and prefill steps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentResidual {
+    pub key: String,
+    pub points: usize,
+    pub decode_log: f64,
+    pub prefill_log: f64,
+}
+
+/// A benchmark client's own per-request time (s), fitted per source; a property of the
+/// measurement, reported, never part of a prediction for another deployment.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCost {
+    pub client: String,
+    pub points: usize,
+    pub overhead_s: f64,
+}
+
+/// The fit's quality, as the calibration measured it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LearnedFit {
+    pub points: usize,
+    pub deployments: usize,
+    /// Median |error| of the closed-form predictions the fit minimized (%).
+    pub ttft_median_abs_pct: f64,
+    pub tpot_median_abs_pct: f64,
+    pub iterations: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LearnedModel {
+    pub provenance: String,
+    pub params: Vec<String>,
+    /// Natural units (shares of a peak; seconds).
+    pub global: Vec<f64>,
+    /// Prior spread (log) of each level's offsets, per parameter: what pulls an offset toward 0.
+    pub prior_sigma_log: Vec<Vec<f64>>,
+    /// Spread (log) across each level's fitted members, per parameter: the uncertainty a
+    /// deployment inherits for a level it has no member of.
+    pub spread_sigma_log: Vec<Vec<f64>>,
+    /// RMS of the fit's log residuals: the model's own error, added to every band.
+    pub residual_sigma_log: f64,
+    pub offsets: Vec<Offset>,
+    #[serde(default)]
+    pub deployments: Vec<DeploymentResidual>,
+    #[serde(default)]
+    pub clients: Vec<ClientCost>,
+    #[serde(default)]
+    pub fit: LearnedFit,
+}
+
+/// What a deployment gets from the learned model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learned {
+    /// Natural units, in [`PARAMS`] order (shares clamped to (0, 1]).
+    pub values: [f64; N_PARAMS],
+    /// Log sigma of each, from the levels the deployment has no member of plus the residual.
+    pub sigma_log: [f64; N_PARAMS],
+    /// Which levels had a member ([`LEVELS`] order).
+    pub matched: [bool; N_LEVELS],
+    /// The measured deployment's own residual, where the corpus measured this very deployment.
+    pub residual: Option<(f64, f64)>,
+}
+
+/// A GPU's vendor and generation (catalog names), the levels above the GPU.
+pub fn gpu_lineage(gpu: &str) -> (&'static str, &'static str) {
+    let g = gpu.to_ascii_uppercase();
+    if g.starts_with("MI3") {
+        return ("amd", if g.starts_with("MI35") { "cdna4" } else { "cdna3" });
+    }
+    let gen = if g.starts_with("H1") || g.starts_with("H2") {
+        "hopper"
+    } else if g.starts_with("B") || g.starts_with("GB") || g.starts_with("RTX PRO 6000") {
+        "blackwell"
+    } else if g.starts_with("A100") {
+        "ampere"
+    } else if g.starts_with("L40") {
+        "ada"
+    } else {
+        "other"
+    };
+    ("nvidia", gen)
+}
+
+/// The key of a (gpu, engine) pair.
+pub fn pair_key(gpu: &str, engine: &str) -> String {
+    format!("{gpu}|{engine}")
+}
+
+/// The dtype level's key: the GEMMs' input precision class.
+pub fn dtype_key(w: Dtype) -> &'static str {
+    match w {
+        Dtype::Fp32 | Dtype::Bf16 | Dtype::Fp16 => "bf16",
+        Dtype::Fp8 => "fp8",
+        Dtype::Nvfp4 => "nvfp4",
+        Dtype::Mxfp4 => "mxfp4",
+        Dtype::Int4 => "int4",
+    }
+}
+
+impl LearnedModel {
+    fn offset(&self, level: &str, key: &str) -> Option<&Offset> {
+        self.offsets.iter().find(|o| o.level == level && o.key == key)
+    }
+
+    /// The values for a GPU, engine and weights' dtype (catalog names, `EngineKind::as_str`), and the
+    /// residual of `deployment_key` if the corpus measured it.
+    pub fn lookup(&self, gpu: &str, engine: &str, w: Dtype, model: &str, deployment_key: Option<&str>) -> Learned {
+        let (vendor, generation) = gpu_lineage(gpu);
+        let keys = [
+            vendor.to_string(),
+            generation.to_string(),
+            gpu.to_string(),
+            engine.to_string(),
+            pair_key(gpu, engine),
+            dtype_key(w).to_string(),
+            model.to_string(),
+        ];
+        let mut log: Vec<f64> = self.global.iter().map(|v| v.ln()).collect();
+        let mut var = [self.residual_sigma_log.powi(2); N_PARAMS];
+        let mut matched = [false; N_LEVELS];
+        for (l, (level, key)) in LEVELS.iter().zip(&keys).enumerate() {
+            match self.offset(level, key) {
+                Some(o) => {
+                    matched[l] = true;
+                    for (x, d) in log.iter_mut().zip(&o.log_offsets) {
+                        *x += d;
+                    }
+                }
+                None => {
+                    for (v, s) in var.iter_mut().zip(&self.spread_sigma_log[l]) {
+                        *v += s * s;
+                    }
+                }
+            }
+        }
+        let mut values = [0.0; N_PARAMS];
+        for (i, v) in values.iter_mut().enumerate() {
+            let x = log[i].exp();
+            *v = if is_share(i) { x.min(1.0) } else { x };
+        }
+        let residual = deployment_key
+            .and_then(|k| self.deployments.iter().find(|d| d.key == k))
+            .map(|d| (d.decode_log, d.prefill_log));
+        Learned { values, sigma_log: var.map(f64::sqrt), matched, residual }
+    }
+
+    /// Read and check a learned model file: every global value positive and finite, shares at most 1,
+    /// every vector of the parameters' length.
+    pub fn parse(source: &str, text: &str) -> crate::error::Result<LearnedModel> {
+        let m: LearnedModel = toml::from_str(text).map_err(|e| crate::error::toml_error(source, text, e))?;
+        let bad = |key: &str, msg: String| crate::error::Error::input(source, None, Some(key), msg);
+        if m.params.iter().map(String::as_str).ne(PARAMS.iter().copied()) {
+            return Err(bad("params", format!("must be {PARAMS:?}")));
+        }
+        if m.global.len() != N_PARAMS {
+            return Err(bad("global", format!("needs {N_PARAMS} values")));
+        }
+        for (i, v) in m.global.iter().enumerate() {
+            if !(v.is_finite() && *v > 0.0) || (is_share(i) && *v > 1.0) {
+                return Err(bad(&format!("global[{i}] ({})", PARAMS[i]), format!("out of range: {v}")));
+            }
+        }
+        for (name, table) in [("prior_sigma_log", &m.prior_sigma_log), ("spread_sigma_log", &m.spread_sigma_log)] {
+            if table.len() != LEVELS.len()
+                || table.iter().any(|r| r.len() != N_PARAMS || r.iter().any(|s| !(s.is_finite() && *s >= 0.0)))
+            {
+                return Err(bad(name, format!("needs {} rows of {N_PARAMS} non-negative values", LEVELS.len())));
+            }
+        }
+        for (i, o) in m.offsets.iter().enumerate() {
+            if !LEVELS.contains(&o.level.as_str()) {
+                return Err(bad(&format!("offsets[{i}].level"), format!("must be one of {LEVELS:?}")));
+            }
+            if o.log_offsets.len() != N_PARAMS || o.log_offsets.iter().any(|x| !x.is_finite()) {
+                return Err(bad(&format!("offsets[{i}].log_offsets"), format!("needs {N_PARAMS} finite values")));
+            }
+        }
+        for (i, d) in m.deployments.iter().enumerate() {
+            if !(d.decode_log.is_finite() && d.prefill_log.is_finite()) {
+                return Err(bad(&format!("deployments[{i}]"), "residuals must be finite".into()));
+            }
+        }
+        if !(m.residual_sigma_log.is_finite() && m.residual_sigma_log >= 0.0) {
+            return Err(bad("residual_sigma_log", format!("must be >= 0, got {}", m.residual_sigma_log)));
+        }
+        Ok(m)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("learned model serializes")
+    }
+}
