@@ -339,34 +339,6 @@ fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
         exps.len()
     );
     let fit = calibrate::corpus::fit(&catalog, &exps, &provenance)?;
-    if let Ok(path) = std::env::var("CAPSIM_DEBUG_CORPUS") {
-        let mut t = String::from(
-            "id,model,gpu,engine,dtype,tp,ep,client,isl,osl,conc,ttft_meas,ttft_pred,tpot_meas,tpot_pred\n",
-        );
-        for (k, ttft, tpot) in &fit.predictions {
-            let e = exps[*k];
-            let p = &e.point;
-            t += &format!(
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                p.id.replace(',', ";"),
-                e.model,
-                e.gpu,
-                e.engine.as_str(),
-                e.deployment.weight_dtype,
-                e.deployment.tensor_parallel,
-                e.deployment.expert_parallel,
-                p.client.as_str(),
-                p.isl,
-                p.osl,
-                p.concurrency,
-                p.ttft_ms.map_or(f64::NAN, |x| x.1 / 1e3),
-                ttft,
-                p.tpot_ms.map_or(f64::NAN, |x| x.1 / 1e3),
-                tpot
-            );
-        }
-        std::fs::write(path, t).ok();
-    }
     std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let toml_path = a.out.join("learned.toml");
     let fit_path = a.out.join("learned.fit.txt");

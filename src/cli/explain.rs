@@ -172,6 +172,6 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         num(c.request_overhead_s * 1e3, 3),
         num(c.frontend_serial_s * 1e3, 3)
     );
-    println!("coefficients from: {}", p.file.provenance.method);
+    println!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method));
     Ok(())
 }

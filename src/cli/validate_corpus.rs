@@ -83,47 +83,40 @@ pub const TARGETS: &[(CorpusProtocol, &str, f64)] = &[
 ];
 
 fn markdown_head(ex: &capsim::corpus::Expressed) -> String {
-    let mut t = String::from(
-        "# The learned step model against the corpus
-
-         Written by `capsim validate --protocol corpus-all --markdown validation/corpus.md`. Every corpus point capsim can          express is replayed through the simulator as its client ran it (closed loop at the concurrency; InferenceX lengths          uniform in [int(0.8 L), L] and 10 x concurrency requests; the NVIDIA rows, whose client is not stated, with fixed          lengths and 10 requests per client, an assumption). A held-out GPU, model or engine is predicted by the step model          learned on every other point (`capsim calibrate --corpus`), so it gets no offset of its own and no deployment          residual; a benchmark client's own per-request cost, fitted on that client's other points, is added to its replays.          Error = predicted / measured - 1; the band is the learned model's ±1 sigma for the quantity that dominates the metric          (TPOT: HBM share; TTFT: GEMM share), widened by the spread of every level the deployment lacks.
-
-",
-    );
+    let mut t = String::from(concat!(
+        "# The learned step model against the corpus\n\n",
+        "Written by `capsim validate --protocol corpus-all --markdown validation/corpus.md`. Every corpus point\n",
+        "capsim can express is replayed through the simulator as its client ran it: a closed loop at the\n",
+        "concurrency; InferenceX's lengths uniform in [int(0.8 L), L] and 10 x concurrency requests; the NVIDIA\n",
+        "rows, whose client is not stated, with fixed lengths (outputs up to 2% short, a stand-in for a real\n",
+        "server's timing noise) and 10 requests per client, an assumption. A held-out GPU, model or engine is\n",
+        "predicted by the step model learned on every other point (`capsim calibrate --corpus`), so it gets no\n",
+        "offset of its own and no deployment residual; a benchmark client's own per-request cost, fitted on that\n",
+        "client's other points, is added to its replays. Error = predicted / measured - 1; the band is the\n",
+        "learned model's ±1 sigma for the quantity that dominates the metric (TPOT: HBM share; TTFT: GEMM\n",
+        "share), widened by the spread of every level the deployment lacks.\n\n",
+    ));
     t += &format!(
-        "{} points replayed, {} not expressible yet:
-
-| reason | points |
-| --- | --- |
-",
+        "{} points replayed, {} not expressible yet:\n\n| reason | points |\n| --- | --- |\n",
         ex.experiments.len(),
         ex.refused.len()
     );
     for (r, n) in ex.counts() {
-        t += &format!(
-            "| {r} | {n} |
-"
-        );
+        t += &format!("| {r} | {n} |\n");
     }
-    t += "
-";
+    t += "\n";
     t
 }
 
 fn markdown_section(p: CorpusProtocol, sums: &[CorpusSummary]) -> String {
     let pct = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "-".into() };
     let mut t = format!(
-        "## {}
-
-| held out | metric | points | median abs error % | p90 abs error % | median error % | in ±1 sigma band |
-         | --- | --- | --- | --- | --- | --- | --- |
-",
+        "## {}\n\n| held out | metric | points | median abs error % | p90 abs error % | median error % | in ±1 sigma band |\n| --- | --- | --- | --- | --- | --- | --- |\n",
         p.as_str()
     );
     for s in sums {
         t += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} |
-",
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
             s.member,
             s.metric,
             s.count,
@@ -133,20 +126,16 @@ fn markdown_section(p: CorpusProtocol, sums: &[CorpusSummary]) -> String {
             if s.band_coverage.is_finite() { format!("{:.0}%", s.band_coverage * 100.0) } else { "-".into() }
         );
     }
-    for (tp, metric, max) in TARGETS.iter().filter(|t| t.0 == p) {
+    for (_, metric, max) in TARGETS.iter().filter(|t| t.0 == p) {
         if let Some(s) = sums.iter().find(|s| s.member == "all" && s.metric == *metric) {
             t += &format!(
-                "
-Target (issue 23): {metric} median |error| <= {max}%: {:.1}% — {}",
+                "\nTarget (issue 23): {metric} median |error| <= {max}%: {:.1}%, {}.\n",
                 s.median_abs_error_pct,
                 if s.median_abs_error_pct <= *max { "met" } else { "NOT met" }
             );
-            let _ = tp;
         }
     }
-    t += "
-
-";
+    t += "\n";
     t
 }
 
