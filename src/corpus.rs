@@ -8,7 +8,7 @@
 use crate::catalog::Catalog;
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::Result;
-use crate::measured::corpus::{read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint};
+use crate::measured::corpus::{read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, CorpusPoint};
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
 use crate::profile::{Deployment, EngineKind, EngineSettings};
 use crate::units::Dtype;
@@ -332,7 +332,7 @@ pub fn express(
 
 /// The check [`express_all`] uses by default: the deployment resolves as `capsim simulate` would
 /// build it (the model fits in memory with room for KV, the engine's defaults apply).
-pub fn resolves(catalog: &Catalog) -> impl Fn(&Deployment) -> std::result::Result<(), String> + Sync + '_ {
+pub fn resolves(catalog: &Catalog) -> impl Fn(&Deployment) -> std::result::Result<(), String> + '_ {
     move |d: &Deployment| {
         crate::hardware::unmeasured_profile(catalog, &catalog.hardware, "corpus", d)
             .map(|_| ())
@@ -347,6 +347,11 @@ pub struct Expressed {
 }
 
 impl Expressed {
+    /// Points read.
+    pub fn total(&self) -> usize {
+        self.experiments.len() + self.refused.len()
+    }
+
     /// Refusals counted by reason, the largest first (ties by name).
     pub fn counts(&self) -> Vec<(String, usize)> {
         let mut m: std::collections::BTreeMap<String, usize> = Default::default();
@@ -359,26 +364,25 @@ impl Expressed {
     }
 }
 
-/// Express every point; `check` as in [`express`].
+/// Express every point; `check` as in [`express`], asked once per deployment (points repeat them).
 pub fn express_all(
     catalog: &Catalog,
     points: Vec<CorpusPoint>,
-    check: &(dyn Fn(&Deployment) -> std::result::Result<(), String> + Sync),
+    check: &dyn Fn(&Deployment) -> std::result::Result<(), String>,
 ) -> Expressed {
-    let mut experiments = Vec::new();
-    let mut refused = Vec::new();
-    // Deployments repeat across points: resolve each once.
-    let cache: std::sync::Mutex<std::collections::HashMap<String, std::result::Result<(), String>>> =
+    let cache: std::cell::RefCell<std::collections::HashMap<String, std::result::Result<(), String>>> =
         Default::default();
     let cached = |d: &Deployment| -> std::result::Result<(), String> {
         let key = format!("{d:?}");
-        if let Some(r) = cache.lock().expect("cache").get(&key) {
+        if let Some(r) = cache.borrow().get(&key) {
             return r.clone();
         }
         let r = check(d);
-        cache.lock().expect("cache").insert(key, r.clone());
+        cache.borrow_mut().insert(key, r.clone());
         r
     };
+    let mut experiments = Vec::new();
+    let mut refused = Vec::new();
     for p in points {
         match express(catalog, &p, &cached) {
             Ok(e) => experiments.push(e),
@@ -388,13 +392,12 @@ pub fn express_all(
     Expressed { experiments, refused }
 }
 
-/// The clients of the corpus, for reports.
-pub fn client_note(c: Client) -> &'static str {
-    match c {
-        Client::InferenceX => "InferenceX client: lengths uniform in [0.8, 1.0] x ISL/OSL, 10 x concurrency requests",
-        Client::NvidiaInternal | Client::NvidiaGapAnalysis => {
-            "client not stated: a closed loop at the concurrency, 10 requests per client, fixed lengths (outputs up to 2% short: \
-             timing noise) assumed"
-        }
-    }
+/// The corpus (embedded, or the folder `dir`) expressed on `catalog`, each deployment checked by
+/// [`resolves`]: what `capsim points`, `calibrate` and `validate` read with `--corpus`.
+pub fn load(catalog: &Catalog, dir: Option<&Path>) -> Result<Expressed> {
+    let points = match dir {
+        None => builtin_points()?,
+        Some(d) => read_points(d)?,
+    };
+    Ok(express_all(catalog, points, &resolves(catalog)))
 }

@@ -473,11 +473,6 @@ pub struct CorpusFit {
     pub predictions: Vec<(usize, f64, f64)>,
 }
 
-/// The deployment key the learned model stores residuals under (crate::corpus::Experiment).
-pub fn deployment_key(e: &Experiment) -> String {
-    e.deployment_key()
-}
-
 /// Learn the step model from `exps` (the corpus's expressed points, or a protocol's training set).
 pub fn fit(catalog: &Catalog, exps: &[&Experiment], provenance: &str) -> crate::error::Result<CorpusFit> {
     // Parameter layout: members sorted by name, so the layout does not depend on the input order.
@@ -693,7 +688,7 @@ fn learned_of(x: &[f64], lay: &Layout, feats: &[Feat], provenance: &str, iterati
             all_r.push((tpot / m).ln());
         }
     }
-    let residual_sigma_log = crate::calibrate::corpus::robust_sigma(&all_r);
+    let residual_sigma_log = robust_sigma(&all_r);
     let model = LearnedModel {
         provenance: provenance.to_string(),
         params: PARAMS.iter().map(|s| s.to_string()).collect(),
@@ -715,18 +710,10 @@ fn learned_of(x: &[f64], lay: &Layout, feats: &[Feat], provenance: &str, iterati
     CorpusFit { model, predictions }
 }
 
-/// The median (NaN for none).
-pub fn median(xs: &mut [f64]) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
+/// The median (NaN for none): `values` sorted, then metrics::percentile_sorted at 50.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    crate::metrics::percentile_sorted(values, 50.0)
 }
 
 /// 1.4826 x the median absolute log residual: a spread that a few outliers do not inflate.
@@ -819,11 +806,7 @@ pub fn report_text(m: &LearnedModel, ex: &crate::corpus::Expressed) -> String {
             c.client,
             c.points,
             c.overhead_s * 1e3,
-            crate::corpus::client_note(match c.client.as_str() {
-                "inferencex" => Client::InferenceX,
-                "nvidia-internal" => Client::NvidiaInternal,
-                _ => Client::NvidiaGapAnalysis,
-            })
+            CLIENTS.iter().find(|k| k.as_str() == c.client).map_or("", |k| k.note())
         );
     }
     let _ = writeln!(t, "\nmeasured deployments' own residuals (log decode, log prefill):");

@@ -321,13 +321,8 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
 fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
     super::check_output_dir("--out", &a.out)?;
     let catalog = a.deployment.catalog()?;
-    let (points, source) = match dir {
-        None => (capsim::corpus::builtin_points()?, "calibration/corpus (embedded)".to_string()),
-        Some(d) => (capsim::corpus::read_points(d)?, d.display().to_string()),
-    };
-    let total = points.len();
-    let check = capsim::corpus::resolves(&catalog);
-    let ex = capsim::corpus::express_all(&catalog, points, &check);
+    let ex = capsim::corpus::load(&catalog, dir)?;
+    let (total, source) = (ex.total(), dir.map_or("calibration/corpus (embedded)".into(), |d| d.display().to_string()));
     let exps: Vec<&capsim::corpus::Experiment> = ex.experiments.iter().collect();
     let command = format!(
         "capsim calibrate --corpus{} --out {}",

@@ -250,13 +250,8 @@ pub fn points(a: PointsArgs) -> Result<()> {
 
 /// `capsim points --corpus`: the corpus's points expressed, the rest counted by reason.
 fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, as_json: bool) -> Result<()> {
-    let points = match dir {
-        None => capsim::corpus::builtin_points()?,
-        Some(d) => capsim::corpus::read_points(d)?,
-    };
-    let total = points.len();
-    let check = capsim::corpus::resolves(catalog);
-    let e = capsim::corpus::express_all(catalog, points, &check);
+    let e = capsim::corpus::load(catalog, dir)?;
+    let total = e.total();
     let counts = e.counts();
     let by = |f: &dyn Fn(&capsim::measured::corpus::CorpusPoint) -> String| {
         let mut m: std::collections::BTreeMap<String, (usize, usize)> = Default::default();

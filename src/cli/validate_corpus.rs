@@ -7,13 +7,6 @@ use capsim::error::{Error, Result};
 use capsim::validate::corpus::{summarize, validate_corpus, CorpusProtocol, CorpusRow, CorpusSummary};
 use serde_json::json;
 
-/// The corpus's expressed experiments (embedded corpus).
-pub fn experiments(catalog: &Catalog) -> Result<capsim::corpus::Expressed> {
-    let points = capsim::corpus::builtin_points()?;
-    let check = capsim::corpus::resolves(catalog);
-    Ok(capsim::corpus::express_all(catalog, points, &check))
-}
-
 /// `--protocol corpus-all`: the four corpus protocols.
 pub const ALL: &str = "corpus-all";
 
@@ -32,7 +25,7 @@ pub fn run(a: &ValidateArgs, protocols: &[CorpusProtocol], catalog: &Catalog) ->
     if let Some(path) = &a.markdown {
         super::check_output_file("--markdown", path)?;
     }
-    let ex = experiments(catalog)?;
+    let ex = capsim::corpus::load(catalog, None)?;
     let mut doc = markdown_head(&ex);
     for &p in protocols {
         let rows = validate_corpus(catalog, &ex.experiments, p)?;
@@ -109,22 +102,12 @@ fn markdown_head(ex: &capsim::corpus::Expressed) -> String {
 }
 
 fn markdown_section(p: CorpusProtocol, sums: &[CorpusSummary]) -> String {
-    let pct = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "-".into() };
     let mut t = format!(
         "## {}\n\n| held out | metric | points | median abs error % | p90 abs error % | median error % | in ±1 sigma band |\n| --- | --- | --- | --- | --- | --- | --- |\n",
         p.as_str()
     );
     for s in sums {
-        t += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
-            s.member,
-            s.metric,
-            s.count,
-            pct(s.median_abs_error_pct),
-            pct(s.p90_abs_error_pct),
-            pct(s.median_error_pct),
-            if s.band_coverage.is_finite() { format!("{:.0}%", s.band_coverage * 100.0) } else { "-".into() }
-        );
+        t += &format!("| {} |\n", cells(s).join(" | "));
     }
     for (_, metric, max) in TARGETS.iter().filter(|t| t.0 == p) {
         if let Some(s) = sums.iter().find(|s| s.member == "all" && s.metric == *metric) {
@@ -150,18 +133,23 @@ pub fn summary_text(p: CorpusProtocol, rows: &[CorpusRow], sums: &[CorpusSummary
         "{:<28} {:<8} {:>6} {:>10} {:>8} {:>11} {:>9}\n",
         "held out", "metric", "points", "median|e|%", "p90|e|%", "median e %", "in band"
     );
-    let pct = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "-".into() };
     for s in sums {
-        t += &format!(
-            "{:<28} {:<8} {:>6} {:>10} {:>8} {:>11} {:>9}\n",
-            s.member,
-            s.metric,
-            s.count,
-            pct(s.median_abs_error_pct),
-            pct(s.p90_abs_error_pct),
-            pct(s.median_error_pct),
-            if s.band_coverage.is_finite() { format!("{:.0}%", s.band_coverage * 100.0) } else { "-".into() }
-        );
+        let [member, metric, count, med, p90, signed, band] = cells(s);
+        t += &format!("{member:<28} {metric:<8} {count:>6} {med:>10} {p90:>8} {signed:>11} {band:>9}\n");
     }
     t
+}
+
+/// A summary line's cells, as both the table and the Markdown print them.
+fn cells(s: &CorpusSummary) -> [String; 7] {
+    let pct = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "-".into() };
+    [
+        s.member.clone(),
+        s.metric.clone(),
+        s.count.to_string(),
+        pct(s.median_abs_error_pct),
+        pct(s.p90_abs_error_pct),
+        pct(s.median_error_pct),
+        if s.band_coverage.is_finite() { format!("{:.0}%", s.band_coverage * 100.0) } else { "-".into() },
+    ]
 }

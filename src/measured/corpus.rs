@@ -13,6 +13,7 @@
 //! parallelism) is decided above it (crate::corpus), with a reason for every point it cannot.
 //! Errors name the file, the line (CSV) or the key (JSON), and the field.
 
+use super::json::Doc;
 use crate::error::{Error, Result};
 use crate::metrics::StatKind;
 use serde::Serialize;
@@ -38,6 +39,17 @@ impl Client {
             Client::InferenceX => "inferencex",
             Client::NvidiaInternal => "nvidia-internal",
             Client::NvidiaGapAnalysis => "nvidia-gap-analysis",
+        }
+    }
+
+    /// How the client's load is replayed, for reports.
+    pub fn note(self) -> &'static str {
+        match self {
+            Client::InferenceX => "InferenceX client: lengths uniform in [0.8, 1.0] x ISL/OSL, 10 x concurrency requests",
+            Client::NvidiaInternal | Client::NvidiaGapAnalysis => {
+                "client not stated: a closed loop at the concurrency, 10 requests per client, fixed lengths (outputs up to 2% short: \
+                 timing noise) assumed"
+            }
         }
     }
 
@@ -248,54 +260,24 @@ pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
     Ok(out)
 }
 
-/// A JSON object's fields with errors that name the file and the key.
-struct Obj<'a> {
-    file: &'a str,
-    v: &'a Value,
+/// A required string field.
+fn string(d: &Doc, key: &str) -> Result<String> {
+    d.opt_string(key)?.ok_or_else(|| d.err(key, "required field is missing"))
 }
 
-impl Obj<'_> {
-    fn err(&self, key: &str, msg: impl Into<String>) -> Error {
-        Error::input(self.file, None, Some(key), msg)
+/// A count that fits u32.
+fn count32(d: &Doc, key: &str) -> Result<Option<u32>> {
+    match d.count(key)? {
+        Some(n) if n > u32::MAX as u64 => Err(d.err(key, format!("must be at most {}, got {n}", u32::MAX))),
+        n => Ok(n.map(|n| n as u32)),
     }
-    fn str(&self, key: &str) -> Result<String> {
-        match self.v.get(key) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(other) => Err(self.err(key, format!("must be a string, got {other}"))),
-            None => Err(self.err(key, "required field is missing")),
-        }
-    }
-    fn opt_str(&self, key: &str) -> Result<Option<String>> {
-        match self.v.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(self.err(key, format!("must be a string or null, got {other}"))),
-        }
-    }
-    fn opt_count(&self, key: &str) -> Result<Option<u32>> {
-        match self.v.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => match v.as_u64() {
-                Some(n) if n <= u32::MAX as u64 => Ok(Some(n as u32)),
-                _ => Err(self.err(key, format!("must be a non-negative integer, got {v}"))),
-            },
-        }
-    }
-    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
-        match self.v.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(self.err(key, format!("must be true or false, got {other}"))),
-        }
-    }
-    fn opt_ms(&self, key: &str) -> Result<Option<f64>> {
-        match self.v.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => match v.as_f64() {
-                Some(x) if x.is_finite() && x > 0.0 => Ok(Some(x)),
-                _ => Err(self.err(key, format!("must be a positive number of ms, got {v}"))),
-            },
-        }
+}
+
+/// A positive, finite number of milliseconds.
+fn ms(d: &Doc, key: &str) -> Result<Option<f64>> {
+    match d.opt_num(key)? {
+        Some(x) if !(x.is_finite() && x > 0.0) => Err(d.err(key, format!("must be a positive number of ms, got {x}"))),
+        x => Ok(x),
     }
 }
 
@@ -304,33 +286,33 @@ pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, 
     let meta_file = format!("{dir}/metadata.json");
     let mv: Value = crate::measured::parse_json_lenient(metadata)
         .map_err(|e| Error::input(&meta_file, Some(e.line()), None, format!("malformed JSON: {e}")))?;
-    let m = Obj { file: &meta_file, v: &mv };
-    let gpu = m.str("gpu")?;
-    let engine = m.str("engine")?;
-    let precision = m.str("precision")?;
-    let engine_version = m.opt_str("engine_version")?.unwrap_or_default();
+    let m = Doc { src: &meta_file, line: 1, v: &mv };
+    let gpu = string(&m, "gpu")?;
+    let engine = string(&m, "engine")?;
+    let precision = string(&m, "precision")?;
+    let engine_version = m.opt_string("engine_version")?.unwrap_or_default();
     let disaggregated = m.opt_bool("disagg")?.unwrap_or(false);
-    let spec = m.opt_str("spec_decoding")?.filter(|s| s != "none");
-    let kv = m.opt_str("kv_cache_dtype")?;
+    let spec = m.opt_string("spec_decoding")?.filter(|s| s != "none");
+    let kv = m.opt_string("kv_cache_dtype")?;
     let official = m.opt_bool("official")?.unwrap_or(true);
     let (tp, ep, dpa) = if disaggregated {
         let decode =
             mv.get("decode").ok_or_else(|| m.err("decode", "a disaggregated deployment needs a decode block"))?;
-        let d = Obj { file: &meta_file, v: decode };
-        (d.opt_count("tp")?.unwrap_or(1), d.opt_count("ep")?.unwrap_or(1), d.opt_bool("dp_attention")?.unwrap_or(false))
+        let d = Doc { src: &meta_file, line: 1, v: decode };
+        (count32(&d, "tp")?.unwrap_or(1), count32(&d, "ep")?.unwrap_or(1), d.opt_bool("dp_attention")?.unwrap_or(false))
     } else {
-        let tp = m.opt_count("tp")?.ok_or_else(|| m.err("tp", "required for a single-node deployment"))?;
-        (tp, m.opt_count("ep")?.unwrap_or(1), m.opt_bool("dp_attention")?.unwrap_or(false))
+        let tp = count32(&m, "tp")?.ok_or_else(|| m.err("tp", "required for a single-node deployment"))?;
+        (tp, count32(&m, "ep")?.unwrap_or(1), m.opt_bool("dp_attention")?.unwrap_or(false))
     };
     let mut out = Vec::new();
     for (name, text) in points {
         let file = format!("{dir}/{name}");
         let v: Value = crate::measured::parse_json_lenient(text)
             .map_err(|e| Error::input(&file, Some(e.line()), None, format!("malformed JSON: {e}")))?;
-        let o = Obj { file: &file, v: &v };
-        let conc = o.opt_count("max_concurrency")?.ok_or_else(|| o.err("max_concurrency", "required"))?;
-        let isl = o.opt_count("random_input_len")?.ok_or_else(|| o.err("random_input_len", "required"))?;
-        let osl = o.opt_count("random_output_len")?.ok_or_else(|| o.err("random_output_len", "required"))?;
+        let o = Doc { src: &file, line: 1, v: &v };
+        let conc = count32(&o, "max_concurrency")?.ok_or_else(|| o.err("max_concurrency", "required"))?;
+        let isl = count32(&o, "random_input_len")?.ok_or_else(|| o.err("random_input_len", "required"))?;
+        let osl = count32(&o, "random_output_len")?.ok_or_else(|| o.err("random_output_len", "required"))?;
         if conc == 0 || isl == 0 || osl == 0 {
             return Err(o.err("max_concurrency", "concurrency and lengths must be at least 1"));
         }
@@ -342,19 +324,22 @@ pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, 
             },
         };
         let stat = |metric: &str| -> Result<Option<(StatKind, f64)>> {
-            if let Some(x) = o.opt_ms(&format!("mean_{metric}_ms"))? {
+            if let Some(x) = ms(&o, &format!("mean_{metric}_ms"))? {
                 return Ok(Some((StatKind::Mean, x)));
             }
-            Ok(o.opt_ms(&format!("median_{metric}_ms"))?.map(|x| (StatKind::P50, x)))
+            Ok(ms(&o, &format!("median_{metric}_ms"))?.map(|x| (StatKind::P50, x)))
         };
-        let requests = o.opt_count("num_prompts")?.map(u64::from);
+        let requests = o.count("num_prompts")?;
         out.push(CorpusPoint {
             id: format!("{dir}/{name}"),
             file: file.clone(),
             line: 0,
             set: "inferencex-dsr1",
             client: Client::InferenceX,
-            model: m.str("model_hf_id").or_else(|_| m.str("model"))?,
+            model: match m.opt_string("model_hf_id")? {
+                Some(id) => id,
+                None => string(&m, "model")?,
+            },
             gpu: gpu.clone(),
             engine: engine.clone(),
             engine_version: engine_version.clone(),
@@ -376,7 +361,7 @@ pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, 
             requests: Some(requests.unwrap_or(10 * conc as u64)),
             ttft_ms: stat("ttft")?,
             tpot_ms: stat("tpot")?,
-            date: o.opt_str("date")?.unwrap_or_default(),
+            date: o.opt_string("date")?.unwrap_or_default(),
             official,
             range_ratio,
         });

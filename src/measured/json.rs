@@ -171,6 +171,21 @@ impl<'a> Doc<'a> {
     pub fn opt_str(&self, path: &str) -> Option<String> {
         self.get(path).and_then(Value::as_str).map(str::to_string)
     }
+    /// A string, refusing another type (`opt_str` reads a non-string as absent).
+    pub fn opt_string(&self, path: &str) -> Result<Option<String>> {
+        match self.get(path) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(self.err(path, format!("must be a string, got {v}"))),
+        }
+    }
+    pub fn opt_bool(&self, path: &str) -> Result<Option<bool>> {
+        match self.get(path) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.err(path, format!("must be true or false, got {v}"))),
+        }
+    }
     /// A non-negative count.
     pub fn count(&self, path: &str) -> Result<Option<u64>> {
         match self.opt_num(path)? {
