@@ -1,0 +1,1 @@
+//! Issue 24 (hardening, third round): regression tests from its reproducers.
