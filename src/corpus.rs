@@ -8,7 +8,7 @@
 use crate::catalog::Catalog;
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::Result;
-use crate::measured::corpus::{read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, CorpusPoint};
+use crate::measured::corpus::{read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint};
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
 use crate::profile::{Deployment, EngineKind, EngineSettings};
 use crate::units::Dtype;
@@ -192,6 +192,40 @@ fn weight_dtype(p: &CorpusPoint, moe: bool, amd: bool) -> std::result::Result<Dt
     }
 }
 
+/// The engine settings the point's benchmark launched the engine with, where its setup states them.
+/// Benchmarkers size the per-step token budget so a whole prompt fits beside every running decode;
+/// an engine left at TensorRT-LLM's default (max_num_tokens 8192, no chunked prefill) would admit an
+/// 8192-token prompt only once no sequence is decoding, and a closed loop at concurrency 128 would
+/// run one request at a time (TTFT of minutes where the corpus measures 0.3 s).
+/// - InferenceX, TensorRT-LLM: `MAX_NUM_TOKENS=$(( (CONC+ISL+64+63)/64*64 ))`, at least 8192
+///   (SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_fp4_b200_trt.sh; the other
+///   TRT scripts give ISL + OSL + 256 or 16384/32768 by sequence length, all a whole prompt and more).
+///   Its vLLM and SGLang scripts vary by recipe and are left at the engines' defaults.
+/// - NVIDIA's rows (aiconfigurator's accuracy set): aiconfigurator's benchmark rules, assumed to be what
+///   generated their engines' configs (ai-dynamo/aiconfigurator 095f58a,
+///   src/aiconfigurator/generator/rule_plugin/benchmark/{trtllm,vllm,sglang}.rule): aggregated
+///   TensorRT-LLM `max_num_tokens = round_up(max_batch_size + ISL + 1500, tokens_per_block 32)`, vLLM
+///   `max_num_tokens = max_batch_size + ISL + 1500`, SGLang `max_prefill_tokens = ISL + 1500` with
+///   `enable_mixed_chunk`; max_batch_size is the concurrency.
+pub fn benchmark_settings(client: Client, engine: EngineKind, isl: u32, concurrency: u32) -> EngineSettings {
+    let mut s = EngineSettings { kind: Some(engine), ..EngineSettings::default() };
+    let (isl, conc) = (isl as u64, concurrency as u64);
+    let tokens = |v: u64| Some(v.min(u32::MAX as u64) as u32);
+    match (client, engine) {
+        (Client::InferenceX, EngineKind::Trtllm) => {
+            s.max_num_batched_tokens = tokens(((conc + isl + 64 + 63) / 64 * 64).max(8192));
+        }
+        (Client::InferenceX, _) => {}
+        (_, EngineKind::Trtllm) => s.max_num_batched_tokens = tokens((conc + isl + 1500).div_ceil(32) * 32),
+        (_, EngineKind::Vllm) => s.max_num_batched_tokens = tokens(conc + isl + 1500),
+        (_, EngineKind::Sglang) => {
+            s.max_prefill_tokens = tokens(isl + 1500);
+            s.enable_mixed_chunk = Some(true);
+        }
+    }
+    s
+}
+
 /// The KV cache's dtype: the launch script's where the source states it; else the engine's default
 /// for the checkpoint. vLLM and SGLang default `--kv-cache-dtype auto`, the model's activation dtype
 /// (BF16) whatever the weights' quantization (vllm/config/cache.py CacheDType; SGLang server_args
@@ -261,7 +295,7 @@ pub fn express(
         engine,
         weight_dtype: w,
         kv_dtype: kv,
-        settings: EngineSettings { kind: Some(engine), ..EngineSettings::default() },
+        settings: benchmark_settings(p.client, engine, p.isl, p.concurrency),
     };
     check(&deployment).map_err(Refusal::DoesNotResolve)?;
     let requests = p.requests.unwrap_or(NVIDIA_ROUNDS * p.concurrency as u64);
