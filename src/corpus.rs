@@ -213,7 +213,7 @@ pub fn benchmark_settings(client: Client, engine: EngineKind, isl: u32, concurre
     let tokens = |v: u64| Some(v.min(u32::MAX as u64) as u32);
     match (client, engine) {
         (Client::InferenceX, EngineKind::Trtllm) => {
-            s.max_num_batched_tokens = tokens(((conc + isl + 64 + 63) / 64 * 64).max(8192));
+            s.max_num_batched_tokens = tokens(((conc + isl + 64).div_ceil(64) * 64).max(8192));
         }
         (Client::InferenceX, _) => {}
         (_, EngineKind::Trtllm) => s.max_num_batched_tokens = tokens((conc + isl + 1500).div_ceil(32) * 32),
@@ -226,12 +226,24 @@ pub fn benchmark_settings(client: Client, engine: EngineKind, isl: u32, concurre
     s
 }
 
-/// The KV cache's dtype: the launch script's where the source states it; else the engine's default
-/// for the checkpoint. vLLM and SGLang default `--kv-cache-dtype auto`, the model's activation dtype
-/// (BF16) whatever the weights' quantization (vllm/config/cache.py CacheDType; SGLang server_args
-/// kv_cache_dtype "auto"); TensorRT-LLM takes the checkpoint's `kv_cache_quant_algo`, FP8 in
-/// NVIDIA's ModelOpt FP8 and NVFP4 checkpoints (FACTS-hardware-engines.md, quantization formats),
-/// so FP8 where the weights are quantized to 8 bits or fewer.
+/// The KV cache's dtype: the launch script's where the source states it (inferencex-dsr1's
+/// metadata); else what the point's benchmark setup is known to use:
+/// - TensorRT-LLM takes the checkpoint's `kv_cache_quant_algo`, FP8 in NVIDIA's ModelOpt FP8 and NVFP4
+///   checkpoints (FACTS-hardware-engines.md, quantization formats), so FP8 where the weights are
+///   quantized to 8 bits or fewer, whoever ran it.
+/// - InferenceX's other rows (aic-e2e `db-dump`): its launch scripts pass `--kv-cache-dtype fp8` for
+///   every quantized deployment in the corpus (MiniMax-M2.5 FP8/FP4 on B200 and H200, Kimi-K2.5 FP4,
+///   Qwen3.5 FP8/FP4, DeepSeek on B200) except DeepSeek FP8 on H200 under SGLang
+///   (SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/, e.g. minimaxm2.5_fp8_b200.sh,
+///   dsr1_fp8_h200.sh; scripts as of the snapshot read, the runs may predate them).
+/// - NVIDIA's rows: aiconfigurator, whose accuracy set they are, replays them with an FP8 KV cache
+///   when the checkpoint named is itself FP8 or NVFP4 (aic-core sdk/models/helpers.py
+///   `_infer_quant_modes_from_raw_config`, 095f58a): DeepSeek-R1/V3, MiniMax-M2.5 and
+///   Qwen3-235B-A22B-FP8 declare `quant_method: fp8` in their config.json (calibration/corpus/configs),
+///   `nvidia/*-FP8` and `*-NVFP4` are ModelOpt checkpoints.
+/// - Otherwise the engines' default `--kv-cache-dtype auto`, the model's activation dtype (BF16)
+///   whatever the weights' quantization (vllm/config/cache.py CacheDType; SGLang server_args
+///   kv_cache_dtype "auto").
 fn kv_dtype(p: &CorpusPoint, engine: EngineKind, w: Dtype) -> std::result::Result<Dtype, Refusal> {
     if let Some(kv) = &p.kv_dtype {
         return match kv.as_str() {
@@ -240,10 +252,28 @@ fn kv_dtype(p: &CorpusPoint, engine: EngineKind, w: Dtype) -> std::result::Resul
             other => Err(Refusal::UnknownDtype(format!("kv cache {other}"))),
         };
     }
-    Ok(match (engine, w) {
-        (EngineKind::Trtllm, Dtype::Fp8 | Dtype::Nvfp4 | Dtype::Mxfp4) => Dtype::Fp8,
-        _ => Dtype::Bf16,
-    })
+    let quantized = matches!(w, Dtype::Fp8 | Dtype::Nvfp4 | Dtype::Mxfp4 | Dtype::Int4);
+    let fp8 = match (p.client, engine) {
+        (_, EngineKind::Trtllm) => quantized && w != Dtype::Int4,
+        // inferencex-dsr1's metadata read the scripts: no flag there means the engine's default.
+        (Client::InferenceX, _) if p.set != "aic-e2e" => false,
+        (Client::InferenceX, _) => {
+            let deepseek_h200_sglang = p.model.to_ascii_lowercase().contains("deepseek")
+                && p.gpu.starts_with("h200")
+                && engine == EngineKind::Sglang;
+            quantized && !deepseek_h200_sglang
+        }
+        (Client::NvidiaInternal | Client::NvidiaGapAnalysis, _) => checkpoint_is_fp8_or_nvfp4(&p.model),
+    };
+    Ok(if fp8 { Dtype::Fp8 } else { Dtype::Bf16 })
+}
+
+/// Whether the checkpoint a NVIDIA row names is itself FP8 or NVFP4 (see [`kv_dtype`]).
+fn checkpoint_is_fp8_or_nvfp4(model_path: &str) -> bool {
+    const NATIVE_FP8: &[&str] =
+        &["deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", "MiniMaxAI/MiniMax-M2.5", "zai-org/GLM-5-FP8"];
+    let upper = model_path.to_ascii_uppercase();
+    NATIVE_FP8.contains(&model_path) || upper.ends_with("-FP8") || upper.ends_with("-NVFP4")
 }
 
 /// Whether `p` can be replayed, and as what. `check` resolves the deployment (memory, context) and
