@@ -234,7 +234,8 @@ fn row(p: &Point, protocol: Protocol, predicted: Option<f64>, note: String) -> R
         input_tokens: p.input_tokens,
         measured: p.value,
         predicted,
-        error_pct: predicted.map(|v| (v - p.value) / p.value * 100.0),
+        // A figure of 0 has no relative error (not +inf%).
+        error_pct: predicted.filter(|_| p.value > 0.0).map(|v| (v - p.value) / p.value * 100.0),
         flagged: p.is_flagged(),
         protocol: protocol.as_str().into(),
         note,
@@ -336,7 +337,8 @@ pub fn band_coverage(rows: &[Row]) -> (usize, usize) {
 
 /// Coverage of a user's runs' bands over every statistic.
 pub fn run_band_coverage(rows: &[RunRow]) -> (usize, usize) {
-    coverage(rows.iter().map(|r| (r.measured, r.band)))
+    // A statistic measured as 0 is not compared: no band holds it, and none should be asked to.
+    coverage(rows.iter().filter(|r| r.measured > 0.0).map(|r| (r.measured, r.band)))
 }
 
 /// The profiles of every report but `source` (and its duplicates).
@@ -524,7 +526,14 @@ pub struct RunRow {
     pub error: Option<f64>,
     /// The prediction's +-1 sigma band (as `Row::band`).
     pub band: Option<(f64, f64)>,
+    /// Why `error` is None: the statistic was measured as 0 (no relative error), or the replay gave no
+    /// value for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_compared: Option<String>,
 }
+
+/// Why a statistic measured as 0 is not compared.
+pub const MEASURED_ZERO: &str = "measured as 0: relative error undefined";
 
 /// The metric classes of [`RunRow`] summaries.
 pub const RUN_METRIC_CLASSES: &[(&str, &[&str])] = &[
@@ -569,6 +578,11 @@ pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<Ru
                         measured: p.value,
                         predicted,
                         error: predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value),
+                        not_compared: if p.value <= 0.0 {
+                            Some(MEASURED_ZERO.to_string())
+                        } else {
+                            predicted.is_none().then(|| "the replay gives no value for it".to_string())
+                        },
                     }
                 })
                 .collect::<Vec<_>>()

@@ -325,7 +325,11 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
                 num(r.measured, 4),
                 fmt_opt(r.predicted, 4),
                 r.band.map_or("-".into(), |(lo, hi)| format!("{} .. {}", num(lo, 4), num(hi, 4))),
-                r.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0)),
+                match (r.error, r.measured > 0.0) {
+                    (Some(e), _) => format!("{:+.1}%", e * 100.0),
+                    (None, false) => "n/a (measured 0)".into(),
+                    (None, true) => "-".into(),
+                },
             ]
         })
         .collect();
@@ -345,6 +349,16 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
     println!("{}", table(&["class", "count", "median |error|", "p90 |error|", "mean error"], &s));
     if let Some(line) = coverage_text(coverage, "measured statistics") {
         println!("{line}");
+    }
+    let zero: Vec<String> =
+        rows.iter().filter(|r| r.measured <= 0.0).map(|r| format!("{} {} {}", r.run, r.metric, r.stat)).collect();
+    if !zero.is_empty() {
+        println!(
+            "not compared ({} statistic(s) {}, left out of the summary): {}",
+            zero.len(),
+            validate::MEASURED_ZERO,
+            zero.join(", ")
+        );
     }
     if failed > 0 {
         println!("{failed} failed request(s) in the files are counted above, not replayed");
