@@ -522,14 +522,11 @@ pub struct RunRow {
     pub stat: String,
     pub measured: f64,
     pub predicted: Option<f64>,
-    /// (predicted - measured) / measured, a fraction (0.05 = 5% over).
+    /// (predicted - measured) / measured, a fraction (0.05 = 5% over); None without a prediction, or
+    /// for a statistic measured as 0 ([`MEASURED_ZERO`]).
     pub error: Option<f64>,
     /// The prediction's +-1 sigma band (as `Row::band`).
     pub band: Option<(f64, f64)>,
-    /// Why `error` is None: the statistic was measured as 0 (no relative error), or the replay gave no
-    /// value for it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub not_compared: Option<String>,
 }
 
 /// Why a statistic measured as 0 is not compared.
@@ -578,11 +575,6 @@ pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<Ru
                         measured: p.value,
                         predicted,
                         error: predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value),
-                        not_compared: if p.value <= 0.0 {
-                            Some(MEASURED_ZERO.to_string())
-                        } else {
-                            predicted.is_none().then(|| "the replay gives no value for it".to_string())
-                        },
                     }
                 })
                 .collect::<Vec<_>>()

@@ -2,11 +2,11 @@
 //! the statistics that can be compared at all, and the refusal of a user's runs that cannot be
 //! replayed (a profile fitted to runs it never simulated would be the priors under the runs' name).
 
+use super::runs::why_not_replayed;
 use super::Target;
 use crate::catalog::Catalog;
 use crate::data::Point;
 use crate::error::{Error, Result};
-use crate::experiment::run_workload;
 use crate::measured::{Run, RunLoad};
 use crate::profile::{EngineSettings, ProfileFile};
 use std::sync::Arc;
@@ -87,7 +87,7 @@ pub(super) fn refuse_unreplayed(
                 .map(|(_, p)| format!("{} {}", p.metric, crate::metrics::stat_name(p.stat)))
                 .collect();
             let all = pts.iter().filter(|p| p.run.as_ref().is_some_and(|r| Arc::ptr_eq(r, run))).count();
-            format!("{} ({}): {}", run.label(), run.source.file, reason(&profile, run, &stats, all))
+            format!("{} ({}): {}", run.label(), run.source.file, why_not_replayed(&profile, run, &stats, all))
         })
         .collect();
     Err(Error::Infeasible(format!(
@@ -111,27 +111,4 @@ fn distinct<'a>(runs: impl Iterator<Item = &'a Arc<Run>>) -> Vec<&'a Arc<Run>> {
         }
     }
     out
-}
-
-/// Why the replay of `run` gives no value for `stats` (of its `all` statistics), in the run's terms.
-fn reason(profile: &crate::profile::Profile, run: &Run, stats: &[String], all: usize) -> String {
-    let msg = |e: Error| match e {
-        Error::Input { msg, .. } => msg,
-        other => other.to_string(),
-    };
-    match run_workload(run) {
-        Err(e) => format!("its load cannot be replayed: {}", msg(e)),
-        Ok(w) => match w.check_context(profile.arch.max_context, &profile.arch.name) {
-            Err(e) => format!(
-                "mean lengths {} in / {} out: {}",
-                crate::error::fmt_num(run.input_tokens_mean),
-                crate::error::fmt_num(run.output_tokens_mean),
-                msg(e)
-            ),
-            Ok(()) if stats.len() == all => {
-                "its replay completed no request (every one rejected by the engine or unfinished)".to_string()
-            }
-            Ok(()) => format!("its replay gives no value for {}", stats.join(", ")),
-        },
-    }
 }

@@ -2,7 +2,7 @@
 //! user's own benchmark runs (`--runs`).
 
 use super::{parse_dtype, ProfileArgs, KV_DTYPES, WEIGHT_DTYPES};
-use capsim::calibrate::runs::{target_for_runs, Deployment, FileProvenance};
+use capsim::calibrate::runs::{files_model, is_fp8_name, target_for_runs, Deployment, FileProvenance};
 use capsim::calibrate::{self, report_text, FitOptions, FitReport, Target};
 use capsim::catalog::Catalog;
 use capsim::data::{self, Point, ReportMeta};
@@ -93,10 +93,27 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             "calibrating from --runs fits a new profile; name the deployment with --model and --gpu",
         ));
     }
+    let files = files_model(runs, catalog)?;
     let model = match &a.model {
-        Some(m) => m.clone(),
+        Some(m) => {
+            // A profile named after one model and fitted to another's runs is wrong under either name.
+            if let (Some(id), Ok(flag)) = (&files, catalog.model(m)) {
+                if let Ok(named) = catalog.model(id) {
+                    if !named.same_architecture(&flag) {
+                        return Err(Error::flag(
+                            "--model",
+                            format!(
+                                "`{m}` contradicts the files, which measured `{id}` ({}): leave --model out to take the files' model, or pass runs of `{m}`",
+                                named.name
+                            ),
+                        ));
+                    }
+                }
+            }
+            m.clone()
+        }
         None => {
-            let id = runs.iter().find_map(|r| r.source.model_id.clone()).ok_or_else(|| {
+            let id = files.clone().ok_or_else(|| {
                 Error::flag("--model", "required: the files name no model (give a catalog name or a config.json)")
             })?;
             let arch = catalog.model(&id).map_err(|_| {
@@ -121,11 +138,23 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             EngineKind::Vllm
         }
     };
+    let fp8_named = [Some(model.as_str()), files.as_deref()].into_iter().flatten().find(|m| is_fp8_name(m));
     let weight_dtype = match &a.precision {
-        Some(p) => parse_dtype("--precision", p, WEIGHT_DTYPES)?,
+        Some(p) => {
+            let d = parse_dtype("--precision", p, WEIGHT_DTYPES)?;
+            // An FP8 checkpoint is served with FP8 weights: another precision is a different deployment.
+            if let (Some(name), false) = (fp8_named, d == Dtype::Fp8) {
+                return Err(Error::flag(
+                    "--precision",
+                    format!(
+                        "{d} contradicts the model `{name}`, an FP8 checkpoint: give --precision fp8 or leave it out"
+                    ),
+                ));
+            }
+            d
+        }
         None => {
-            let named = [Some(model.as_str())].into_iter().chain(runs.iter().map(|r| r.source.model_id.as_deref()));
-            let fp8 = named.flatten().any(|m| m.to_ascii_lowercase().contains("fp8"));
+            let fp8 = fp8_named.is_some();
             let d = if fp8 { Dtype::Fp8 } else { Dtype::Bf16 };
             notes.push(format!("weight precision not given (--precision): {d} assumed from the model name"));
             d

@@ -120,9 +120,10 @@ fn runs_that_cannot_be_replayed_or_compared_are_refused_or_said() {
     let zero_rows: Vec<&serde_json::Value> =
         v["rows"].as_array().unwrap().iter().filter(|r| r["measured"] == 0.0).collect();
     assert_eq!(zero_rows.len(), 1);
-    assert!(
-        zero_rows[0]["error"].is_null() && zero_rows[0]["not_compared"].as_str().unwrap().contains("measured as 0")
-    );
+    assert!(zero_rows[0]["error"].is_null());
+    let said = v["not_comparable"]["statistics"].as_array().unwrap();
+    assert!(said.len() == 1 && said[0].as_str().unwrap().ends_with("ttft_s mean"), "{said:?}");
+    assert!(v["not_comparable"]["why"].as_str().unwrap().contains("measured as 0"));
 
     // Every statistic 0: nothing comparable, refused naming them.
     let none = dir.join("none");
@@ -140,5 +141,73 @@ fn runs_that_cannot_be_replayed_or_compared_are_refused_or_said() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("nothing to compare") && err.contains("mean_ttft_ms = 0"), "{err}");
     assert!(!out2.join("mine.toml").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Audit: runs of two models (or of one checkpoint at two precisions) in one folder were fitted, or
+/// validated, as the first file's model; a `--model` or `--precision` that contradicts the files was
+/// taken as said. Refused naming each model and a file of it, or the flag.
+#[test]
+fn runs_of_two_models_or_against_the_flags_are_refused() {
+    let dir = tmp_dir("mixed");
+    let out = dir.join("out");
+    let two_models = dir.join("two_models");
+    std::fs::create_dir_all(&two_models).unwrap();
+    std::fs::copy(fixture("vllm/sweep/low/c1_in1024.json"), two_models.join("c1.json")).unwrap();
+    std::fs::copy(fixture("sglang/bench_serving.jsonl"), two_models.join("sglang.jsonl")).unwrap();
+    let two_precisions = dir.join("two_precisions");
+    std::fs::create_dir_all(&two_precisions).unwrap();
+    std::fs::copy(fixture("vllm/sweep/low/c1_in1024.json"), two_precisions.join("c1.json")).unwrap();
+    std::fs::copy(fixture("vllm/detailed_c2.json"), two_precisions.join("fp8.json")).unwrap();
+    for (runs, a, b) in [
+        (&two_models, "Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen3-Coder-Next-FP8"),
+        (&two_precisions, "Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"),
+    ] {
+        let (code, _, err) = calibrate_runs(runs, &out, &[]);
+        assert_eq!(code, 2, "{err}");
+        for needle in ["--runs", "2 different models", &format!("`{a}`"), &format!("`{b}`")] {
+            assert!(err.contains(needle), "should name {needle}: {err}");
+        }
+        assert!(!out.join("mine.toml").exists());
+        let (code, _, err) = capsim(&["validate", "--runs", runs.to_str().unwrap(), "--gpu", "H200 SXM"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("2 different models"), "{err}");
+    }
+    // Flags against the files: another model, another precision than the FP8 checkpoint's.
+    let low = fixture("vllm/sweep/low");
+    let (code, _, err) = calibrate_runs(&low, &out, &["--model", "Mistral-7B-Instruct-v0.3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--model") && err.contains("contradicts the files"), "{err}");
+    let (code, _, err) = calibrate_runs(&fixture("vllm/detailed_c2.json"), &out, &["--precision", "bf16"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--precision") && err.contains("FP8 checkpoint"), "{err}");
+    // The same model under its catalog name and as the files name it: accepted.
+    let (code, _, err) = calibrate_runs(&low, &out, &["--model", "Qwen3-Coder-30B-A3B-Instruct"]);
+    assert_eq!(code, 0, "{err}");
+    // validate replays on the --model it is given, and says that the files measured another.
+    let (code, _, err) =
+        capsim(&["validate", "--runs", low.to_str().unwrap(), "--gpu", "H200 SXM", "--model", "Qwen3-8B"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("not the model the files measured"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Audit: `validate --runs` of runs it cannot replay printed a column of dashes and an empty summary,
+/// exit 0. Each run is named with why, and with nothing compared the exit code is 3 (no answer).
+#[test]
+fn validate_says_why_runs_are_not_replayed() {
+    let dir = tmp_dir("vlong");
+    edited_run(&dir, "vllm/sweep/low/c1_in1024.json", "c1.json", &[("total_input_tokens", 16.0 * 300000.0)]);
+    let (code, stdout, err) = capsim(&["validate", "--runs", dir.to_str().unwrap(), "--gpu", "H200 SXM"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(stdout.contains("not replayed: ") && stdout.contains("c1.json") && stdout.contains("context of 262144"));
+    assert!(err.contains("no statistic of the 1 run(s) could be compared"), "{err}");
+    // One run that replays beside it: compared, exit 0, the other still named.
+    std::fs::copy(fixture("vllm/sweep/low/c2_in1024.json"), dir.join("c2.json")).unwrap();
+    let (code, stdout, err) = capsim(&["validate", "--runs", dir.to_str().unwrap(), "--gpu", "H200 SXM", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let nr = v["not_replayed"].as_array().unwrap();
+    assert!(nr.len() == 1 && nr[0].as_str().unwrap().contains("c1.json"), "{nr:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
