@@ -34,6 +34,13 @@ pub fn target_for_runs(
     if name.is_empty() || name.contains(['/', '\\']) {
         return Err(Error::flag("--name", format!("must be a plain file name, got `{name}`")));
     }
+    // `.` would write `..toml` and `..fit.txt`: hidden files the user would not find.
+    if name.starts_with('.') || name.chars().any(char::is_control) {
+        return Err(Error::flag(
+            "--name",
+            format!("must not start with `.` or hold control characters (it names visible files), got {name:?}"),
+        ));
+    }
     let arch = catalog.model(&d.model)?;
     let gpu = catalog.gpu(&d.gpu)?.name.clone();
     let mut assumptions: Vec<String> = files.iter().map(FileProvenance::line).collect();

@@ -276,7 +276,6 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             );
         (points, vec![], vec![t], calibrate::sha256_hex(all_sha.as_bytes()), command)
     };
-    std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let opts = FitOptions {
         use_point: &|_| true,
         max_evaluations: max_evals,
@@ -302,8 +301,12 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         })
         .collect();
     pb.finish_and_clear();
+    // Created once there is something to write: a refused fit leaves no empty folder behind.
+    if fits.iter().all(|(f, _)| f.is_ok()) {
+        std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
+    }
     for (fit, secs) in fits {
-        let (pf, rep) = fit?;
+        let (pf, rep) = fit.map_err(|e| as_flag(e, a.name.as_deref(), &a.deployment))?;
         fitted.push(pf.resolve(&pf.name, &catalog)?);
         let (toml_path, fit_path, txt) = write_profile(&a.out, &opts.command, &pf, &rep)?;
         if a.json {
@@ -344,6 +347,24 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&reports).expect("json"));
     }
     Ok(())
+}
+
+/// An error of the profile being fitted from --runs that a flag caused (`engine.max_num_seqs`,
+/// `gpu.tensor_parallel` in the profile the flags become), named by the flag the user typed.
+fn as_flag(e: Error, name: Option<&str>, d: &ProfileArgs) -> Error {
+    let Error::Input { at, msg } = &e else { return e };
+    let Some(field) = at.field.as_deref().filter(|_| name == Some(at.source.as_str())) else { return e };
+    let flag = match field {
+        "gpu.tensor_parallel" => "--tp".to_string(),
+        f => match f.strip_prefix("engine.") {
+            Some(k) => format!("--{}", k.replace('_', "-")),
+            None => return e,
+        },
+    };
+    match d.given_flags().into_iter().find(|g| *g == flag) {
+        Some(g) => Error::flag(g, msg.clone()),
+        None => e,
+    }
 }
 
 /// `capsim calibrate --corpus`: the learned step model (crate::calibrate::corpus).

@@ -211,3 +211,32 @@ fn validate_says_why_runs_are_not_replayed() {
     assert!(nr.len() == 1 && nr[0].as_str().unwrap().contains("c1.json"), "{nr:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Audit: a deployment flag the fitted profile cannot take was refused naming the profile's internal
+/// key (`x, field engine.max_num_seqs`, `gpu.tensor_parallel`), and `--name .` wrote hidden `..toml`
+/// files. Named by the flag; nothing written, no folder left behind.
+#[test]
+fn calibrate_names_the_flag_not_the_profile_key() {
+    let dir = tmp_dir("flags");
+    let out = dir.join("out");
+    let low = fixture("vllm/sweep/low");
+    for (extra, flag) in [
+        (&["--max-num-seqs", "0"][..], "field `--max-num-seqs`"),
+        (&["--tp", "3"][..], "field `--tp`"),
+        (&["--gpu-memory-utilization", "1.5"][..], "field `--gpu-memory-utilization`"),
+    ] {
+        let (code, _, err) = calibrate_runs(&low, &out, extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(flag) && !err.contains("engine.") && !err.contains("gpu.tensor"), "{extra:?}: {err}");
+        assert!(!out.exists(), "{extra:?} left {out:?}");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(["calibrate", "--runs", low.to_str().unwrap(), "--gpu", "H200 SXM", "--name", "."])
+        .args(["--out", out.to_str().unwrap(), "--max-evals", "20"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--name"));
+    assert!(!out.join("..toml").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
