@@ -234,7 +234,8 @@ fn row(p: &Point, protocol: Protocol, predicted: Option<f64>, note: String) -> R
         input_tokens: p.input_tokens,
         measured: p.value,
         predicted,
-        error_pct: predicted.map(|v| (v - p.value) / p.value * 100.0),
+        // A figure of 0 has no relative error (not +inf%).
+        error_pct: predicted.filter(|_| p.value > 0.0).map(|v| (v - p.value) / p.value * 100.0),
         flagged: p.is_flagged(),
         protocol: protocol.as_str().into(),
         note,
@@ -336,7 +337,8 @@ pub fn band_coverage(rows: &[Row]) -> (usize, usize) {
 
 /// Coverage of a user's runs' bands over every statistic.
 pub fn run_band_coverage(rows: &[RunRow]) -> (usize, usize) {
-    coverage(rows.iter().map(|r| (r.measured, r.band)))
+    // A statistic measured as 0 is not compared: no band holds it, and none should be asked to.
+    coverage(rows.iter().filter(|r| r.measured > 0.0).map(|r| (r.measured, r.band)))
 }
 
 /// The profiles of every report but `source` (and its duplicates).
@@ -520,11 +522,15 @@ pub struct RunRow {
     pub stat: String,
     pub measured: f64,
     pub predicted: Option<f64>,
-    /// (predicted - measured) / measured, a fraction (0.05 = 5% over).
+    /// (predicted - measured) / measured, a fraction (0.05 = 5% over); None without a prediction, or
+    /// for a statistic measured as 0 ([`MEASURED_ZERO`]).
     pub error: Option<f64>,
     /// The prediction's +-1 sigma band (as `Row::band`).
     pub band: Option<(f64, f64)>,
 }
+
+/// Why a statistic measured as 0 is not compared.
+pub const MEASURED_ZERO: &str = "measured as 0: relative error undefined";
 
 /// The metric classes of [`RunRow`] summaries.
 pub const RUN_METRIC_CLASSES: &[(&str, &[&str])] = &[

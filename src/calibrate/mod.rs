@@ -11,13 +11,16 @@
 //! The calibrator knows the simulator only through its public entry points.
 
 pub mod corpus;
+mod inputs;
 pub mod nelder_mead;
 mod priors;
 mod report;
 pub mod runs;
 mod stage_a;
+mod targets;
 
 pub use report::report_text;
+pub use targets::targets;
 
 use crate::catalog::{Catalog, ModelArch};
 use crate::data::{Point, ReportMeta};
@@ -25,8 +28,8 @@ use crate::error::{Error, Result};
 use crate::experiment::{is_replayable, predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::metrics::StatKind;
 use crate::profile::{
-    CoefficientCovariance, CoefficientSigmas, Coefficients, EngineKind, EngineSettings, FitQuality, GpuRef, ModelRef,
-    ProfileFile, Provenance,
+    CoefficientCovariance, CoefficientSigmas, Coefficients, EngineSettings, FitQuality, GpuRef, ModelRef, ProfileFile,
+    Provenance,
 };
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
@@ -45,108 +48,9 @@ pub struct Target {
     pub deployment: crate::profile::Deployment,
     pub assumptions: Vec<String>,
     /// Engine settings the report does not state, tried in turn (a discrete experiment unknown); the
-    /// variant with the lower objective is kept and named in the provenance.
+    /// variant with the lower objective is kept and named in the provenance. A single variant is the
+    /// settings as stated (a user's runs: the flags), fitted whatever they are.
     pub variants: Vec<(String, EngineSettings)>,
-}
-
-fn slug(s: &str) -> String {
-    s.to_ascii_lowercase().replace([' ', '/', '_'], "-")
-}
-
-/// The calibration targets: one per independent report.
-pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
-    let mut out = Vec::new();
-    for m in metas.iter().filter(|m| m.independent) {
-        let mut assumptions = Vec::new();
-        let arch = catalog.model(&m.model)?;
-        let gpu = match catalog.gpu(&m.gpu) {
-            Ok(g) => g.name.clone(),
-            Err(_) => {
-                let fam = catalog.gpu_family(&m.gpu);
-                let g = fam.iter().find(|g| g.name.contains("SXM")).or(fam.first()).ok_or_else(|| {
-                    Error::input(
-                        format!("calibration/reports/{}", m.report),
-                        None,
-                        Some("gpu"),
-                        format!("unknown GPU `{}`", m.gpu),
-                    )
-                })?;
-                assumptions.push(format!("GPU variant not stated ('{}'): {} assumed", m.gpu, g.name));
-                g.name.clone()
-            }
-        };
-        let engine = match m.engine.as_str() {
-            "vllm" => EngineKind::Vllm,
-            "sglang" => EngineKind::Sglang,
-            "trtllm" | "tensorrt-llm" => EngineKind::Trtllm,
-            _ => {
-                assumptions.push("engine not stated: vLLM V1 scheduling assumed".into());
-                EngineKind::Vllm
-            }
-        };
-        let weight_dtype = m.precision().unwrap_or_else(|| {
-            assumptions.push("precision not stated: FP8 weights assumed (BF16 weights would leave too little KV for the report's 32K x 8 capacity on 80 GB)".into());
-            Dtype::Fp8
-        });
-        let kv_dtype = m.kv_dtype().unwrap_or_else(|| {
-            assumptions
-                .push("KV cache dtype not stated: BF16 assumed (the engines' 'auto' for these checkpoints)".into());
-            Dtype::Bf16
-        });
-        let profile_name = format!("{}-{}_{}_{}", slug(&arch.name), weight_dtype, slug(&gpu), engine.as_str());
-        let variants = match engine {
-            EngineKind::Vllm if m.engine == "vllm" => vec![("vLLM defaults".to_string(), EngineSettings::default())],
-            // Engine not stated: its running-sequence cap is an unknown of the experiment too.
-            EngineKind::Vllm => vec![
-                ("vLLM defaults".to_string(), EngineSettings::default()),
-                ("max_num_seqs 128".to_string(), EngineSettings { max_num_seqs: Some(128), ..Default::default() }),
-                // A client that holds at most 100 requests in flight (aiohttp's TCPConnector and httpx's
-                // default connection limits) caps the running batch exactly as max_num_seqs 100 does.
-                (
-                    "100 in flight (a client's default connection limit)".to_string(),
-                    EngineSettings { max_num_seqs: Some(100), ..Default::default() },
-                ),
-                ("max_num_seqs 64".to_string(), EngineSettings { max_num_seqs: Some(64), ..Default::default() }),
-            ],
-            EngineKind::Trtllm => vec![("TensorRT-LLM defaults".to_string(), EngineSettings::default())],
-            EngineKind::Sglang => vec![
-                ("SGLang defaults (decodes wait during prefill batches)".to_string(), EngineSettings::default()),
-                (
-                    "SGLang with --enable-mixed-chunk (decodes ride in prefill batches)".to_string(),
-                    EngineSettings { enable_mixed_chunk: Some(true), ..Default::default() },
-                ),
-                (
-                    "SGLang with a decode batch between prefill batches (decode-friendly interleaving)".to_string(),
-                    EngineSettings { interleave_decode: Some(true), ..Default::default() },
-                ),
-            ],
-        };
-        out.push(Target {
-            report: m.report.clone(),
-            description: format!(
-                "{} {} on 1x {} under {} (report {})",
-                arch.name,
-                weight_dtype.to_string().to_uppercase(),
-                gpu,
-                engine.as_str(),
-                &m.report[..3]
-            ),
-            profile_name,
-            deployment: crate::profile::Deployment {
-                model: arch.name.clone(),
-                gpu,
-                tensor_parallel: 1,
-                expert_parallel: false,
-                engine,
-                weight_dtype,
-                kv_dtype,
-                settings: EngineSettings::default(),
-            },
-            assumptions,
-            variants,
-        });
-    }
-    Ok(out)
 }
 
 /// Options of one calibration.
@@ -191,6 +95,8 @@ pub struct FitReport {
     pub excluded: Vec<(usize, String)>,
     /// Points not simulated per experiment (capacity figures, summaries over scenarios, power...).
     pub not_replayed: usize,
+    /// Statistics left out because no relative error can be taken of them (measured as 0), each why.
+    pub not_comparable: Vec<String>,
     pub context_tokens_range: [u64; 2],
     pub concurrency_range: [u32; 2],
     pub stop_reason: StopReason,
@@ -327,10 +233,7 @@ pub fn calibrate(
 ) -> Result<(ProfileFile, FitReport)> {
     let mut best: Option<(ProfileFile, FitReport)> = None;
     let mut tried = Vec::new();
-    // A running-sequence cap at or above the report's highest concurrency cannot change anything.
-    let max_conc = points.iter().filter(|p| p.report == t.report).filter_map(|p| p.concurrency).max().unwrap_or(1);
-    let variants: Vec<&(String, EngineSettings)> =
-        t.variants.iter().filter(|(_, v)| v.max_num_seqs.is_none_or(|c| c < max_conc)).collect();
+    let variants = inputs::variants_to_fit(t, points);
     // Each variant gets the whole budget: their objectives are compared, and a fit cut short by a
     // smaller share loses to a converged one for that reason alone (report 002 at 800 evaluations
     // each: vLLM defaults 5.21; at 2000: 2.58). The variants are fitted in parallel (each fit's
@@ -344,7 +247,9 @@ pub fn calibrate(
             best = Some((pf, rep));
         }
     }
-    let (mut pf, mut rep) = best.expect("at least one variant");
+    let Some((mut pf, mut rep)) = best else {
+        return Err(Error::Infeasible(format!("{}: no engine settings to fit", t.report)));
+    };
     if variants.len() > 1 {
         let chosen = variants
             .iter()
@@ -376,16 +281,25 @@ fn calibrate_variant(
     let report_pts: Vec<&Point> = points.iter().filter(|p| p.report == t.report).collect();
     let excluded: Vec<(usize, String)> =
         report_pts.iter().filter(|p| p.is_flagged()).map(|p| (p.line, p.flags.join(" | "))).collect();
-    let fit_pts: Vec<&Point> = report_pts
-        .iter()
-        .copied()
-        .filter(|p| {
-            !p.is_flagged() && is_replayable(p, metas) && p.metric != "capacity_requests" && (opts.use_point)(p)
-        })
-        .collect();
+    let usable = |p: &&Point| {
+        !p.is_flagged() && is_replayable(p, metas) && p.metric != "capacity_requests" && (opts.use_point)(p)
+    };
+    let not_comparable: Vec<String> =
+        report_pts.iter().copied().filter(usable).filter_map(inputs::not_comparable).collect();
+    let fit_pts: Vec<&Point> =
+        report_pts.iter().copied().filter(usable).filter(|p| inputs::not_comparable(p).is_none()).collect();
     let not_replayed = report_pts.iter().filter(|p| !p.is_flagged() && !is_replayable(p, metas)).count();
     if fit_pts.is_empty() {
-        return Err(Error::Infeasible(format!("{}: no usable points to calibrate on", t.report)));
+        return Err(Error::Infeasible(if not_comparable.is_empty() {
+            format!("{}: no usable points to calibrate on", t.report)
+        } else {
+            let quotes: Vec<String> = report_pts.iter().copied().filter(usable).map(|p| p.quote.clone()).collect();
+            format!(
+                "{}: nothing to compare a fit with: every statistic is measured as 0, whose relative error is undefined ({})",
+                t.report,
+                quotes.join("; ")
+            )
+        }));
     }
     let base_budget = crate::profile::default_prefill_budget(t.deployment.engine, &EngineSettings::default(), &gpu);
     let (v0, stage_notes, mut unident, mut physics) = stage_a(&arch, t, &gpu, &fit_pts, base_budget);
@@ -502,6 +416,15 @@ fn calibrate_variant(
         Some(sh) => shared_priors(sh, &arch, &gpu, t, base_budget),
         None => priors(&arch),
     };
+    // A user's run the replay gives nothing for is refused before the search, not after minutes of it.
+    let v_start = space.full(&x0);
+    inputs::refuse_unreplayed(
+        t,
+        &profile_file(t, &build(&v_start), variant),
+        catalog,
+        &fit_pts,
+        &predict_all(&v_start),
+    )?;
     let prior_list: Vec<(usize, f64, f64, String)> =
         all_priors.into_iter().filter(|(i, ..)| active.contains(i)).collect();
     let prior_penalty =
@@ -555,6 +478,7 @@ fn calibrate_variant(
     let v = space.full(&nm.x);
     let b = build(&v);
     let preds = predict_all(&v);
+    inputs::refuse_unreplayed(t, &profile_file(t, &b, variant), catalog, &fit_pts, &preds)?;
 
     // Laplace (Gauss-Newton) approximation of the coefficients' uncertainty: the Jacobian of the log
     // residuals by central differences, covariance = residual variance x (J'J)^-1 over the active
@@ -562,7 +486,13 @@ fn calibrate_variant(
     // against attention) that a per-coordinate curvature ignores; its diagonal gives each marginal
     // sigma (relative, as the parameters are logs; 1.0 marks a direction the data leaves flat).
     let residuals = |v: &[f64; N_PARAMS]| -> Vec<f64> {
-        predict_all(v).iter().zip(&fit_pts).map(|(pr, p)| pr.map_or(10f64.ln(), |x| (x / p.value).ln())).collect()
+        // As in the objective: a prediction that is not a positive number is a tenfold miss, so that a
+        // perturbed replay that yields nothing cannot make the curvature (and the profile) non-finite.
+        let miss = |pr: &Option<f64>, p: &Point| match pr {
+            Some(x) if *x > 0.0 && x.is_finite() => (x / p.value).ln(),
+            _ => 10f64.ln(),
+        };
+        predict_all(v).iter().zip(&fit_pts).map(|(pr, p)| miss(pr, p)).collect()
     };
     let r0 = residuals(&v);
     let dof = (fit_pts.len() as f64 - active.len() as f64).max(1.0);
@@ -580,6 +510,13 @@ fn calibrate_variant(
         })
         .collect();
     let cov = gauss_newton_covariance(&jac, sigma_r2);
+    if cov.is_none() {
+        unident.push(format!(
+            "coefficient uncertainty: the residuals' curvature over the {} compared statistics cannot be inverted (residual variance {}); every fitted coefficient's sigma is 100%",
+            fit_pts.len(),
+            crate::error::fmt_num(sigma_r2)
+        ));
+    }
     let sig = |i: usize| -> f64 {
         match active.iter().position(|&a| a == i) {
             None => 0.0,
@@ -661,6 +598,7 @@ fn calibrate_variant(
     let mut notes = t.assumptions.clone();
     notes.extend(stage_notes.iter().cloned());
     notes.extend(unident.iter().map(|u| format!("unidentifiable: {u}")));
+    notes.extend(not_comparable.iter().map(|w| format!("not compared: {w}")));
     notes.extend(prior_list.iter().map(|(.., d)| format!("weak prior (one pseudo-observation): {d}")));
     notes.push(format!(
         "experiment unknowns fitted: {:.2} requests per client in closed-loop tests, {:.2} in tests of unknown load (1 = burst); KV memory fraction {:.3}",
@@ -695,6 +633,7 @@ fn calibrate_variant(
         rows,
         excluded,
         not_replayed,
+        not_comparable: not_comparable.clone(),
         context_tokens_range: ctx_range,
         concurrency_range: conc_range,
         stop_reason: nm.stop,

@@ -80,5 +80,11 @@ pub fn report_text(r: &FitReport) -> String {
         s += &format!("  line {line}: {why}\n");
     }
     s += &format!("not fitted ({} points): capacity figures (replayed by `capsim validate`), power, success rates, request counts\n", r.not_replayed);
+    if !r.not_comparable.is_empty() {
+        s += &format!("not compared ({}):\n", r.not_comparable.len());
+        for why in &r.not_comparable {
+            s += &format!("  {why}\n");
+        }
+    }
     s
 }

@@ -34,6 +34,13 @@ pub fn target_for_runs(
     if name.is_empty() || name.contains(['/', '\\']) {
         return Err(Error::flag("--name", format!("must be a plain file name, got `{name}`")));
     }
+    // `.` would write `..toml` and `..fit.txt`: hidden files the user would not find.
+    if name.starts_with('.') || name.chars().any(char::is_control) {
+        return Err(Error::flag(
+            "--name",
+            format!("must not start with `.` or hold control characters (it names visible files), got {name:?}"),
+        ));
+    }
     let arch = catalog.model(&d.model)?;
     let gpu = catalog.gpu(&d.gpu)?.name.clone();
     let mut assumptions: Vec<String> = files.iter().map(FileProvenance::line).collect();
@@ -64,4 +71,75 @@ pub fn target_for_runs(
         assumptions,
         variants: vec![("engine settings as given".to_string(), d.settings.clone())],
     })
+}
+
+/// The model the runs measured, as their files name it (None where no file names one). Runs of two
+/// models in one folder, or of one checkpoint at two precisions, are two deployments, and one profile
+/// fitted to (or checked against) both is right for neither: refused, naming each model, how many
+/// runs and a file of it. Two names of one model (an organisation prefix, a catalog alias) are one.
+pub fn files_model(runs: &[Run], catalog: &Catalog) -> Result<Option<String>> {
+    // (what identifies the model, the first id naming it, its first file, runs)
+    let mut seen: Vec<(String, String, String, usize)> = Vec::new();
+    for r in runs {
+        let Some(id) = r.source.model_id.as_deref().map(str::trim).filter(|id| !id.is_empty()) else {
+            continue;
+        };
+        let key = model_key(id, catalog);
+        match seen.iter_mut().find(|s| s.0 == key) {
+            Some(s) => s.3 += 1,
+            None => seen.push((key, id.to_string(), r.source.file.clone(), 1)),
+        }
+    }
+    if seen.len() > 1 {
+        let each: Vec<String> =
+            seen.iter().map(|(_, id, file, n)| format!("`{id}` ({n} run(s), e.g. {file})")).collect();
+        return Err(Error::flag(
+            "--runs",
+            format!(
+                "the files measure {} different models or checkpoints: {}; a profile is of one deployment: pass the runs of one at a time",
+                seen.len(),
+                each.join(", ")
+            ),
+        ));
+    }
+    Ok(seen.pop().map(|s| s.1))
+}
+
+/// What identifies a model id for [`files_model`]: the catalog's architecture where it knows the id,
+/// else the id's last path segment, with whether it names an FP8 checkpoint.
+fn model_key(id: &str, catalog: &Catalog) -> String {
+    let base = catalog
+        .model(id)
+        .map(|a| a.name)
+        .unwrap_or_else(|_| id.trim_end_matches('/').rsplit('/').next().unwrap_or(id).to_ascii_lowercase());
+    format!("{base}{}", if is_fp8_name(id) { " fp8" } else { "" })
+}
+
+/// Whether a model name says it is an FP8 checkpoint (`...-FP8`, `fp8-dynamic`...).
+pub fn is_fp8_name(name: &str) -> bool {
+    name.to_ascii_lowercase().contains("fp8")
+}
+
+/// Why the replay of `run` on `profile` gives no value for `stats` (of its `all` statistics), in the
+/// run's terms: its load, its lengths against the model's context, or a replay that finished nothing.
+pub fn why_not_replayed(profile: &crate::profile::Profile, run: &Run, stats: &[String], all: usize) -> String {
+    let msg = |e: Error| match e {
+        Error::Input { msg, .. } => msg,
+        other => other.to_string(),
+    };
+    match crate::experiment::run_workload(run) {
+        Err(e) => format!("its load cannot be replayed: {}", msg(e)),
+        Ok(w) => match w.check_context(profile.arch.max_context, &profile.arch.name) {
+            Err(e) => format!(
+                "mean lengths {} in / {} out: {}",
+                crate::error::fmt_num(run.input_tokens_mean),
+                crate::error::fmt_num(run.output_tokens_mean),
+                msg(e)
+            ),
+            Ok(()) if stats.len() >= all => {
+                "its replay completed no request (every one rejected by the engine or unfinished)".to_string()
+            }
+            Ok(()) => format!("its replay gives no value for {}", stats.join(", ")),
+        },
+    }
 }

@@ -246,7 +246,11 @@ pub(super) fn gauss_newton_covariance(jac: &[Vec<f64>], sigma2: f64) -> Option<V
         row[i] += sigma2.max(1e-12);
     }
     let inv = invert(&a)?;
-    Some(inv.into_iter().map(|row| row.into_iter().map(|x| x * sigma2).collect()).collect())
+    let cov: Vec<Vec<f64>> = inv.into_iter().map(|row| row.into_iter().map(|x| x * sigma2).collect()).collect();
+    // Non-finite entries or a negative variance (a residual variance or curvature out of range) are no
+    // more usable than a singular matrix: None, which the fit reports, not a profile that fails to load.
+    let usable = cov.iter().flatten().all(|x| x.is_finite()) && (0..n).all(|i| cov[i][i] >= 0.0);
+    usable.then_some(cov)
 }
 
 /// Inverse of a small symmetric positive matrix by Gauss-Jordan elimination with partial pivoting;

@@ -2,7 +2,7 @@
 //! user's own benchmark runs (`--runs`).
 
 use super::{parse_dtype, ProfileArgs, KV_DTYPES, WEIGHT_DTYPES};
-use capsim::calibrate::runs::{target_for_runs, Deployment, FileProvenance};
+use capsim::calibrate::runs::{files_model, is_fp8_name, target_for_runs, Deployment, FileProvenance};
 use capsim::calibrate::{self, report_text, FitOptions, FitReport, Target};
 use capsim::catalog::Catalog;
 use capsim::data::{self, Point, ReportMeta};
@@ -93,10 +93,27 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             "calibrating from --runs fits a new profile; name the deployment with --model and --gpu",
         ));
     }
+    let files = files_model(runs, catalog)?;
     let model = match &a.model {
-        Some(m) => m.clone(),
+        Some(m) => {
+            // A profile named after one model and fitted to another's runs is wrong under either name.
+            if let (Some(id), Ok(flag)) = (&files, catalog.model(m)) {
+                if let Ok(named) = catalog.model(id) {
+                    if !named.same_architecture(&flag) {
+                        return Err(Error::flag(
+                            "--model",
+                            format!(
+                                "`{m}` contradicts the files, which measured `{id}` ({}): leave --model out to take the files' model, or pass runs of `{m}`",
+                                named.name
+                            ),
+                        ));
+                    }
+                }
+            }
+            m.clone()
+        }
         None => {
-            let id = runs.iter().find_map(|r| r.source.model_id.clone()).ok_or_else(|| {
+            let id = files.clone().ok_or_else(|| {
                 Error::flag("--model", "required: the files name no model (give a catalog name or a config.json)")
             })?;
             let arch = catalog.model(&id).map_err(|_| {
@@ -121,11 +138,23 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             EngineKind::Vllm
         }
     };
+    let fp8_named = [Some(model.as_str()), files.as_deref()].into_iter().flatten().find(|m| is_fp8_name(m));
     let weight_dtype = match &a.precision {
-        Some(p) => parse_dtype("--precision", p, WEIGHT_DTYPES)?,
+        Some(p) => {
+            let d = parse_dtype("--precision", p, WEIGHT_DTYPES)?;
+            // An FP8 checkpoint is served with FP8 weights: another precision is a different deployment.
+            if let (Some(name), false) = (fp8_named, d == Dtype::Fp8) {
+                return Err(Error::flag(
+                    "--precision",
+                    format!(
+                        "{d} contradicts the model `{name}`, an FP8 checkpoint: give --precision fp8 or leave it out"
+                    ),
+                ));
+            }
+            d
+        }
         None => {
-            let named = [Some(model.as_str())].into_iter().chain(runs.iter().map(|r| r.source.model_id.as_deref()));
-            let fp8 = named.flatten().any(|m| m.to_ascii_lowercase().contains("fp8"));
+            let fp8 = fp8_named.is_some();
             let d = if fp8 { Dtype::Fp8 } else { Dtype::Bf16 };
             notes.push(format!("weight precision not given (--precision): {d} assumed from the model name"));
             d
@@ -247,7 +276,6 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             );
         (points, vec![], vec![t], calibrate::sha256_hex(all_sha.as_bytes()), command)
     };
-    std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let opts = FitOptions {
         use_point: &|_| true,
         max_evaluations: max_evals,
@@ -273,8 +301,12 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         })
         .collect();
     pb.finish_and_clear();
+    // Created once there is something to write: a refused fit leaves no empty folder behind.
+    if fits.iter().all(|(f, _)| f.is_ok()) {
+        std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
+    }
     for (fit, secs) in fits {
-        let (pf, rep) = fit?;
+        let (pf, rep) = fit.map_err(|e| as_flag(e, a.name.as_deref(), &a.deployment))?;
         fitted.push(pf.resolve(&pf.name, &catalog)?);
         let (toml_path, fit_path, txt) = write_profile(&a.out, &opts.command, &pf, &rep)?;
         if a.json {
@@ -315,6 +347,24 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&reports).expect("json"));
     }
     Ok(())
+}
+
+/// An error of the profile being fitted from --runs that a flag caused (`engine.max_num_seqs`,
+/// `gpu.tensor_parallel` in the profile the flags become), named by the flag the user typed.
+fn as_flag(e: Error, name: Option<&str>, d: &ProfileArgs) -> Error {
+    let Error::Input { at, msg } = &e else { return e };
+    let Some(field) = at.field.as_deref().filter(|_| name == Some(at.source.as_str())) else { return e };
+    let flag = match field {
+        "gpu.tensor_parallel" => "--tp".to_string(),
+        f => match f.strip_prefix("engine.") {
+            Some(k) => format!("--{}", k.replace('_', "-")),
+            None => return e,
+        },
+    };
+    match d.given_flags().into_iter().find(|g| *g == flag) {
+        Some(g) => Error::flag(g, msg.clone()),
+        None => e,
+    }
 }
 
 /// `capsim calibrate --corpus`: the learned step model (crate::calibrate::corpus).

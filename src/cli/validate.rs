@@ -147,7 +147,7 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
              (with --model, --tp, --engine, --precision, --kv-dtype as simulate takes them)",
         ));
     }
-    let files_model = runs.iter().find_map(|r| r.source.model_id.clone());
+    let files_model = capsim::calibrate::runs::files_model(runs, catalog)?;
     let mut d = d.clone();
     if d.profile.is_none() && d.model.is_none() {
         // As calibrate --runs: the model the files name, when the catalog knows it.
@@ -161,6 +161,17 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
         d.model = Some(id);
     }
     let profile = d.resolve(catalog)?;
+    if let (Some(m), Some((id, arch))) =
+        (&d.model, files_model.as_ref().and_then(|id| catalog.model(id).ok().map(|a| (id, a))))
+    {
+        // --model given: the runs are replayed on it (a what-if), said when they measured another.
+        if !arch.same_architecture(&profile.arch) {
+            notes.push(format!(
+                "--model `{m}` is not the model the files measured (`{id}`{}): the errors compare another model's runs",
+                if arch.name == *id { String::new() } else { format!(", {}", arch.name) }
+            ));
+        }
+    }
     if d.model.is_none() {
         // --profile alone: its own model, said when the files name another.
         if let Some((id, arch)) = files_model.and_then(|id| catalog.model(&id).ok().map(|a| (id, a))) {
@@ -262,6 +273,32 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
     let summary = validate::summarize_run_rows(&rows);
     let failed: u64 = runs.iter().map(|r| r.failed).sum();
     let coverage = validate::run_band_coverage(&rows);
+    // Statistics measured as 0: no relative error, said rather than shown as +inf% or dropped.
+    let zero: Vec<String> =
+        rows.iter().filter(|r| r.measured <= 0.0).map(|r| format!("{} {} {}", r.run, r.metric, r.stat)).collect();
+    // Runs the replay gives nothing for, each with why (not a column of dashes without a reason).
+    let not_replayed: Vec<String> = runs
+        .iter()
+        .filter_map(|run| {
+            let mine: Vec<&validate::RunRow> =
+                rows.iter().filter(|r| r.file == run.source.file && r.run == run.label()).collect();
+            let missing: Vec<String> =
+                mine.iter().filter(|r| r.predicted.is_none()).map(|r| format!("{} {}", r.metric, r.stat)).collect();
+            (!missing.is_empty()).then(|| {
+                let why = capsim::calibrate::runs::why_not_replayed(&profile, run, &missing, mine.len());
+                format!("{} ({}): {why}", run.label(), run.source.file)
+            })
+        })
+        .collect();
+    // Nothing compared at all: the table is printed, and the exit code says there is no answer.
+    let compared = rows.iter().filter(|r| r.error.is_some()).count();
+    let no_answer = (compared == 0).then(|| {
+        Error::NoAnswer(format!(
+            "no statistic of the {} run(s) could be compared on {} (the output says why: not replayed, not compared)",
+            runs.len(),
+            profile.name()
+        ))
+    });
     if a.json {
         let runs_json: Vec<_> = runs
             .iter()
@@ -277,6 +314,8 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             "{}",
             serde_json::to_string_pretty(
                 &json!({"profile": p.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
+                           "not_comparable": {"why": validate::MEASURED_ZERO, "statistics": zero},
+                           "not_replayed": not_replayed,
                            "band_coverage": {"statistics": coverage.0, "inside": coverage.1},
                            "retargeted_from": p.retargeted_from, "retarget_method": p.retarget_method,
                            "extrapolation": p.retargeted_from.is_some(), "caveats": p.caveats(), "notes": notes,
@@ -287,7 +326,7 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             )
             .expect("json")
         );
-        return Ok(());
+        return no_answer.map_or(Ok(()), Err);
     }
     for s in &skipped {
         eprintln!("skipped {s}");
@@ -325,7 +364,11 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
                 num(r.measured, 4),
                 fmt_opt(r.predicted, 4),
                 r.band.map_or("-".into(), |(lo, hi)| format!("{} .. {}", num(lo, 4), num(hi, 4))),
-                r.error.map_or("-".into(), |e| format!("{:+.1}%", e * 100.0)),
+                match (r.error, r.measured > 0.0) {
+                    (Some(e), _) => format!("{:+.1}%", e * 100.0),
+                    (None, false) => "n/a (measured 0)".into(),
+                    (None, true) => "-".into(),
+                },
             ]
         })
         .collect();
@@ -346,10 +389,21 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
     if let Some(line) = coverage_text(coverage, "measured statistics") {
         println!("{line}");
     }
+    if !zero.is_empty() {
+        println!(
+            "not compared ({} statistic(s) {}, left out of the summary): {}",
+            zero.len(),
+            validate::MEASURED_ZERO,
+            zero.join(", ")
+        );
+    }
+    for n in &not_replayed {
+        println!("not replayed: {n}");
+    }
     if failed > 0 {
         println!("{failed} failed request(s) in the files are counted above, not replayed");
     }
-    Ok(())
+    no_answer.map_or(Ok(()), Err)
 }
 
 pub fn run(a: ValidateArgs) -> Result<()> {
