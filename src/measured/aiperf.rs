@@ -5,7 +5,10 @@
 //! `loadgen.{concurrency, request_rate, request_count}`; GenAI-Perf: `concurrency`, `request_rate`).
 //! `profile_export.jsonl` beside it lists the requests (`metadata.request_start_ns`,
 //! `metrics.input_sequence_length.value`, `output_sequence_length.value`); it is merged into the run
-//! of the aggregate file next to it. Definitions (AIPerf docs, metrics reference):
+//! of the aggregate file next to it, and gives the lengths and the request count where the summary
+//! lacks them (older AIPerf writes no `request_count`). Where neither states the sequence lengths,
+//! the token counts the server reported (`usage_prompt_tokens`, `usage_completion_tokens`) are the
+//! lengths; where no records sit beside the summary, its percentiles of the lengths are replayed. Definitions (AIPerf docs, metrics reference):
 //! `time_to_first_token`; `inter_token_latency` = (request latency - TTFT) / (output tokens - 1), i.e.
 //! vLLM's TPOT; `inter_chunk_latency` = the gaps between streamed chunks, pooled like vLLM's ITL (one
 //! token a chunk on the engines capsim models); `request_latency`; `output_token_throughput` over the
@@ -103,8 +106,7 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
             )
         }
     };
-    let cap = conc;
-    let load = match (rate.filter(|r| r.is_finite()), cap) {
+    let load = match (rate.filter(|r| r.is_finite()), conc) {
         (Some(r), cap) => RunLoad::Rate {
             rate_per_s: r,
             process: if kind.as_deref() == Some("constant") {

@@ -7,7 +7,9 @@
 //! same): TTFT per successful request; TPOT per request = (latency - ttft) / (output_len - 1); ITL
 //! pools every inter-token gap of every request; E2EL is the request latency; `output_throughput` is
 //! all output tokens over the run's duration. Statistics are `mean_`, `median_`, `std_`, `pNN_` +
-//! `<metric>_ms`. `queue_times` (vLLM) are the client's semaphore wait, not the server's queue: not
+//! `<metric>_ms`; a modified client's keys in seconds (`_s`, or no unit at all: `mean_ttft`, as
+//! InferenceX's writes them) are converted where the unit is certain, else listed as not compared.
+//! `queue_times` (vLLM) are the client's semaphore wait, not the server's queue: not
 //! compared. Failed requests stay in the arrays with an error string and empty values.
 
 use super::json::{tokens, Doc};
@@ -155,10 +157,10 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     let unstated = unstated_unit(&d, &load, completed)?;
     let mut keyed: Vec<(&String, &str, Option<f64>)> = obj
         .keys()
-        .filter_map(|key| match (key.strip_suffix("_ms"), key.strip_suffix("_s")) {
-            (Some(body), _) => Some((key, body, Some(1.0))),
-            (None, Some(body)) => Some((key, body, Some(1e3))),
-            (None, None) => Some((key, key.as_str(), None)),
+        .map(|key| match (key.strip_suffix("_ms"), key.strip_suffix("_s")) {
+            (Some(body), _) => (key, body, Some(1.0)),
+            (None, Some(body)) => (key, body, Some(1e3)),
+            (None, None) => (key, key.as_str(), None),
         })
         .collect();
     keyed.sort_by_key(|(_, _, unit)| unit.is_none());
