@@ -344,6 +344,7 @@ pub fn express(
         source: RunSource {
             file: p.file.clone(),
             index: p.line,
+            runs_in_file: 1,
             tool: Tool::VllmBenchServe,
             tool_version: None,
             model_id: Some(p.model.clone()),
@@ -358,6 +359,7 @@ pub fn express(
         stats: stats.clone(),
         not_compared: vec![],
         uniform_lengths: Some((ir, or)),
+        length_percentiles: Default::default(),
     });
     let points = stats
         .iter()

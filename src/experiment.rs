@@ -102,23 +102,26 @@ pub fn workload_for(p: &Point, u: &ExperimentUnknowns) -> Option<Workload> {
 }
 
 /// A run's lengths: fixed where every request had the same, else drawn from the recorded ones (input
-/// and output independently), else the file's means.
+/// and output independently), else from the percentiles the file states, else the file's means.
 fn run_lengths(run: &Run) -> (LengthDist, LengthDist) {
     if let (Some(((i0, i1), (o0, o1))), true) = (run.uniform_lengths, run.per_request.is_empty()) {
         let u =
             |lo: u32, hi: u32| if lo == hi { LengthDist::fixed(hi) } else { LengthDist::Uniform { min: lo, max: hi } };
         return (u(i0.max(1), i1.max(1)), u(o0.max(1), o1.max(1)));
     }
-    let dist = |xs: Vec<u32>, mean: f64| -> LengthDist {
+    // Listed requests, else the stated percentiles on an even grid of quantiles, else the mean.
+    let dist = |listed: Vec<u32>, percentiles: &[(f64, f64)], mean: f64| -> LengthDist {
+        let xs = if listed.is_empty() { crate::measured::lengths::quantile_grid(percentiles) } else { listed };
         match xs.first() {
             Some(&first) if xs.iter().any(|&x| x != first) => LengthDist::Empirical { values: xs, weights: vec![] },
             Some(&first) => LengthDist::fixed(first.max(1)),
             None => LengthDist::fixed(mean.round().max(1.0) as u32),
         }
     };
+    let pct = &run.length_percentiles;
     (
-        dist(run.per_request.iter().map(|r| r.input_tokens.max(1)).collect(), run.input_tokens_mean),
-        dist(run.per_request.iter().map(|r| r.output_tokens.max(1)).collect(), run.output_tokens_mean),
+        dist(run.per_request.iter().map(|r| r.input_tokens.max(1)).collect(), &pct.input, run.input_tokens_mean),
+        dist(run.per_request.iter().map(|r| r.output_tokens.max(1)).collect(), &pct.output, run.output_tokens_mean),
     )
 }
 

@@ -571,7 +571,7 @@ fn calibrate_variant(
             FitRow {
                 line: p.line,
                 scenario: p.scenario.clone(),
-                load: p.load.as_str().into(),
+                load: p.run.as_ref().map_or_else(|| p.load.as_str().into(), |r| r.load.short()),
                 concurrency: p.concurrency.unwrap_or(0),
                 aggregation: format!("{:?}", p.aggregation).to_lowercase(),
                 metric: p.metric.clone(),

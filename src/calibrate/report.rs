@@ -65,7 +65,8 @@ pub fn report_text(r: &FitReport) -> String {
                 x.line.to_string(),
                 x.scenario.clone(),
                 x.load.clone(),
-                x.concurrency.to_string(),
+                // A rate run has no concurrency: its load column says its rate.
+                if x.load.starts_with("rate ") { "-".into() } else { x.concurrency.to_string() },
                 x.metric.clone(),
                 crate::metrics::stat_name(x.stat).to_string(),
                 num(x.measured, 4),

@@ -56,13 +56,8 @@ pub struct CalibrateArgs {
 
 /// Every run in the paths, with one provenance line per file.
 pub fn read_runs(paths: &[PathBuf]) -> Result<(Vec<Run>, Vec<FileProvenance>, Vec<String>)> {
-    let mut runs = Vec::new();
-    let mut skipped = Vec::new();
-    for p in paths {
-        let (rs, sk) = measured::read_path(p)?;
-        runs.extend(rs);
-        skipped.extend(sk);
-    }
+    // One walk over all paths: a file reached twice (a link, a folder given twice) is read once.
+    let (runs, skipped) = measured::read_paths(paths)?;
     let mut files: Vec<FileProvenance> = Vec::new();
     for r in &runs {
         if let Some(f) = files.iter_mut().find(|f| f.path == r.source.file) {

@@ -5,13 +5,17 @@
 //! `loadgen.{concurrency, request_rate, request_count}`; GenAI-Perf: `concurrency`, `request_rate`).
 //! `profile_export.jsonl` beside it lists the requests (`metadata.request_start_ns`,
 //! `metrics.input_sequence_length.value`, `output_sequence_length.value`); it is merged into the run
-//! of the aggregate file next to it. Definitions (AIPerf docs, metrics reference):
+//! of the aggregate file next to it, and gives the lengths and the request count where the summary
+//! lacks them (older AIPerf writes no `request_count`). Where neither states the sequence lengths,
+//! the token counts the server reported (`usage_prompt_tokens`, `usage_completion_tokens`) are the
+//! lengths; where no records sit beside the summary, its percentiles of the lengths are replayed. Definitions (AIPerf docs, metrics reference):
 //! `time_to_first_token`; `inter_token_latency` = (request latency - TTFT) / (output tokens - 1), i.e.
 //! vLLM's TPOT; `inter_chunk_latency` = the gaps between streamed chunks, pooled like vLLM's ITL (one
 //! token a chunk on the engines capsim models); `request_latency`; `output_token_throughput` over the
 //! benchmark's duration.
 
-use super::json::{parse_documents, Doc};
+use super::json::{parse_documents, tokens, Doc};
+use super::lengths::{read_percentiles, LengthPercentiles};
 use super::{checked, mean, MeasuredStat, RateProcess, RequestObs, Run, RunLoad, RunSource, Tool};
 use crate::error::{Error, Result};
 use crate::metrics::StatKind;
@@ -84,26 +88,25 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
         Some(p) => {
             let pd = Doc { src, line: 1, v: p };
             (
-                pd.count("concurrency")?,
+                pd.clients("concurrency")?,
                 pd.opt_num("rate")?,
                 pd.opt_str("type"),
-                pd.count("requests")?,
+                pd.requests("requests")?,
                 "input_config.phases[]",
             )
         }
         None => {
             let lg = if cfg.get("loadgen").is_some() { "loadgen." } else { "" };
             (
-                c.count(&format!("{lg}concurrency"))?,
+                c.clients(&format!("{lg}concurrency"))?,
                 c.opt_num(&format!("{lg}request_rate"))?,
                 None,
-                c.count(&format!("{lg}request_count"))?,
+                c.requests(&format!("{lg}request_count"))?,
                 "input_config",
             )
         }
     };
-    let cap = conc.map(|n| n.min(u32::MAX as u64) as u32);
-    let load = match (rate.filter(|r| r.is_finite()), cap) {
+    let load = match (rate.filter(|r| r.is_finite()), conc) {
         (Some(r), cap) => RunLoad::Rate {
             rate_per_s: r,
             process: if kind.as_deref() == Some("constant") {
@@ -125,23 +128,82 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
     };
 
     let avg = |k: &str| d.opt_num(&format!("{k}.avg"));
-    let completed = avg("request_count")?.map(|x| x as u64).or(planned).unwrap_or(0);
-    let failed = avg("error_request_count")?.map(|x| x as u64).unwrap_or_else(|| {
-        v.get("error_summary")
-            .and_then(Value::as_array)
-            .map_or(0, |e| e.iter().map(|x| x.get("count").and_then(Value::as_u64).unwrap_or(1)).sum())
-    });
+    // The requests beside the summary: their lengths, and their count where the summary has none
+    // (older AIPerf writes no `request_count`).
+    let (per_request, errored_records) = match records_sibling(path) {
+        Some(rec) => {
+            let (ok, errored) = read_records(&rec)?;
+            let n = ok.len() as u64;
+            (ok, Some((n, errored)))
+        }
+        None => (Vec::new(), None),
+    };
+    let completed = d.requests("request_count.avg")?.or(errored_records.map(|(ok, _)| ok)).or(planned).unwrap_or(0);
+    let failed = match d.requests("error_request_count.avg")? {
+        Some(n) => n,
+        None => match v.get("error_summary").and_then(Value::as_array).filter(|e| !e.is_empty()) {
+            Some(errors) => errors.iter().enumerate().try_fold(0u64, |sum, (i, e)| {
+                let ed = Doc { src, line: 1, v: e };
+                let n = ed
+                    .requests("count")
+                    .map_err(|_| d.err(&format!("error_summary[{i}].count"), "must be a whole number of requests"))?;
+                Ok::<u64, Error>(sum + n.unwrap_or(1))
+            })?,
+            None => errored_records.map_or(0, |(_, e)| e),
+        },
+    };
 
-    let mut per_request = Vec::new();
-    if let Some(rec) = records_sibling(path) {
-        per_request = read_records(&rec)?;
+    // Lengths: the records', else the summary's (AIPerf's sequence lengths, else the token counts
+    // the server reported), with their percentiles where the records are absent.
+    const INPUT_KEYS: &[&str] = &["input_sequence_length", "usage_prompt_tokens"];
+    const OUTPUT_KEYS: &[&str] = &["output_sequence_length", "output_token_count", "usage_completion_tokens"];
+    let summary_mean = |keys: &[&str], total: &str| -> Result<Option<f64>> {
+        for k in keys {
+            if let Some(m) = avg(k)? {
+                return Ok(Some(m));
+            }
+        }
+        Ok(avg(total)?.filter(|_| completed > 0).map(|t| t / completed as f64))
+    };
+    let input_mean = match mean(per_request.iter().map(|r| r.input_tokens as f64)) {
+        Some(m) => m,
+        None => summary_mean(INPUT_KEYS, "total_isl")?.ok_or_else(|| {
+            d.err(
+                "input_sequence_length",
+                "missing (and usage_prompt_tokens, total_isl, and a profile_export.jsonl beside it): the replay needs the input length",
+            )
+        })?,
+    };
+    let output_mean = match mean(per_request.iter().map(|r| r.output_tokens as f64)) {
+        Some(m) => m,
+        None => summary_mean(OUTPUT_KEYS, "total_osl")?.ok_or_else(|| {
+            d.err(
+                "output_sequence_length",
+                "missing (and output_token_count, usage_completion_tokens, total_osl, and a profile_export.jsonl beside it): the replay needs the output length",
+            )
+        })?,
+    };
+    let mut length_percentiles = LengthPercentiles::default();
+    if per_request.is_empty() {
+        const PCT: &[(&str, f64)] = &[
+            ("min", 0.0),
+            ("p1", 0.01),
+            ("p5", 0.05),
+            ("p10", 0.10),
+            ("p25", 0.25),
+            ("p50", 0.50),
+            ("p75", 0.75),
+            ("p90", 0.90),
+            ("p95", 0.95),
+            ("p99", 0.99),
+            ("max", 1.0),
+        ];
+        let pct = |keys: &[&str]| match keys.iter().find(|k| d.get(k).is_some()) {
+            Some(k) => read_percentiles(&d, k, PCT),
+            None => Ok(vec![]),
+        };
+        length_percentiles = LengthPercentiles { input: pct(INPUT_KEYS)?, output: pct(OUTPUT_KEYS)? };
     }
-    let input_mean = mean(per_request.iter().map(|r| r.input_tokens as f64))
-        .map_or_else(|| avg("input_sequence_length"), |m| Ok(Some(m)))?
-        .ok_or_else(|| d.err("input_sequence_length", "missing: the replay needs the input length"))?;
-    let output_mean = mean(per_request.iter().map(|r| r.output_tokens as f64))
-        .map_or_else(|| avg("output_sequence_length"), |m| Ok(Some(m)))?
-        .ok_or_else(|| d.err("output_sequence_length", "missing: the replay needs the output length"))?;
 
     let mut stats = Vec::new();
     let mut not_compared = Vec::new();
@@ -179,7 +241,7 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
         .or_else(|| d.get("input_config.model_names").and_then(|a| a.get(0)).and_then(Value::as_str))
         .map(str::to_string);
     checked(Run {
-        source: RunSource { file: src.to_string(), index: 0, tool, tool_version: version, model_id },
+        source: RunSource { file: src.to_string(), index: 0, runs_in_file: 1, tool, tool_version: version, model_id },
         load,
         requests: planned.unwrap_or(completed + failed).max(completed + failed),
         completed,
@@ -190,40 +252,54 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
         stats,
         not_compared,
         uniform_lengths: None,
+        length_percentiles,
     })
     .map(|r| vec![r])
 }
 
-/// The requests of a `profile_export.jsonl`, successful ones only, in send order.
-fn read_records(path: &Path) -> Result<Vec<RequestObs>> {
+/// The requests of a `profile_export.jsonl`: the successful ones in send order, and how many failed.
+/// A request's lengths are AIPerf's sequence lengths, else the token counts the server reported.
+fn read_records(path: &Path) -> Result<(Vec<RequestObs>, u64)> {
     let src = path.display().to_string();
     let text = crate::error::read_file(path)?;
     let mut out: Vec<(f64, RequestObs)> = Vec::new();
+    let mut errored = 0;
     for (line, v) in parse_documents(&src, &text)? {
         let d = Doc { src: &src, line, v: &v };
         if !recognizes_records(&v) {
             return Err(d.err("metadata.request_start_ns", "not an AIPerf request record"));
         }
         if v.get("error").is_some_and(|e| !e.is_null()) {
+            errored += 1;
             continue;
         }
         let start_ns = d.num("metadata.request_start_ns")?;
-        let isl = d.num("metrics.input_sequence_length.value")?;
-        let osl = d
-            .opt_num("metrics.output_sequence_length.value")?
-            .map_or_else(|| d.num("metrics.usage_completion_tokens.value"), Ok)?;
-        if !(isl >= 1.0 && osl >= 0.0 && isl.is_finite() && osl.is_finite()) {
-            return Err(d.err("metrics.input_sequence_length.value", format!("bad lengths {isl} / {osl}")));
+        if !start_ns.is_finite() {
+            return Err(d.err("metadata.request_start_ns", format!("must be a finite time, got {start_ns}")));
         }
-        out.push((start_ns, RequestObs { input_tokens: isl as u32, output_tokens: osl as u32, start_s: None }));
+        let first = |keys: &[&str]| -> Result<(String, f64)> {
+            for k in keys {
+                let path = format!("metrics.{k}.value");
+                if let Some(x) = d.opt_num(&path)? {
+                    return Ok((path, x));
+                }
+            }
+            Err(d.err(&format!("metrics.{}.value", keys[0]), format!("missing (and {})", keys[1..].join(", "))))
+        };
+        let (ik, isl) = first(&["input_sequence_length", "usage_prompt_tokens"])?;
+        let (ok, osl) = first(&["output_sequence_length", "output_token_count", "usage_completion_tokens"])?;
+        let input_tokens = tokens(&d, &ik, isl, 1)?;
+        let output_tokens = tokens(&d, &ok, osl, 0)?;
+        out.push((start_ns, RequestObs { input_tokens, output_tokens, start_s: None }));
     }
     out.sort_by(|a, b| a.0.total_cmp(&b.0));
     let t0 = out.first().map_or(0.0, |x| x.0);
-    Ok(out
+    let ok = out
         .into_iter()
         .map(|(t, mut r)| {
             r.start_s = Some((t - t0) * 1e-9);
             r
         })
-        .collect())
+        .collect();
+    Ok((ok, errored))
 }

@@ -7,10 +7,12 @@
 //! same): TTFT per successful request; TPOT per request = (latency - ttft) / (output_len - 1); ITL
 //! pools every inter-token gap of every request; E2EL is the request latency; `output_throughput` is
 //! all output tokens over the run's duration. Statistics are `mean_`, `median_`, `std_`, `pNN_` +
-//! `<metric>_ms`. `queue_times` (vLLM) are the client's semaphore wait, not the server's queue: not
+//! `<metric>_ms`; a modified client's keys in seconds (`_s`, or no unit at all: `mean_ttft`, as
+//! InferenceX's writes them) are converted where the unit is certain, else listed as not compared.
+//! `queue_times` (vLLM) are the client's semaphore wait, not the server's queue: not
 //! compared. Failed requests stay in the arrays with an error string and empty values.
 
-use super::json::Doc;
+use super::json::{tokens, Doc};
 use super::{checked, mean, MeasuredStat, RateProcess, RequestObs, Run, RunLoad, RunSource, Tool};
 use crate::error::Result;
 use crate::metrics::StatKind;
@@ -66,7 +68,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     if !(burstiness.is_finite() && burstiness > 0.0) {
         return Err(d.err("burstiness", format!("must be a positive number, got {burstiness}")));
     }
-    let cap = d.count("max_concurrency")?.map(|c| c.min(u32::MAX as u64) as u32);
+    let cap = d.clients("max_concurrency")?;
     let load = match (rate.is_infinite(), cap) {
         (true, None) => RunLoad::Burst,
         (true, Some(n)) => RunLoad::Concurrency { clients: n },
@@ -74,7 +76,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
             RunLoad::Rate { rate_per_s: rate, process: RateProcess::Gamma { burstiness }, max_concurrency: cap }
         }
     };
-    let completed = d.count("completed")?.ok_or_else(|| d.err("completed", "missing"))?;
+    let completed = d.requests("completed")?.ok_or_else(|| d.err("completed", "missing"))?;
 
     // Per-request arrays (--save-detailed / --output-details).
     let inputs = d.num_array("input_lens")?;
@@ -95,6 +97,9 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         let mut failed = 0;
         for i in 0..inp.len() {
             let out_len = out[i].unwrap_or(0.0);
+            if !out_len.is_finite() || out_len < 0.0 {
+                return Err(d.err(&format!("output_lens[{i}]"), format!("must be a token count, got {out_len}")));
+            }
             let err = errors.as_ref().and_then(|e| e.get(i).copied()).unwrap_or(false);
             let no_token = ttfts.as_ref().and_then(|t| t.get(i).copied().flatten()).is_some_and(|t| t <= 0.0);
             if err || out_len < 1.0 || no_token {
@@ -102,24 +107,23 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
                 continue;
             }
             let input = inp[i].ok_or_else(|| d.err(&format!("input_lens[{i}]"), "missing for a completed request"))?;
-            if !(input >= 1.0 && input.is_finite()) {
-                return Err(d.err(&format!("input_lens[{i}]"), format!("must be at least 1, got {input}")));
-            }
+            let input = tokens(&d, &format!("input_lens[{i}]"), input, 1)?;
+            let out_len = tokens(&d, &format!("output_lens[{i}]"), out_len, 1)?;
             let start_s = match (&starts, t0) {
                 (Some(s), Some(t0)) => s.get(i).copied().flatten().map(|t| t - t0),
                 _ => None,
             };
-            per_request.push(RequestObs { input_tokens: input as u32, output_tokens: out_len as u32, start_s });
+            per_request.push(RequestObs { input_tokens: input, output_tokens: out_len, start_s });
         }
         failed_listed = Some(failed);
     }
     let requests = match tool {
-        Tool::VllmBenchServe => d.count("num_prompts")?,
+        Tool::VllmBenchServe => d.requests("num_prompts")?,
         _ => None,
     }
     .or(inputs.as_ref().map(|i| i.len() as u64))
-    .unwrap_or(completed + d.count("failed")?.unwrap_or(0));
-    let failed = d.count("failed")?.or(failed_listed).unwrap_or(requests.saturating_sub(completed));
+    .unwrap_or(completed + d.requests("failed")?.unwrap_or(0));
+    let failed = d.requests("failed")?.or(failed_listed).unwrap_or(requests.saturating_sub(completed));
 
     let (input_mean, output_mean) = if per_request.is_empty() {
         let tin = d.opt_num("total_input_tokens")?.ok_or_else(|| {
@@ -143,20 +147,51 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         )
     };
 
-    let mut stats = Vec::new();
+    let mut stats: Vec<MeasuredStat> = Vec::new();
     let mut not_compared = Vec::new();
     let obj = v.as_object().expect("recognized objects are objects");
-    for key in obj.keys() {
-        let Some(body) = key.strip_suffix("_ms") else { continue };
+    // Latency keys name their unit (`_ms` as vLLM and SGLang write them, `_s`); a modified client
+    // (InferenceX's) writes seconds with no unit in the key: converted where the file shows the unit
+    // unambiguously (`unstated_unit`), else listed as not compared. Keys with a unit come first, so
+    // a statistic stated twice is compared once.
+    let unstated = unstated_unit(&d, &load, completed)?;
+    let mut keyed: Vec<(&String, &str, Option<f64>)> = obj
+        .keys()
+        .map(|key| match (key.strip_suffix("_ms"), key.strip_suffix("_s")) {
+            (Some(body), _) => (key, body, Some(1.0)),
+            (None, Some(body)) => (key, body, Some(1e3)),
+            (None, None) => (key, key.as_str(), None),
+        })
+        .collect();
+    keyed.sort_by_key(|(_, _, unit)| unit.is_none());
+    for (key, body, unit) in keyed {
         let Some((prefix, metric)) = body.split_once('_') else { continue };
         let Some(&(_, name, factor)) = METRICS.iter().find(|(m, ..)| *m == metric) else { continue };
-        match stat_of(prefix) {
-            Some(stat) => match d.opt_num(key)? {
-                Some(x) => stats.push(MeasuredStat { metric: name, stat, value: x * factor, key: key.clone() }),
-                None => not_compared.push(format!("{key} (null)")),
-            },
-            None => not_compared.push(key.clone()),
+        let Some(stat) = stat_of(prefix) else {
+            not_compared.push(key.clone());
+            continue;
+        };
+        let Some(x) = d.opt_num(key)? else {
+            not_compared.push(format!("{key} (null)"));
+            continue;
+        };
+        let to_ms = match (unit, unstated) {
+            (Some(u), _) => u,
+            (None, Ok((u, _))) => u,
+            (None, Err(why)) => {
+                not_compared.push(format!("{key} ({why})"));
+                continue;
+            }
+        };
+        if let Some(first) = stats.iter().find(|s| s.metric == name && s.stat == stat) {
+            not_compared.push(format!("{key} (the same statistic as {})", first.key));
+            continue;
         }
+        let key = match (unit, unstated) {
+            (None, Ok((_, how))) => format!("{key} ({how})"),
+            _ => key.clone(),
+        };
+        stats.push(MeasuredStat { metric: name, stat, value: x * to_ms * factor, key });
     }
     for (key, name) in [("output_throughput", "output_tok_s"), ("request_throughput", "request_per_s")] {
         if let Some(x) = d.opt_num(key)? {
@@ -171,7 +206,14 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     let model_id = d.opt_str("model_id").or_else(|| d.opt_str("server_info.model_path"));
     let tool_version = d.opt_str("server_info.version");
     checked(Run {
-        source: RunSource { file: src.to_string(), index: if many { index } else { 0 }, tool, tool_version, model_id },
+        source: RunSource {
+            file: src.to_string(),
+            index: if many { index } else { 0 },
+            runs_in_file: 1,
+            tool,
+            tool_version,
+            model_id,
+        },
         load,
         requests,
         completed,
@@ -182,5 +224,45 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         stats,
         not_compared,
         uniform_lengths: None,
+        length_percentiles: Default::default(),
     })
+}
+
+/// The unit of latency keys written without one (`mean_ttft`, as InferenceX's client writes them):
+/// the factor to milliseconds and how it was recognized, or why it cannot be. Recognized only where
+/// the file itself shows it, by a 1000-fold margin: interactivity (`median_intvty`, tokens/s per
+/// user, the reciprocal of TPOT in seconds) times the TPOT, or Little's law in a closed loop
+/// (clients / request throughput is the mean E2E latency in seconds).
+fn unstated_unit(
+    d: &Doc,
+    load: &RunLoad,
+    completed: u64,
+) -> Result<std::result::Result<(f64, &'static str), &'static str>> {
+    let unit_of = |ratio: f64| -> Option<f64> {
+        if (0.2..=2.0).contains(&ratio) {
+            Some(1e3)
+        } else if (200.0..=2000.0).contains(&ratio) {
+            Some(1.0)
+        } else {
+            None
+        }
+    };
+    for p in ["median", "mean"] {
+        if let (Some(i), Some(t)) = (d.opt_num(&format!("{p}_intvty"))?, d.opt_num(&format!("{p}_tpot"))?) {
+            if let Some(u) = unit_of(i * t) {
+                return Ok(Ok((u, "unit from interactivity x TPOT")));
+            }
+        }
+    }
+    if let (RunLoad::Concurrency { clients }, Some(x), Some(e2e)) =
+        (load, d.opt_num("request_throughput")?, d.opt_num("mean_e2el")?)
+    {
+        // Little's law holds once the loop runs full: more requests than clients.
+        if completed > 2 * *clients as u64 && x > 0.0 {
+            if let Some(u) = unit_of(e2e / (*clients as f64 / x)) {
+                return Ok(Ok((u, "unit from Little's law")));
+            }
+        }
+    }
+    Ok(Err("no unit in the key, and the file does not show whether it is seconds or milliseconds: not compared"))
 }

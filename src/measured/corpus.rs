@@ -386,6 +386,10 @@ pub fn read_inferencex_dir(root: &std::path::Path) -> Result<Vec<CorpusPoint>> {
         }
         let dir = d.path();
         let meta_path = dir.join("metadata.json");
+        // Checked before it is opened: a FIFO would block the read forever.
+        if !std::fs::metadata(&meta_path).map_err(|e| io(&meta_path, e))?.is_file() {
+            return Err(Error::input(meta_path.display().to_string(), None, None, "not a regular file"));
+        }
         let metadata = crate::error::read_file(&meta_path)?;
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .map_err(|e| io(&dir, e))?

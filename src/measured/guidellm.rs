@@ -9,7 +9,8 @@
 //! quantity has that definition); `request_latency` in seconds; `output_tokens_per_second` over the
 //! benchmark's duration.
 
-use super::json::Doc;
+use super::json::{tokens, Doc};
+use super::lengths::{read_percentiles, LengthPercentiles};
 use super::{checked, mean, MeasuredStat, RateProcess, RequestObs, Run, RunLoad, RunSource, Tool};
 use crate::error::{Error, Result};
 use crate::metrics::StatKind;
@@ -50,11 +51,15 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
     })?;
     let s = Doc { src, line: 1, v: strat };
     let kind = s.opt_str("type_").or_else(|| s.opt_str("type")).unwrap_or_default();
-    let cap = s.count("max_concurrency")?.map(|c| c.min(u32::MAX as u64) as u32);
+    let in_strategy = |e| under(e, &at("config.strategy"));
+    let cap = s.clients("max_concurrency").map_err(in_strategy)?;
     let load = match kind.as_str() {
         "synchronous" => RunLoad::Concurrency { clients: 1 },
         "concurrent" => RunLoad::Concurrency {
-            clients: s.count("streams")?.ok_or_else(|| err("config.strategy.streams", "missing".into()))? as u32,
+            clients: s
+                .clients("streams")
+                .map_err(in_strategy)?
+                .ok_or_else(|| err("config.strategy.streams", "missing".into()))?,
         },
         "throughput" => cap.map_or(RunLoad::Burst, |n| RunLoad::Concurrency { clients: n }),
         "constant" | "poisson" | "async" => RunLoad::Rate {
@@ -73,7 +78,7 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
         d.get("requests.successful").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
     let n_errored = d.get("requests.errored").and_then(Value::as_array).map_or(0, Vec::len) as u64;
     let n_incomplete = d.get("requests.incomplete").and_then(Value::as_array).map_or(0, Vec::len) as u64;
-    let totals = |k: &str| d.count(&format!("metrics.request_totals.{k}"));
+    let totals = |k: &str| d.requests(&format!("metrics.request_totals.{k}")).map_err(|e| under(e, &at("")));
     let completed = totals("successful")?.unwrap_or(ok.len() as u64);
     let failed = totals("errored")?.unwrap_or(n_errored);
     let incomplete = totals("incomplete")?.unwrap_or(n_incomplete);
@@ -88,11 +93,7 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
         let field = |k: &str| at(&format!("requests.successful[{j}].{k}"));
         let tokens = |k: &str| -> Result<u32> {
             let x = rd.num(k).map_err(|_| Error::input(src, None, Some(&field(k)), "missing"))?;
-            if x.is_finite() && x >= 0.0 {
-                Ok(x as u32)
-            } else {
-                Err(Error::input(src, None, Some(&field(k)), format!("must be a non-negative count, got {x}")))
-            }
+            tokens(&rd, &field(k), x, 0)
         };
         let start = r.get("request_start_time").or(r.get("start_time")).and_then(Value::as_f64);
         per_request.push(RequestObs {
@@ -107,6 +108,30 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
     let output_mean = mean(per_request.iter().map(|r| r.output_tokens as f64))
         .map_or_else(|| d.opt_num("metrics.output_token_count.successful.mean"), |m| Ok(Some(m)))?
         .ok_or_else(|| err("metrics.output_token_count", "missing, and no per-request output_tokens".into()))?;
+
+    // Where the file lists no requests, the percentiles of the lengths (replayed as a distribution).
+    let mut length_percentiles = LengthPercentiles::default();
+    if per_request.is_empty() {
+        let keys = [
+            ("min", 0.0),
+            ("percentiles.p001", 0.001),
+            ("percentiles.p01", 0.01),
+            ("percentiles.p05", 0.05),
+            ("percentiles.p10", 0.10),
+            ("percentiles.p25", 0.25),
+            ("percentiles.p50", 0.50),
+            ("percentiles.p75", 0.75),
+            ("percentiles.p90", 0.90),
+            ("percentiles.p95", 0.95),
+            ("percentiles.p99", 0.99),
+            ("percentiles.p999", 0.999),
+            ("max", 1.0),
+        ];
+        let pct =
+            |k: &str| read_percentiles(&d, &format!("metrics.{k}.successful"), &keys).map_err(|e| under(e, &at("")));
+        length_percentiles =
+            LengthPercentiles { input: pct("prompt_token_count")?, output: pct("output_token_count")? };
+    }
 
     let mut stats = Vec::new();
     let not_compared = vec!["time_per_output_token_ms (latency / output tokens, TTFT included)".to_string()];
@@ -154,7 +179,14 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
     let model_id =
         d.opt_str("config.backend.model").or_else(|| d.opt_str("worker.backend_model")).filter(|m| !m.is_empty());
     checked(Run {
-        source: RunSource { file: src.to_string(), index, tool: Tool::GuideLlm, tool_version: version, model_id },
+        source: RunSource {
+            file: src.to_string(),
+            index,
+            runs_in_file: 1,
+            tool: Tool::GuideLlm,
+            tool_version: version,
+            model_id,
+        },
         load,
         requests: completed + failed + incomplete,
         completed,
@@ -165,5 +197,21 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
         stats,
         not_compared,
         uniform_lengths: None,
+        length_percentiles,
     })
+}
+
+/// An error about a key read relative to `base` (a benchmark, its strategy), naming the full key.
+fn under(e: Error, base: &str) -> Error {
+    match e {
+        Error::Input { at, msg } => {
+            let field = match at.field {
+                Some(f) if base.ends_with('.') => format!("{base}{f}"),
+                Some(f) => format!("{base}.{f}"),
+                None => base.trim_end_matches('.').to_string(),
+            };
+            Error::input(at.source, None, Some(&field), msg)
+        }
+        e => e,
+    }
 }

@@ -144,6 +144,32 @@ pub fn num(v: &Value) -> Option<f64> {
     }
 }
 
+/// 2^53: above it a JSON number no longer holds every whole number.
+pub const MAX_EXACT: u64 = 1 << 53;
+
+/// `x` as a count if it is a whole number in 0..=max.
+pub fn whole(x: f64, max: u64) -> Option<u64> {
+    (x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= max as f64).then_some(x as u64)
+}
+
+/// The error for a value that is not a count in 0..=max.
+pub fn count_error(x: f64, max: u64) -> String {
+    format!("must be a whole number from 0 to {max}, got {}", crate::error::fmt_num(x))
+}
+
+/// A token count of one request (a length): a whole number from `min` to capsim's bound on a
+/// request's tokens ([`crate::workload::MAX_REQUEST_TOKENS`]); the error names `field`.
+pub fn tokens(d: &Doc, field: &str, x: f64, min: u32) -> Result<u32> {
+    let max = crate::workload::MAX_REQUEST_TOKENS;
+    match whole(x, max as u64) {
+        Some(n) if n >= min as u64 => Ok(n as u32),
+        _ => Err(d.err(
+            field,
+            format!("must be a whole number of tokens from {min} to {max}, got {}", crate::error::fmt_num(x)),
+        )),
+    }
+}
+
 /// Field access with errors that name the file, the line and the key.
 pub struct Doc<'a> {
     pub src: &'a str,
@@ -186,13 +212,25 @@ impl<'a> Doc<'a> {
             Some(v) => Err(self.err(path, format!("must be true or false, got {v}"))),
         }
     }
-    /// A non-negative count.
+    /// A non-negative whole count up to 2^53 (the whole numbers a JSON number holds exactly).
     pub fn count(&self, path: &str) -> Result<Option<u64>> {
+        self.count_at_most(path, MAX_EXACT)
+    }
+    /// A non-negative whole count at most `max`: never floored, truncated or saturated, so
+    /// `streams = 4294967300` or `request_count = 1e300` is an error naming the key, not 4 or u64::MAX.
+    pub fn count_at_most(&self, path: &str, max: u64) -> Result<Option<u64>> {
         match self.opt_num(path)? {
             None => Ok(None),
-            Some(x) if x.is_finite() && x >= 0.0 && x.fract() == 0.0 => Ok(Some(x as u64)),
-            Some(x) => Err(self.err(path, format!("must be a non-negative whole number, got {x}"))),
+            Some(x) => whole(x, max).map(Some).ok_or_else(|| self.err(path, count_error(x, max))),
         }
+    }
+    /// A count of clients (concurrency, streams, a cap), within u32.
+    pub fn clients(&self, path: &str) -> Result<Option<u32>> {
+        Ok(self.count_at_most(path, u32::MAX as u64)?.map(|n| n as u32))
+    }
+    /// A count of requests, within capsim's bound on a replay ([`crate::workload::MAX_REQUESTS`]).
+    pub fn requests(&self, path: &str) -> Result<Option<u64>> {
+        self.count_at_most(path, crate::workload::MAX_REQUESTS)
     }
     /// An array of numbers (None entries where the tool wrote null, as for failed requests).
     pub fn num_array(&self, path: &str) -> Result<Option<Vec<Option<f64>>>> {

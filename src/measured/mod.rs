@@ -20,6 +20,7 @@ pub mod bench_serving;
 pub mod corpus;
 pub mod guidellm;
 pub mod json;
+pub mod lengths;
 
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::{Error, Result};
@@ -29,6 +30,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use json::parse_json_lenient;
+pub use lengths::LengthPercentiles;
 
 /// Which tool wrote a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,6 +100,15 @@ impl RunLoad {
             ),
         }
     }
+
+    /// A short name for tables: `concurrency 4`, `burst`, `rate 8/s`.
+    pub fn short(&self) -> String {
+        match self {
+            RunLoad::Concurrency { clients } => format!("concurrency {clients}"),
+            RunLoad::Burst => "burst".into(),
+            RunLoad::Rate { rate_per_s, .. } => format!("rate {}/s", crate::error::fmt_num(*rate_per_s)),
+        }
+    }
 }
 
 /// One request as the file records it.
@@ -127,6 +138,8 @@ pub struct RunSource {
     pub file: String,
     /// Position of the run in its file (JSONL line, GuideLLM benchmark), from 0.
     pub index: usize,
+    /// Runs the file holds (the label numbers a run only where there are several).
+    pub runs_in_file: usize,
     pub tool: Tool,
     pub tool_version: Option<String>,
     pub model_id: Option<String>,
@@ -151,17 +164,31 @@ pub struct Run {
     /// Lengths drawn uniformly in these (min, max) ranges (input, output) where the client says so
     /// and the file lists no requests (the corpus's InferenceX client: [int(0.8 L), L]).
     pub uniform_lengths: Option<((u32, u32), (u32, u32))>,
+    /// Percentiles of the lengths where the file states them and lists no requests (AIPerf's
+    /// `input_sequence_length.p1..p99`, GuideLLM's `prompt_token_count.percentiles`): replayed as
+    /// that distribution, not its mean, so the E2E tail is not flattened.
+    pub length_percentiles: LengthPercentiles,
 }
 
 /// Metrics of a run, as capsim names them.
 pub const RUN_METRICS: &[&str] = &["ttft_s", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s", "request_per_s"];
 
 impl Run {
+    /// The run as a user tells it apart: its folder and file (`concurrency_4/profile_export_aiperf.json`:
+    /// tools write one file name per run, in a folder per load point), and `#index` where the file
+    /// holds several runs (JSONL lines, GuideLLM benchmarks).
     pub fn label(&self) -> String {
-        let file = Path::new(&self.source.file)
-            .file_name()
-            .map_or(self.source.file.clone(), |f| f.to_string_lossy().to_string());
-        format!("{file}#{}", self.source.index)
+        let path = Path::new(&self.source.file);
+        let file = path.file_name().map_or(self.source.file.clone(), |f| f.to_string_lossy().to_string());
+        let base = match path.parent().and_then(Path::file_name) {
+            Some(dir) => format!("{}/{file}", dir.to_string_lossy()),
+            None => file,
+        };
+        if self.source.runs_in_file > 1 {
+            format!("{base}#{}", self.source.index)
+        } else {
+            base
+        }
     }
 
     /// Concurrency of the load where it has one (closed loops); a burst counts its requests.
@@ -210,46 +237,117 @@ impl Run {
 }
 
 /// Read every run in `path`: a file of any known format, or a directory of them (recursively, in name
-/// order; files that are not JSON are listed in the second value, not read).
+/// order; what is not read is listed in the second value with the reason).
 pub fn read_path(path: &Path) -> Result<(Vec<Run>, Vec<String>)> {
-    let mut runs = Vec::new();
-    let mut skipped = Vec::new();
-    if path.is_dir() {
-        read_dir(path, &mut runs, &mut skipped)?;
-        if runs.is_empty() {
+    read_paths(&[path])
+}
+
+/// [`read_path`] over several paths, each file read once however often it is reached.
+pub fn read_paths<P: AsRef<Path>>(paths: &[P]) -> Result<(Vec<Run>, Vec<String>)> {
+    let mut walk = Walk::default();
+    for path in paths {
+        let path = path.as_ref();
+        let io = |err| Error::Io { path: path.display().to_string(), err };
+        // `metadata` follows links without opening: a FIFO is seen for what it is, not read.
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if meta.is_dir() {
+            let (before, skipped_before, dups) = (walk.runs.len(), walk.skipped.len(), walk.duplicates);
+            if !walk.first_visit(path, true)? {
+                walk.skipped.push(format!("{}: a folder already read", path.display()));
+                continue;
+            }
+            read_dir(path, &mut walk)?;
+            if walk.runs.len() == before && walk.duplicates == dups {
+                let skipped = &walk.skipped[skipped_before..];
+                return Err(Error::input(
+                    path.display().to_string(),
+                    None,
+                    None,
+                    format!(
+                        "no benchmark result file in this directory (formats: {FORMATS}){}",
+                        if skipped.is_empty() { String::new() } else { format!("; skipped: {}", skipped.join("; ")) }
+                    ),
+                ));
+            }
+        } else if meta.is_file() {
+            if walk.first_visit(path, false)? {
+                walk.runs.extend(read_file(path)?);
+            } else {
+                walk.skipped.push(format!("{}: the same file as one already read (read once)", path.display()));
+            }
+        } else {
             return Err(Error::input(
                 path.display().to_string(),
                 None,
                 None,
-                format!("no benchmark result file in this directory (formats: {FORMATS})"),
+                "not a regular file (a FIFO, socket or device): only result files are read",
             ));
         }
-    } else {
-        runs.extend(read_file(path)?);
     }
-    Ok((runs, skipped))
+    Ok((walk.runs, walk.skipped))
 }
 
-fn read_dir(dir: &Path, runs: &mut Vec<Run>, skipped: &mut Vec<String>) -> Result<()> {
+/// What a walk has read, and the canonical paths it has seen: a symlink loop enters a folder once and
+/// a file reached twice (two links, a folder given twice) is read once, so no run is counted twice.
+#[derive(Default)]
+struct Walk {
+    runs: Vec<Run>,
+    skipped: Vec<String>,
+    seen: std::collections::HashSet<(bool, std::path::PathBuf)>,
+    /// Result files reached again (already read through another path).
+    duplicates: usize,
+}
+
+impl Walk {
+    /// Whether this is the first time the walk reaches `path` (a folder or a file).
+    fn first_visit(&mut self, path: &Path, dir: bool) -> Result<bool> {
+        let canonical =
+            std::fs::canonicalize(path).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
+        let first = self.seen.insert((dir, canonical));
+        self.duplicates += usize::from(!first && !dir);
+        Ok(first)
+    }
+}
+
+fn read_dir(dir: &Path, walk: &mut Walk) -> Result<()> {
     let io = |err| Error::Io { path: dir.display().to_string(), err };
     let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io)?.collect::<std::io::Result<Vec<_>>>().map_err(io)?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let p = e.path();
-        if p.is_dir() {
-            read_dir(&p, runs, skipped)?;
+        let meta = match std::fs::metadata(&p) {
+            Ok(m) => m,
+            Err(err) => {
+                walk.skipped.push(format!("{}: cannot be read ({err})", p.display()));
+                continue;
+            }
+        };
+        if meta.is_dir() {
+            match walk.first_visit(&p, true) {
+                Ok(true) => read_dir(&p, walk)?,
+                Ok(false) => walk.skipped.push(format!("{}: a folder already read (a link back)", p.display())),
+                Err(err) => walk.skipped.push(format!("{}: cannot be read ({err})", p.display())),
+            }
+            continue;
+        }
+        if !meta.is_file() {
+            walk.skipped.push(format!("{}: not a regular file (a FIFO, socket or device), not opened", p.display()));
             continue;
         }
         let name = e.file_name().to_string_lossy().to_string();
         if !(name.ends_with(".json") || name.ends_with(".jsonl")) {
-            skipped.push(format!("{}: not a JSON file", p.display()));
+            walk.skipped.push(format!("{}: not a JSON file", p.display()));
             continue;
         }
         if aiperf::is_merged_sibling(&p) {
-            skipped.push(format!(
+            walk.skipped.push(format!(
                 "{}: AIPerf per-request export, read with the profile_export_aiperf.json beside it",
                 p.display()
             ));
+            continue;
+        }
+        if !walk.first_visit(&p, false)? {
+            walk.skipped.push(format!("{}: the same file as one already read (read once)", p.display()));
             continue;
         }
         let (src, docs) = documents(&p)?;
@@ -258,8 +356,8 @@ fn read_dir(dir: &Path, runs: &mut Vec<Run>, skipped: &mut Vec<String>) -> Resul
             _ => None,
         };
         match bookkeeping {
-            Some(why) => skipped.push(format!("{}: {why}", p.display())),
-            None => runs.extend(runs_of(&p, &src, &docs)?),
+            Some(why) => walk.skipped.push(format!("{}: {why}", p.display())),
+            None => walk.runs.extend(runs_of(&p, &src, &docs)?),
         }
     }
     Ok(())
@@ -300,6 +398,15 @@ pub fn read_file(path: &Path) -> Result<Vec<Run>> {
 }
 
 fn runs_of(path: &Path, src: &str, docs: &[(usize, serde_json::Value)]) -> Result<Vec<Run>> {
+    let mut runs = read_runs_of(path, src, docs)?;
+    let n = runs.len();
+    for r in &mut runs {
+        r.source.runs_in_file = n;
+    }
+    Ok(runs)
+}
+
+fn read_runs_of(path: &Path, src: &str, docs: &[(usize, serde_json::Value)]) -> Result<Vec<Run>> {
     let first = docs.first().ok_or_else(|| Error::input(src, None, None, "the file is empty"))?;
     let (_, v) = first;
     if guidellm::recognizes(v) {

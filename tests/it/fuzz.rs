@@ -1,6 +1,10 @@
-//! Fuzzing that stays (issue 16): every parser of user input, fed raw bytes and mutations of a valid
-//! file, must return Ok or an error that names its source, and never panic (proptest reports a panic
-//! as a failure, with the minimal input). About 1,000 cases per parser here;
+//! Fuzzing that stays (issues 16 and 24): every parser of user input, fed raw bytes and mutations of a
+//! valid file, must return Ok or an error that names its source, and never panic (proptest reports a
+//! panic as a failure, with the minimal input). One target per reader: config.json, profile TOML,
+//! GPU TOML, workload TOML, traces (CSV, JSONL), points CSV, each benchmark tool's result files
+//! (vLLM JSON and detailed JSON, vLLM JSONL, SGLang, GuideLLM, AIPerf summary and records) and the
+//! corpus's files; a benchmark file that reads is also replayed as a workload and labelled (what
+//! the readers promise the rest of capsim). About 1,000 cases per target here;
 //! `CAPSIM_FUZZ_CASES=100000 cargo test --release fuzz` for a long run.
 
 use capsim::catalog::Catalog;
@@ -129,7 +133,83 @@ output = { dist = "empirical", values = [64, 128, 256], weights = [1.0, 2.0, 1.0
 const TRACE_CSV: &str = "arrival_s,input_tokens,output_tokens\n0.0,100,20\n0.5,2000,100\n1.25,512,64\n";
 const TRACE_JSONL: &str = "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 20, \"hash_ids\": [1, 2]}\n{\"timestamp\": 500, \"input_length\": 2000, \"output_length\": 100, \"hash_ids\": [1]}\n";
 const VLLM_RESULT: &str = include_str!("../fixtures/vllm/sweep/low/c2_in1024.json");
+const VLLM_DETAILED: &str = include_str!("../fixtures/vllm/detailed_c2.json");
+const VLLM_APPEND: &str = include_str!("../fixtures/vllm/append.jsonl");
 const SGLANG: &str = include_str!("../fixtures/sglang/bench_serving.jsonl");
+const GUIDELLM: &str = include_str!("../fixtures/guidellm/benchmarks.json");
+const AIPERF: &str = include_str!("../fixtures/aiperf/request-rate_8/profile_export_aiperf.json");
+const AIPERF_RECORDS: &str = include_str!("../fixtures/aiperf/request-rate_8/profile_export.jsonl");
+const IX_DIR: &str = "dsr1-fp4-b200-dynamo-sglang-1ptp4_1dtp8_4+8gpu-v0.5.8.post1-cu130-runtime";
+const IX_META: &str = include_str!(
+    "../../calibration/corpus/inferencex-dsr1/dsr1-fp4-b200-dynamo-sglang-1ptp4_1dtp8_4+8gpu-v0.5.8.post1-cu130-runtime/metadata.json"
+);
+const IX_POINT: &str = include_str!(
+    "../../calibration/corpus/inferencex-dsr1/dsr1-fp4-b200-dynamo-sglang-1ptp4_1dtp8_4+8gpu-v0.5.8.post1-cu130-runtime/8192x1024_c4_2026-02-11.json"
+);
+const AIC_E2E: &str = include_str!("../../calibration/corpus/aic-e2e/measured.csv");
+
+/// GuideLLM's fixture with each benchmark's request lists cut to three (a valid file, 10x smaller,
+/// so a case costs what the others do).
+fn guidellm_seed() -> &'static str {
+    static SEED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SEED.get_or_init(|| {
+        let mut v: serde_json::Value = serde_json::from_str(GUIDELLM).unwrap();
+        for b in v["benchmarks"].as_array_mut().unwrap() {
+            for k in ["successful", "errored", "incomplete"] {
+                if let Some(a) = b["requests"][k].as_array_mut() {
+                    a.truncate(3);
+                }
+            }
+        }
+        serde_json::to_string_pretty(&v).unwrap()
+    })
+}
+
+/// The first `n` lines of a text.
+fn head(text: &str, n: usize) -> String {
+    text.lines().take(n).map(|l| format!("{l}\n")).collect()
+}
+
+/// A scratch folder of this process for one target (files that must sit side by side).
+fn fuzz_dir(target: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("capsim-fuzz-{}", std::process::id())).join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Read a benchmark result file: Ok, or an error naming it; what reads must replay and label
+/// without a panic.
+fn read_benchmark(path: &std::path::Path, name: &str) -> Result<(), TestCaseError> {
+    match capsim::measured::read_path(path) {
+        Ok((runs, _)) => {
+            for r in &runs {
+                let _ = capsim::experiment::run_workload(r);
+                prop_assert!(!r.label().is_empty());
+                let _ = r.points("fuzz");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            prop_assert!(names_source(&e, name), "error does not name {name}: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// `text` (mutated from `seed`, or raw bytes) as the file `name` in the target's folder, read.
+fn fuzz_benchmark(target: &str, name: &str, text: &str) -> Result<(), TestCaseError> {
+    let path = fuzz_dir(target).join(name);
+    std::fs::write(&path, text).unwrap();
+    read_benchmark(&path, name)
+}
+
+fn text_of(seed: &str, muts: &[(u8, usize, usize, usize)], raw: &[u8], use_raw: bool) -> String {
+    if use_raw {
+        String::from_utf8_lossy(raw).to_string()
+    } else {
+        mutate(seed, muts)
+    }
+}
 
 fn points_seed() -> String {
     capsim::data::POINTS_CSV.lines().take(12).collect::<Vec<_>>().join("\n")
@@ -191,6 +271,62 @@ proptest! {
     fn fuzz_benchmark_result_files(muts in mutations(), sglang in any::<bool>()) {
         let (name, seed) = if sglang { ("fuzz-sglang.jsonl", SGLANG) } else { ("fuzz-vllm.json", VLLM_RESULT) };
         via_file(name, &mutate(seed, &muts), capsim::measured::read_file)?;
+    }
+
+    #[test]
+    fn fuzz_vllm_json(muts in mutations(), raw in prop::collection::vec(any::<u8>(), 0..256), use_raw in any::<bool>(), detailed in any::<bool>()) {
+        let seed = if detailed { VLLM_DETAILED } else { VLLM_RESULT };
+        fuzz_benchmark("vllm-json", "result.json", &text_of(seed, &muts, &raw, use_raw))?;
+    }
+
+    #[test]
+    fn fuzz_vllm_jsonl(muts in mutations(), raw in prop::collection::vec(any::<u8>(), 0..256), use_raw in any::<bool>()) {
+        fuzz_benchmark("vllm-jsonl", "append.jsonl", &text_of(VLLM_APPEND, &muts, &raw, use_raw))?;
+    }
+
+    #[test]
+    fn fuzz_sglang(muts in mutations(), raw in prop::collection::vec(any::<u8>(), 0..256), use_raw in any::<bool>()) {
+        fuzz_benchmark("sglang", "bench_serving.jsonl", &text_of(SGLANG, &muts, &raw, use_raw))?;
+    }
+
+    #[test]
+    fn fuzz_guidellm(muts in mutations(), raw in prop::collection::vec(any::<u8>(), 0..256), use_raw in any::<bool>()) {
+        fuzz_benchmark("guidellm", "benchmarks.json", &text_of(guidellm_seed(), &muts, &raw, use_raw))?;
+    }
+
+    #[test]
+    fn fuzz_aiperf_summary(muts in mutations(), raw in prop::collection::vec(any::<u8>(), 0..256), use_raw in any::<bool>()) {
+        // Alone: the summary's own lengths, counts and percentiles are read.
+        fuzz_benchmark("aiperf-summary", "profile_export_aiperf.json", &text_of(AIPERF, &muts, &raw, use_raw))?;
+    }
+
+    #[test]
+    fn fuzz_aiperf_records(muts in mutations(), raw in prop::collection::vec(any::<u8>(), 0..256), use_raw in any::<bool>()) {
+        // The records beside a valid summary, read through it.
+        let dir = fuzz_dir("aiperf-records");
+        std::fs::write(dir.join("profile_export_aiperf.json"), AIPERF).unwrap();
+        std::fs::write(dir.join("profile_export.jsonl"), text_of(&head(AIPERF_RECORDS, 4), &muts, &raw, use_raw)).unwrap();
+        let path = dir.join("profile_export_aiperf.json");
+        match capsim::measured::read_path(&path) {
+            Ok((runs, _)) => {
+                for r in &runs {
+                    let _ = capsim::experiment::run_workload(r);
+                }
+            }
+            Err(e) => prop_assert!(names_source(&e, "profile_export"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn fuzz_corpus_inferencex(muts in mutations(), meta in any::<bool>()) {
+        let (m, p) = if meta { (mutate(IX_META, &muts), IX_POINT.to_string()) } else { (IX_META.to_string(), mutate(IX_POINT, &muts)) };
+        let points = [("8192x1024_c4_2026-02-11.json".to_string(), p.as_str())];
+        check(capsim::measured::corpus::read_inferencex_deployment(IX_DIR, &m, &points), IX_DIR)?;
+    }
+
+    #[test]
+    fn fuzz_corpus_aic_e2e(muts in mutations()) {
+        check(capsim::measured::corpus::read_aic_e2e("fuzz-measured.csv", &mutate(&head(AIC_E2E, 6), &muts)), "fuzz-measured.csv")?;
     }
 
     #[test]
