@@ -1,22 +1,40 @@
 //! The git commit the binary is built from, for `capsim --version` and reports ("unknown" outside a
 //! git checkout).
 fn main() {
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into());
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let dirty = std::process::Command::new("git")
         .args(["status", "--porcelain", "--untracked-files=no"])
         .output()
         .ok()
         .is_some_and(|o| o.status.success() && !o.stdout.is_empty());
     println!("cargo:rustc-env=CAPSIM_GIT_COMMIT={commit}{}", if dirty { "-dirty" } else { "" });
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/index");
+    // Run again when the commit or the sources change, and only then: a path that does not exist
+    // reruns the script at every build and so recompiles capsim at every build (`.git/HEAD` in a git
+    // worktree, where .git is a file, or in a source archive); `.git/index` is rewritten by `git
+    // status` itself, so `cargo test` after `cargo build` recompiled capsim. The files are where git
+    // says they are (worktrees keep HEAD apart, and the branch's ref in the common directory).
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut watched = vec![git(&["rev-parse", "--git-path", "HEAD"])];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(git(&["rev-parse", "--git-path", &branch]));
+        watched.push(git(&["rev-parse", "--git-path", "packed-refs"]));
+    }
+    for path in watched.into_iter().flatten().map(|p| root.join(p)) {
+        if path.is_file() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
     embed_inferencex();
 }
 

@@ -6,7 +6,7 @@
 
 use crate::capacity::{self, perturbed, Question, Slo, Verdict, PRESETS};
 use crate::data::{Aggregation, LoadKind, Point};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::{summarize, RequestSlo, Summary};
 use crate::profile::Profile;
 use crate::sim::{simulate, SimOptions};
@@ -178,7 +178,32 @@ pub fn build(p: &Profile, o: &Options, points: &[Point]) -> Result<Datasheet> {
         }
         (None, out) => (vec![1024, 8192, 32768], out.unwrap_or(256)),
     };
-    contexts.retain(|&c| c as u64 + output as u64 <= max_ctx);
+    let fits = |c: u32| c as u64 + output as u64 <= max_ctx;
+    if let Some(asked) = &o.contexts {
+        // Contexts asked for by name are refused when they do not fit, not dropped in silence.
+        let over: Vec<String> = asked.iter().filter(|&&c| !fits(c)).map(|c| c.to_string()).collect();
+        if !over.is_empty() {
+            return Err(Error::flag(
+                "--contexts",
+                format!(
+                    "{} + {output} output tokens exceed {}'s context window of {max_ctx} tokens: the engine rejects such requests; give contexts up to {}",
+                    over.join(", "),
+                    p.arch.name,
+                    max_ctx.saturating_sub(output as u64)
+                ),
+            ));
+        }
+    }
+    contexts.retain(|&c| fits(c));
+    if contexts.is_empty() {
+        return Err(Error::flag(
+            "--contexts",
+            format!(
+                "no context fits {}'s window of {max_ctx} tokens with {output} output tokens: give --contexts (and --output-len) that fit",
+                p.arch.name
+            ),
+        ));
+    }
     // Every (variant, context, concurrency) in parallel, each its own seed from its place.
     let jobs: Vec<(usize, usize, usize)> = (0..3)
         .flat_map(|v| (0..contexts.len()).flat_map(move |c| (0..o.concurrencies.len()).map(move |k| (v, c, k))))
@@ -261,7 +286,14 @@ pub fn build(p: &Profile, o: &Options, points: &[Point]) -> Result<Datasheet> {
             let slos: Vec<Slo> = u.slos.iter().map(|(n, v)| Slo::parse(&format!("{n}={v}"))).collect::<Result<_>>()?;
             let text = slos
                 .iter()
-                .map(|s| format!("{} {} {}", s.name(), if s.is_lower_bound() { ">=" } else { "<=" }, s.limit))
+                .map(|s| {
+                    format!(
+                        "{} {} {}",
+                        s.name(),
+                        if s.is_lower_bound() { ">=" } else { "<=" },
+                        crate::error::fmt_num(s.limit)
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             if u.input_tokens as u64 + u.output_tokens as u64 > max_ctx {

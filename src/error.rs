@@ -89,7 +89,12 @@ pub fn check_range(source: &str, field: &str, v: f64, lo: f64, hi: f64) -> Resul
         return Err(Error::input(source, None, Some(field), format!("must be a finite number, got {v}")));
     }
     if v < lo || v > hi {
-        return Err(Error::input(source, None, Some(field), format!("must be in [{lo}, {hi}], got {v}")));
+        return Err(Error::input(
+            source,
+            None,
+            Some(field),
+            format!("must be in [{}, {}], got {}", fmt_num(lo), fmt_num(hi), fmt_num(v)),
+        ));
     }
     Ok(v)
 }

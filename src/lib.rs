@@ -6,6 +6,8 @@
 //! [`metrics`] summarizes; [`sweep`] and [`capacity`] run many simulations in parallel on top. The CLI
 //! (src/main.rs, src/cli) is the only part that prints. See ARCHITECTURE.md.
 
+#![warn(clippy::print_stdout)]
+
 pub mod calibrate;
 pub mod capacity;
 pub mod catalog;

@@ -1,5 +1,9 @@
 //! The capsim command line: parse, call the library, print, map errors to an exit code.
 
+// Command output goes through the CLI's `outln!`, which returns a failed write (a full disk) as an
+// error; `println!` would panic.
+#![warn(clippy::print_stdout)]
+
 mod cli;
 
 use std::process::ExitCode;

@@ -148,7 +148,10 @@ pub fn simulate_fleet(
 /// The fewest replicas that serve `fq.rate` within the question's SLOs in a stable steady state. `tick` is called once per simulation (for a progress bar).
 pub fn size_fleet(p: &Profile, q: &Question, fq: &FleetQuestion, tick: &(dyn Fn() + Sync)) -> Result<FleetAnswer> {
     if !(fq.rate.is_finite() && fq.rate > 0.0) {
-        return Err(Error::flag("--target-rate", format!("must be a positive rate, got {}", fq.rate)));
+        return Err(Error::flag(
+            "--target-rate",
+            format!("must be a positive rate, got {}", crate::error::fmt_num(fq.rate)),
+        ));
     }
     if fq.max_replicas == 0 {
         return Err(Error::flag("--max-replicas", "must be at least 1"));

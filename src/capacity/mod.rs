@@ -370,7 +370,9 @@ pub(crate) fn search_with(
     hi = tried.iter().filter(|t| !t.meets_slo).map(|t| t.load).fold(hi, f64::min);
     lo = tried.iter().filter(|t| t.meets_slo && t.load < hi).map(|t| t.load).fold(0.0, f64::max);
     let refine = |mut lo: f64, mut hi: f64, tried: &mut Vec<TriedPoint>| -> Result<(f64, f64)> {
-        // Split [lo, hi] in four per round until the bracket is one integer (or the rate tolerance).
+        // Split [lo, hi] in four per round until the bracket is one integer (or the rate tolerance),
+        // or until no load lies strictly between its ends (two adjacent floats: a tolerance finer
+        // than f64 resolves would otherwise loop forever).
         loop {
             let done = if integer { hi - lo <= 1.0 } else { (hi - lo) <= q.rate_rel_tol * hi.max(1e-9) };
             if done {
@@ -379,11 +381,11 @@ pub(crate) fn search_with(
             let mut cands: Vec<f64> = (1..4).map(|k| lo + (hi - lo) * k as f64 / 4.0).collect();
             if integer {
                 cands.iter_mut().for_each(|c| *c = c.round());
-                cands.retain(|c| *c > lo && *c < hi);
-                cands.dedup();
-                if cands.is_empty() {
-                    return Ok((lo, hi));
-                }
+            }
+            cands.retain(|c| *c > lo && *c < hi);
+            cands.dedup();
+            if cands.is_empty() {
+                return Ok((lo, hi));
             }
             let res = eval(&cands)?;
             tried.extend(res.clone());

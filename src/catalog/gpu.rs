@@ -205,13 +205,23 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
             ("pcie_bw_gb_s", g.pcie_bw_gb_s),
         ] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(Error::input(&ctx, None, Some(field), format!("must be a positive number, got {v}")));
+                return Err(Error::input(
+                    &ctx,
+                    None,
+                    Some(field),
+                    format!("must be a positive number, got {}", crate::error::fmt_num(v)),
+                ));
             }
         }
         for (field, v) in [("fp8_tflops", g.fp8_tflops), ("fp4_tflops", g.fp4_tflops)] {
             if let Some(v) = v {
                 if !(v.is_finite() && v > 0.0) {
-                    return Err(Error::input(&ctx, None, Some(field), format!("must be positive, got {v}")));
+                    return Err(Error::input(
+                        &ctx,
+                        None,
+                        Some(field),
+                        format!("must be positive, got {}", crate::error::fmt_num(v)),
+                    ));
                 }
             }
         }
@@ -221,7 +231,7 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
                     &ctx,
                     None,
                     Some("device_memory_bytes"),
-                    format!("must be positive and at most memory_gb GiB, got {v}"),
+                    format!("must be positive and at most memory_gb GiB, got {}", crate::error::fmt_num(v)),
                 ));
             }
         }

@@ -29,6 +29,10 @@ pub struct BatchArgs {
     /// merge` joins the slices' outputs.
     #[arg(long, value_name = "I/N", help_heading = "Scale-out")]
     pub shard: Option<String>,
+    /// Check every scenario (flags, deployment, workload) and exit without running any: a job
+    /// array's input checked before it is submitted.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Flags whose job is an output format or a file: a batch result is always the command's JSON.
@@ -180,6 +184,9 @@ pub fn run(a: BatchArgs) -> Result<()> {
     };
     let scenarios = parse(&a.scenarios)?;
     let n = scenarios.len();
+    if a.check {
+        return outln!("{}: {n} scenario(s), each valid", a.scenarios.display());
+    }
     let mine = shard.indices(n);
     let pb = super::progress_bar(mine.len() as u64, "scenarios");
     let results: Vec<Result<(Value, bool)>> = mine
@@ -204,7 +211,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         if let Some(label) = s.object.get("label") {
             v["label"] = label.clone();
         }
-        println!("{}", line(i, n, v));
+        outln!("{}", line(i, n, v))?;
     }
     if !unanswered.is_empty() {
         return Err(Error::NoAnswer(format!(

@@ -307,8 +307,8 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         if a.json {
             reports.push(rep);
         } else {
-            println!("{txt}");
-            println!("wrote {} and {} ({secs:.1} s)\n", toml_path.display(), fit_path.display());
+            outln!("{txt}")?;
+            outln!("wrote {} and {} ({secs:.1} s)\n", toml_path.display(), fit_path.display())?;
         }
     }
     // The shared hardware model over every deployment: all reports' profiles when every report was
@@ -335,11 +335,11 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         );
         std::fs::write(&path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
         if !a.json {
-            println!("wrote {} (shared hardware model over {} deployments)", path.display(), refs.len());
+            outln!("wrote {} (shared hardware model over {} deployments)", path.display(), refs.len())?;
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&reports).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&reports).expect("json"))?;
     }
     Ok(())
 }
@@ -388,10 +388,10 @@ fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
     let txt = calibrate::corpus::report_text(&fit.model, &ex);
     std::fs::write(&fit_path, &txt).map_err(|err| Error::Io { path: fit_path.display().to_string(), err })?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&fit.model).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&fit.model).expect("json"))?;
     } else {
-        print!("{txt}");
-        println!("wrote {} and {}", toml_path.display(), fit_path.display());
+        out!("{txt}")?;
+        outln!("wrote {} and {}", toml_path.display(), fit_path.display())?;
     }
     Ok(())
 }

@@ -56,7 +56,7 @@ pub struct CapacityArgs {
     /// Seed of the simulations: the same seed gives the same bytes, at any thread count.
     #[arg(long, default_value_t = 0, help_heading = "Question")]
     pub seed: u64,
-    /// Relative resolution of a rate search.
+    /// Relative resolution of a rate search, in [1e-12, 0.5).
     #[arg(long, default_value_t = 0.02, help_heading = "Question")]
     pub rate_tol: f64,
     /// Answer the same question on each of these GPUs (comma-separated catalog names), side by side.
@@ -173,7 +173,21 @@ fn question(a: &CapacityArgs) -> Result<Question> {
         ));
     }
     if !(a.rate_tol.is_finite() && a.rate_tol > 0.0 && a.rate_tol < 0.5) {
-        return Err(Error::flag("--rate-tol", "must be in (0, 0.5)"));
+        return Err(Error::flag(
+            "--rate-tol",
+            format!("must be in [{MIN_RATE_TOL:e}, 0.5), got {}", capsim::error::fmt_num(a.rate_tol)),
+        ));
+    }
+    if a.rate_tol < MIN_RATE_TOL {
+        return Err(Error::flag(
+            "--rate-tol",
+            format!(
+                "{} is finer than the search resolves: a rate is a 64-bit float (about 16 significant digits), \
+                 so the bracket stops shrinking near 1e-16 of the rate; give at least {MIN_RATE_TOL:e} (a \
+                 simulation's run-to-run noise is far larger anyway)",
+                capsim::error::fmt_num(a.rate_tol)
+            ),
+        ));
     }
     let seeds = a.seeds.unwrap_or(if axis == LoadAxis::Rate { 3 } else { 1 });
     if seeds == 0 || seeds > 64 {
@@ -223,6 +237,10 @@ fn points_rows(points: &[TriedPoint]) -> (Vec<String>, Vec<Vec<String>>) {
         .collect();
     (headers, rows)
 }
+
+/// The finest `--rate-tol`: well above the 2.2e-16 relative spacing of 64-bit floats, so that the
+/// bracket's quarter points stay distinct from its ends.
+const MIN_RATE_TOL: f64 = 1e-12;
 
 const SIDE_BY_SIDE_HEADERS: &[&str] =
     &["gpu", "tensor_parallel", "extrapolated", "capacity", "band_low", "band_high", "verdict"];
@@ -299,7 +317,10 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
         None => None,
         Some(rate) => {
             if !(rate.is_finite() && rate > 0.0 && rate <= capsim::workload::MAX_RATE_PER_S) {
-                return Err(Error::flag("--target-rate", format!("must be a positive rate up to 1e6, got {rate}")));
+                return Err(Error::flag(
+                    "--target-rate",
+                    format!("must be a positive rate up to 1e6, got {}", capsim::error::fmt_num(rate)),
+                ));
             }
             if a.max_replicas == 0 || a.max_replicas > 100_000 {
                 return Err(Error::flag("--max-replicas", format!("must be in 1..=100000, got {}", a.max_replicas)));
@@ -445,12 +466,12 @@ fn answer(a: CapacityArgs) -> Result<bool> {
     };
     if a.scale_out.jsonl {
         for (&i, o) in mine.iter().zip(&outcomes) {
-            println!("{}", super::shard::line(i, n, prep.json_one(i, o)));
+            outln!("{}", super::shard::line(i, n, prep.json_one(i, o)))?;
         }
         return Ok(answered);
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&prep.json(&outcomes)).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&prep.json(&outcomes)).expect("json"))?;
         return Ok(answered);
     }
     if prep.fleet.is_some() {
@@ -461,7 +482,7 @@ fn answer(a: CapacityArgs) -> Result<bool> {
                 Outcome::Loads(_) => None,
             })
             .collect();
-        print_fleet(&a, &prep, &fleet);
+        print_fleet(&a, &prep, &fleet)?;
         return Ok(answered);
     }
     let q = &prep.q;
@@ -513,35 +534,37 @@ fn answer(a: CapacityArgs) -> Result<bool> {
         let (h, rows) = points_rows(&results[0].1.points);
         let h: Vec<&str> = h.iter().map(String::as_str).collect();
         if results.len() == 1 {
-            print!("{}", csv(&h, &rows));
+            out!("{}", csv(&h, &rows))?;
         } else {
-            print!("{}", csv(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, q)));
+            out!("{}", csv(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, q)))?;
         }
         return Ok(answered);
     }
     let slo_desc: Vec<String> = q
         .slos
         .iter()
-        .map(|s| format!("{} {} {}", s.name(), if s.is_lower_bound() { ">=" } else { "<=" }, s.limit))
+        .map(|s| {
+            format!("{} {} {}", s.name(), if s.is_lower_bound() { ">=" } else { "<=" }, capsim::error::fmt_num(s.limit))
+        })
         .collect();
-    println!("question: largest {} with {} (seeds {})", q.axis.as_str(), slo_desc.join(" and "), q.seeds);
+    outln!("question: largest {} with {} (seeds {})", q.axis.as_str(), slo_desc.join(" and "), q.seeds)?;
     if results.len() > 1 {
-        print!("{}", table(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, q)));
+        out!("{}", table(SIDE_BY_SIDE_HEADERS, &side_by_side_rows(&results, q)))?;
         return Ok(answered);
     }
     let (p, c) = &results[0];
-    println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p));
-    println!(
+    outln!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p))?;
+    outln!(
         "capacity: {} {}  (band {} .. {} from the profile's fitted uncertainty; {})\n",
         capsim::data::format_value(resolved(q, c.capacity)),
         q.axis.as_str(),
         capsim::data::format_value(resolved(q, c.band.0)),
         capsim::data::format_value(resolved(q, c.band.1)),
         verdict_text(c, q)
-    );
+    )?;
     let (h, rows) = points_rows(&c.points);
     let h: Vec<&str> = h.iter().map(String::as_str).collect();
-    print!("{}", table(&h, &rows));
+    out!("{}", table(&h, &rows))?;
     Ok(answered)
 }
 
@@ -553,7 +576,7 @@ fn routing_name(r: Routing) -> &'static str {
     }
 }
 
-fn print_fleet(a: &CapacityArgs, prep: &Prepared, out: &[&capacity::FleetAnswer]) {
+fn print_fleet(a: &CapacityArgs, prep: &Prepared, out: &[&capacity::FleetAnswer]) -> Result<()> {
     let fq = prep.fleet.as_ref().expect("a fleet question");
     let (q, rate, routing) = (&prep.q, fq.rate, fq.routing);
     let rows: Vec<serde_json::Value> = out.iter().enumerate().map(|(i, f)| prep.fleet_row(i, f)).collect();
@@ -596,11 +619,10 @@ fn print_fleet(a: &CapacityArgs, prep: &Prepared, out: &[&capacity::FleetAnswer]
         "verdict",
     ];
     if a.csv {
-        print!("{}", csv(&headers, &t_rows));
-        return;
+        return out!("{}", csv(&headers, &t_rows));
     }
-    println!("fleet for {rate} requests/s, routing {}", routing_name(routing));
-    print!("{}", table(&headers, &t_rows));
+    outln!("fleet for {rate} requests/s, routing {}", routing_name(routing))?;
+    out!("{}", table(&headers, &t_rows))?;
     for (p, ans) in prep.profiles.iter().zip(out) {
         let tried: Vec<String> = ans
             .candidates
@@ -611,11 +633,12 @@ fn print_fleet(a: &CapacityArgs, prep: &Prepared, out: &[&capacity::FleetAnswer]
                 format!("{} ({v})", c.replicas)
             })
             .collect();
-        println!(
+        outln!(
             "{}: one replica serves {} requests/s within the SLOs; replicas tried: {}",
             p.gpu.name,
             num(resolved(q, ans.single_replica_rate), 4),
             tried.join(", ")
-        );
+        )?;
     }
+    Ok(())
 }

@@ -64,7 +64,7 @@ pub fn gpus(a: GpusArgs) -> Result<()> {
         c.add_gpu_file(f)?;
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!(c
                 .gpus
@@ -74,7 +74,7 @@ pub fn gpus(a: GpusArgs) -> Result<()> {
             "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "tdp_w": g.tdp_w, "source": g.source}))
                 .collect::<Vec<_>>()))
             .expect("json")
-        );
+        )?;
         return Ok(());
     }
     let rows: Vec<Vec<String>> = c
@@ -92,7 +92,7 @@ pub fn gpus(a: GpusArgs) -> Result<()> {
             ]
         })
         .collect();
-    print!("{}", table(&["gpu", "memory_gb", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "tdp_w", "source"], &rows));
+    out!("{}", table(&["gpu", "memory_gb", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "tdp_w", "source"], &rows))?;
     Ok(())
 }
 
@@ -128,7 +128,7 @@ pub fn models(a: ModelsArgs) -> Result<()> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
     let rows: Vec<Vec<String>> = archs
@@ -148,7 +148,7 @@ pub fn models(a: ModelsArgs) -> Result<()> {
             ]
         })
         .collect();
-    print!(
+    out!(
         "{}",
         table(
             &[
@@ -165,7 +165,7 @@ pub fn models(a: ModelsArgs) -> Result<()> {
             ],
             &rows
         )
-    );
+    )?;
     Ok(())
 }
 
@@ -193,9 +193,9 @@ pub fn profiles(a: ProfilesArgs) -> Result<()> {
             "kv_capacity_tokens": p.engine.kv_capacity_tokens}));
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&js).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&js).expect("json"))?;
     } else {
-        print!(
+        out!(
             "{}",
             table(
                 &[
@@ -211,7 +211,7 @@ pub fn profiles(a: ProfilesArgs) -> Result<()> {
                 ],
                 &rows
             )
-        );
+        )?;
     }
     Ok(())
 }
@@ -227,9 +227,9 @@ pub fn points(a: PointsArgs) -> Result<()> {
     flags::refresh_flags(&mut pts, &catalog, &metas);
     let changed = pts.iter().zip(&before).filter(|(p, b)| &p.flags != *b).count();
     let flagged = pts.iter().filter(|p| p.is_flagged()).count();
-    println!("{} points, {} flagged, {} whose computed flags differ from the file", pts.len(), flagged, changed);
+    outln!("{} points, {} flagged, {} whose computed flags differ from the file", pts.len(), flagged, changed)?;
     for p in pts.iter().filter(|p| p.is_flagged()) {
-        println!(
+        outln!(
             "line {:>3} {} {} c={} {}={}: {}",
             p.line,
             &p.report[..3],
@@ -238,12 +238,12 @@ pub fn points(a: PointsArgs) -> Result<()> {
             p.metric,
             data::format_value(p.value),
             p.flags.join(" | ")
-        );
+        )?;
     }
     if let Some(path) = &a.write {
         let text = data::write_points(&pts);
         std::fs::write(path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display())?;
     }
     Ok(())
 }
@@ -277,7 +277,7 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
         let table = |m: &std::collections::BTreeMap<String, (usize, usize)>| {
             m.iter().map(|(k, (a, b))| json!({"name": k, "replayed": a, "refused": b})).collect::<Vec<_>>()
         };
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "points": total,
@@ -289,29 +289,29 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
                 "refused_points": refused,
             }))
             .expect("json")
-        );
+        )?;
         return Ok(());
     }
-    println!("{total} corpus points: {} replayed, {} not expressible yet", e.experiments.len(), e.refused.len());
-    println!();
-    println!("not expressible, by reason:");
+    outln!("{total} corpus points: {} replayed, {} not expressible yet", e.experiments.len(), e.refused.len())?;
+    outln!()?;
+    outln!("not expressible, by reason:")?;
     for (r, n) in &counts {
-        println!("  {n:>5}  {r}");
+        outln!("  {n:>5}  {r}")?;
     }
-    println!();
-    println!("by set (replayed / refused):");
+    outln!()?;
+    outln!("by set (replayed / refused):")?;
     for (k, (a, b)) in &sets {
-        println!("  {k:<18} {a:>5} / {b}");
+        outln!("  {k:<18} {a:>5} / {b}")?;
     }
-    println!("by GPU (replayed / refused):");
+    outln!("by GPU (replayed / refused):")?;
     for (k, (a, b)) in &gpus {
-        println!("  {k:<18} {a:>5} / {b}");
+        outln!("  {k:<18} {a:>5} / {b}")?;
     }
     if list {
-        println!();
+        outln!()?;
         for (p, r) in &e.refused {
             let at = if p.line > 0 { format!("{}:{}", p.file, p.line) } else { p.file.clone() };
-            println!("{at}  {}  {}", p.id, r.label());
+            outln!("{at}  {}  {}", p.id, r.label())?;
         }
     }
     Ok(())

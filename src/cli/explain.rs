@@ -85,11 +85,11 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             "bound": bound,
             "hidden_s": hidden,
         });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
-    println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(&p));
-    println!(
+    outln!("profile: {}{}", p.name(), super::simulate::extrapolation_note(&p))?;
+    outln!(
         "step: {} sequences, {} tokens ({} decoding at context {}{}), {} x {} (TP {}{})",
         b.n_seqs,
         b.n_tokens,
@@ -104,8 +104,8 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         p.gpu.name,
         p.tensor_parallel,
         if p.expert_parallel { ", experts parallel" } else { "" },
-    );
-    println!();
+    )?;
+    outln!()?;
     let c = &p.coefficients;
     let rows = vec![
         vec![
@@ -163,15 +163,15 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         ],
         vec!["= step".into(), num(ms(parts.total_s), 4), format!("{:.1} tokens/s", b.n_tokens as f64 / parts.total_s)],
     ];
-    print!("{}", table(&["part", "ms", "how"], &rows));
+    out!("{}", table(&["part", "ms", "how"], &rows))?;
     // The host's costs outside the step: each request's, once (they add to its TTFT, not to any step).
-    println!();
-    println!(
+    outln!()?;
+    outln!(
         "per request, outside the step: API server {} ms (tokenization, admission, first-token streaming); \
          front-end serial stage {} ms; async scheduling overlap: not modelled (the step's host parts are paid in full)",
         num(c.request_overhead_s * 1e3, 3),
         num(c.frontend_serial_s * 1e3, 3)
-    );
-    println!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method));
+    )?;
+    outln!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method))?;
     Ok(())
 }

@@ -1,4 +1,26 @@
 //! Argument parsing (what the user typed) and its resolution into library objects (profile, workload).
+//!
+//! Every command writes its output with [`outln!`] and [`out!`], never `println!`: a write that fails (a
+//! full disk under `capsim sweep ... > out.txt`, `> /dev/full`) is an [`Error::Io`] naming standard
+//! output (exit 2), where `println!` would panic. A closed pipe (`| head`) still ends the process
+//! quietly by SIGPIPE (main.rs).
+
+/// `println!` for command output: the write error, if any, as an [`Error::Io`] on standard output.
+macro_rules! outln {
+    () => {
+        $crate::cli::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for command output: the write error, if any, as an [`Error::Io`] on standard output.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
 
 mod batch;
 mod calibrate;
@@ -65,11 +87,40 @@ pub enum Cmd {
     Merge(shard::MergeArgs),
 }
 
+/// Write command output to standard output; a failed write is an [`Error::Io`] on "standard output".
+pub fn write_stdout(args: std::fmt::Arguments) -> Result<()> {
+    use std::io::Write;
+    std::io::stdout().lock().write_fmt(args).map_err(stdout_error)
+}
+
+fn stdout_error(err: std::io::Error) -> Error {
+    Error::Io { path: "standard output".into(), err }
+}
+
+/// Run the command the arguments name. Its output is flushed before this returns, so a write that
+/// fails at the end (the last line, buffered) is an error too, not lost at exit.
 pub fn run() -> Result<()> {
     // Negative numbers are values to check ("must be positive"), not unknown flags.
-    let matches = Cli::command().mut_subcommands(|c| c.allow_negative_numbers(true)).get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    match cli.cmd {
+    let parsed = Cli::command()
+        .mut_subcommands(|c| c.allow_negative_numbers(true))
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let result = match parsed {
+        Ok(cli) => dispatch(cli.cmd),
+        // A usage error goes to stderr with clap's exit code, as `e.exit()` does.
+        Err(e) if e.use_stderr() => e.exit(),
+        // --help and --version are output: a failed write is an error here too.
+        Err(e) => e.print().map_err(stdout_error),
+    };
+    // A failed flush means the output is incomplete: that outranks what the command returned (a
+    // warning such as NoAnswer promises that its output was printed).
+    use std::io::Write;
+    std::io::stdout().lock().flush().map_err(stdout_error)?;
+    result
+}
+
+fn dispatch(cmd: Cmd) -> Result<()> {
+    match cmd {
         Cmd::Calibrate(a) => calibrate::run(a),
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Sweep(a) => sweep::run(a),
@@ -84,9 +135,10 @@ pub fn run() -> Result<()> {
         Cmd::Merge(a) => shard::merge(a),
         Cmd::Report(a) => report::run(a),
         Cmd::Completions(a) => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(a.shell, &mut cmd, "capsim", &mut std::io::stdout());
-            Ok(())
+            // Into memory first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(a.shell, &mut Cli::command(), "capsim", &mut script);
+            out!("{}", String::from_utf8_lossy(&script))
         }
     }
 }
@@ -564,7 +616,10 @@ impl WorkloadArgs {
         }
         if let Some(d) = self.duration {
             if !(d.is_finite() && d > 0.0) {
-                return Err(Error::flag("--duration", format!("must be a positive number of seconds, got {d}")));
+                return Err(Error::flag(
+                    "--duration",
+                    format!("must be a positive number of seconds, got {}", capsim::error::fmt_num(d)),
+                ));
             }
         }
         let (w, origin) = if let Some(path) = &self.workload {
@@ -633,7 +688,7 @@ impl WorkloadArgs {
         t.duration_s = self.duration;
         let think = self.think_time.unwrap_or(0.0);
         if !(think.is_finite() && think >= 0.0) {
-            return Err(Error::flag("--think-time", format!("must be >= 0, got {think}")));
+            return Err(Error::flag("--think-time", format!("must be >= 0, got {}", capsim::error::fmt_num(think))));
         }
         t.think_time_s = think;
         t.think_exponential = self.think_exponential;
@@ -645,7 +700,10 @@ impl WorkloadArgs {
         };
         if let Some(b) = self.burstiness {
             if !(b.is_finite() && b > 0.0) {
-                return Err(Error::flag("--burstiness", format!("must be a positive number, got {b}")));
+                return Err(Error::flag(
+                    "--burstiness",
+                    format!("must be a positive number, got {}", capsim::error::fmt_num(b)),
+                ));
             }
             t.burstiness = b;
             if b != 1.0 && matches!(process, ProcessArg::Poisson) {
@@ -665,7 +723,10 @@ impl WorkloadArgs {
         }
         let think = self.turn_think_time.unwrap_or(0.0);
         if !(think.is_finite() && (0.0..=capsim::workload::MAX_TIME_S).contains(&think)) {
-            return Err(Error::flag("--turn-think-time", format!("must be in 0..=1e9 s, got {think}")));
+            return Err(Error::flag(
+                "--turn-think-time",
+                format!("must be in 0..=1e9 s, got {}", capsim::error::fmt_num(think)),
+            ));
         }
         match &self.turns {
             Some(turns) => {
@@ -746,7 +807,10 @@ pub fn trace_workload(
     window: Option<&str>,
 ) -> Result<Workload> {
     if !(rate_scale.is_finite() && (1e-3..=1e3).contains(&rate_scale)) {
-        return Err(Error::flag("--trace-rate-scale", format!("must be in 0.001..=1000, got {rate_scale}")));
+        return Err(Error::flag(
+            "--trace-rate-scale",
+            format!("must be in 0.001..=1000, got {}", capsim::error::fmt_num(rate_scale)),
+        ));
     }
     let mut t = read_trace(path)?;
     if let Some(w) = window {
@@ -766,13 +830,21 @@ pub fn trace_workload(
     }
     // Faster replay: every gap divided by the scale (the request mix and its order unchanged).
     t.records.iter_mut().for_each(|r| r.arrival_s /= rate_scale);
-    eprintln!(
-        "note: {}: {} trace, {} requests over {:.1} s",
-        path.display(),
-        t.format,
-        t.records.len(),
-        t.records.last().map_or(0.0, |r| r.arrival_s)
-    );
+    let span_s = t.records.iter().map(|r| r.arrival_s).fold(0.0, f64::max);
+    if span_s > capsim::workload::MAX_TIME_S {
+        return Err(Error::input(
+            path.display().to_string(),
+            None,
+            None,
+            format!(
+                "the trace sends requests over {} s{}, past the {:e} s (31 years) a run may last: are its times in seconds?",
+                capsim::error::fmt_num(span_s),
+                if rate_scale != 1.0 { " after --trace-rate-scale" } else { "" },
+                capsim::workload::MAX_TIME_S
+            ),
+        ));
+    }
+    eprintln!("note: {}: {} trace, {} requests over {span_s:.1} s", path.display(), t.format, t.records.len(),);
     if t.skipped_failures > 0 {
         // Nothing dropped without a word: BurstGPT marks failed requests with 0 response tokens.
         eprintln!(
@@ -790,7 +862,7 @@ pub fn goodput_slo(ttft_s: Option<f64>, itl_ms: Option<f64>, e2e_s: Option<f64>)
     for (flag, v) in [("--goodput-ttft-s", ttft_s), ("--goodput-itl-ms", itl_ms), ("--goodput-e2e-s", e2e_s)] {
         if let Some(v) = v {
             if !(v.is_finite() && v > 0.0) {
-                return Err(Error::flag(flag, format!("must be a positive number, got {v}")));
+                return Err(Error::flag(flag, format!("must be a positive number, got {}", capsim::error::fmt_num(v))));
             }
         }
     }

@@ -50,9 +50,17 @@ impl Shard {
     pub fn owns(&self, k: usize) -> bool {
         k as u64 % self.count == self.index
     }
-    /// The indices of `n` points this slice runs.
+    /// The indices of `n` points this slice runs. A slice past the last point (a job array with more
+    /// tasks than points) runs none and writes an empty file, which `capsim merge` accepts; it says so.
     pub fn indices(&self, n: usize) -> Vec<usize> {
-        (0..n).filter(|&k| self.owns(k)).collect()
+        let mine: Vec<usize> = (0..n).filter(|&k| self.owns(k)).collect();
+        if mine.is_empty() && *self != Shard::ALL {
+            eprintln!(
+                "note: slice {} of {} holds none of the {n} points: its output is empty, and `capsim merge` takes it as it is",
+                self.index, self.count
+            );
+        }
+        mine
     }
 }
 
@@ -108,6 +116,11 @@ pub fn merge(a: MergeArgs) -> Result<()> {
     for path in &a.files {
         let text = capsim::error::read_file(path)?;
         let file = path.display().to_string();
+        if text.trim().is_empty() {
+            // A slice that held no point (more slices than points): nothing to add. A slice that
+            // should have held points and wrote none shows as missing points below.
+            continue;
+        }
         let raw: Vec<&str> = text.lines().collect();
         // The project's JSON Lines reader; each line is written back as it was read.
         for (line_no, v) in capsim::measured::json::parse_documents(&file, &text)? {
@@ -116,6 +129,15 @@ pub fn merge(a: MergeArgs) -> Result<()> {
                 at: Location { source: file.clone(), line: Some(line_no), field: Some(field.to_string()) },
                 msg,
             };
+            // One result a line: a document over several lines (--json output, pretty-printed) is not
+            // a slice, and its first line alone is not a result to write back.
+            if serde_json::from_str::<Value>(l).is_err() {
+                return Err(at(
+                    "line",
+                    "a JSON document over several lines: --jsonl writes one result per line (is this --json output?)"
+                        .into(),
+                ));
+            }
             let get = |k: &str| {
                 v.get(k)
                     .and_then(Value::as_u64)
@@ -189,7 +211,7 @@ pub fn merge(a: MergeArgs) -> Result<()> {
     match &a.out {
         Some(p) => std::fs::write(p, out).map_err(|err| Error::Io { path: p.display().to_string(), err }),
         None => {
-            print!("{out}");
+            out!("{out}")?;
             Ok(())
         }
     }

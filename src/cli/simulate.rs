@@ -68,7 +68,10 @@ pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
         Some((LoadAxis::Burst, n as f64, "--burst"))
     } else if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
-            return Err(Error::flag("--rate", format!("must be a positive number of requests per second, got {r}")));
+            return Err(Error::flag(
+                "--rate",
+                format!("must be a positive number of requests per second, got {}", capsim::error::fmt_num(r)),
+            ));
         }
         Some((LoadAxis::Rate, r, "--rate"))
     } else {
@@ -255,10 +258,10 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             .map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&prep.json(&out, &s)).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&prep.json(&out, &s)).expect("json"))?;
     } else {
-        println!("profile: {}{}", p.name(), extrapolation_note(p));
-        println!(
+        outln!("profile: {}{}", p.name(), extrapolation_note(p))?;
+        outln!(
             "engine: {} (budget {} tokens, max {} seqs, KV {} tokens in {}-token blocks), seed {}",
             p.engine.kind.as_str(),
             p.engine.max_num_batched_tokens,
@@ -266,10 +269,10 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             p.engine.kv_capacity_tokens,
             p.engine.block_size_tokens,
             a.seed
-        );
-        print!("{}", kv_capacity_text(p));
-        println!();
-        print!("{}", summary_table(&s));
+        )?;
+        out!("{}", kv_capacity_text(p))?;
+        outln!()?;
+        out!("{}", summary_table(&s))?;
     }
     if s.requests_measured == 0 {
         return Err(Error::NothingMeasured(format!(

@@ -90,9 +90,19 @@ pub fn prepare(a: &SweepArgs) -> Result<Prepared> {
             return Err(Error::flag(
                 &format!("--{}", axis.as_str()),
                 format!(
-                    "each load must be a positive {}, got {l}",
-                    if axis.is_integer() { "integer" } else { "number" }
+                    "each load must be a positive {}, got {}",
+                    if axis.is_integer() { "integer" } else { "number" },
+                    capsim::error::fmt_num(l)
                 ),
+            ));
+        }
+    }
+    if axis == LoadAxis::Scale {
+        // As `capacity --load scale` searches: a million times a trace's traffic is far past any GPU.
+        if let Some(&l) = loads.iter().find(|&&l| !(1e-6..=1e6).contains(&l)) {
+            return Err(Error::flag(
+                "--scale",
+                format!("each scale must be in 1e-6..=1e6, got {}", capsim::error::fmt_num(l)),
             ));
         }
     }
@@ -149,7 +159,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
         let idx = shard.indices(prep.loads.len());
         let points = prep.points(&idx)?;
         for (i, pt) in idx.iter().zip(&points) {
-            println!("{}", line(*i, prep.loads.len(), prep.point_json(pt)));
+            outln!("{}", line(*i, prep.loads.len(), prep.point_json(pt)))?;
         }
         return Ok(());
     }
@@ -180,12 +190,12 @@ pub fn run(a: SweepArgs) -> Result<()> {
         })
         .collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&prep.json(&points)).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&prep.json(&points)).expect("json"))?;
     } else if a.csv {
-        print!("{}", csv(HEADERS, &rows));
+        out!("{}", csv(HEADERS, &rows))?;
     } else {
-        println!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p));
-        print!("{}", table(HEADERS, &rows));
+        outln!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p))?;
+        out!("{}", table(HEADERS, &rows))?;
     }
     Ok(())
 }

@@ -265,7 +265,7 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             let r = &runs[i];
             let rows = validate::validate_runs(&profile, std::slice::from_ref(r));
             let v = json!({"profile": profile.name(), "run": r.label(), "file": r.source.file, "tool": r.source.tool.as_str(), "rows": rows});
-            println!("{}", line(i, runs.len(), v));
+            outln!("{}", line(i, runs.len(), v))?;
         }
         return Ok(());
     }
@@ -310,7 +310,7 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             })
             .collect();
         let p = &profile;
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(
                 &json!({"profile": p.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
@@ -325,17 +325,17 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
                            "source_report": p.file.provenance.source_report})
             )
             .expect("json")
-        );
+        )?;
         return no_answer.map_or(Ok(()), Err);
     }
     for s in &skipped {
         eprintln!("skipped {s}");
     }
     for l in provenance_lines(&profile) {
-        println!("{l}");
+        outln!("{l}")?;
     }
     for r in &runs {
-        println!(
+        outln!(
             "run {}: {} ({}{}), {} requests sent, {} completed, {} failed, mean lengths {:.0} in / {:.0} out{}",
             r.label(),
             r.load.describe(),
@@ -347,12 +347,12 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             r.input_tokens_mean,
             r.output_tokens_mean,
             if r.per_request.is_empty() { String::new() } else { format!(", {} requests listed", r.per_request.len()) }
-        );
+        )?;
         if !r.not_compared.is_empty() {
-            println!("  not compared: {}", r.not_compared.join("; "));
+            outln!("  not compared: {}", r.not_compared.join("; "))?;
         }
     }
-    println!();
+    outln!()?;
     let t: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -372,7 +372,7 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             ]
         })
         .collect();
-    println!("{}", table(&["run", "load", "metric", "stat", "measured", "predicted", "band (+-1 sigma)", "error"], &t));
+    outln!("{}", table(&["run", "load", "metric", "stat", "measured", "predicted", "band (+-1 sigma)", "error"], &t))?;
     let s: Vec<Vec<String>> = summary
         .iter()
         .map(|c| {
@@ -385,23 +385,23 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             ]
         })
         .collect();
-    println!("{}", table(&["class", "count", "median |error|", "p90 |error|", "mean error"], &s));
+    outln!("{}", table(&["class", "count", "median |error|", "p90 |error|", "mean error"], &s))?;
     if let Some(line) = coverage_text(coverage, "measured statistics") {
-        println!("{line}");
+        outln!("{line}")?;
     }
     if !zero.is_empty() {
-        println!(
+        outln!(
             "not compared ({} statistic(s) {}, left out of the summary): {}",
             zero.len(),
             validate::MEASURED_ZERO,
             zero.join(", ")
-        );
+        )?;
     }
     for n in &not_replayed {
-        println!("not replayed: {n}");
+        outln!("not replayed: {n}")?;
     }
     if failed > 0 {
-        println!("{failed} failed request(s) in the files are counted above, not replayed");
+        outln!("{failed} failed request(s) in the files are counted above, not replayed")?;
     }
     no_answer.map_or(Ok(()), Err)
 }
@@ -467,7 +467,7 @@ pub fn run(a: ValidateArgs) -> Result<()> {
         for i in shard.indices(tasks.len()) {
             let (p, rep) = tasks[i];
             let rows = validate::run(p, &points, &metas, &catalog, Some(rep), override_profile.as_ref())?;
-            println!("{}", line(i, tasks.len(), json!({"protocol": p.as_str(), "report": rep, "rows": rows})));
+            outln!("{}", line(i, tasks.len(), json!({"protocol": p.as_str(), "report": rep, "rows": rows})))?;
         }
         return Ok(());
     }
@@ -498,19 +498,19 @@ pub fn run(a: ValidateArgs) -> Result<()> {
                        "targets": target_lines(*p, &rows).iter().map(|(s, ok)| json!({"target": s, "met": ok})).collect::<Vec<_>>()})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&json!({"rows": all, "summary": summary})).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&json!({"rows": all, "summary": summary})).expect("json"))?;
         return Ok(());
     }
     for p in Protocol::ALL.iter().filter(|p| all.iter().any(|r| r.protocol == p.as_str())) {
         let rows: Vec<Row> = all.iter().filter(|r| r.protocol == p.as_str()).cloned().collect();
-        println!("== protocol {} ==\n{}\n{}", p.as_str(), rows_table(&rows), summary_table(&rows));
+        outln!("== protocol {} ==\n{}\n{}", p.as_str(), rows_table(&rows), summary_table(&rows))?;
         for (line, _) in target_lines(*p, &rows) {
-            println!("target: {line}");
+            outln!("target: {line}")?;
         }
         if let Some(c) = coverage_line(&rows) {
-            println!("{c}");
+            outln!("{c}")?;
         }
-        println!();
+        outln!()?;
     }
     Ok(())
 }
@@ -654,7 +654,7 @@ fn markdown(
         }
     }
     std::fs::write(path, md).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
-    println!("wrote {} and plots under {}", path.display(), plots.display());
+    outln!("wrote {} and plots under {}", path.display(), plots.display())?;
     Ok(())
 }
 

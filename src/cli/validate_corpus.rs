@@ -38,7 +38,7 @@ pub fn run(a: &ValidateArgs, protocols: &[CorpusProtocol], catalog: &Catalog) ->
     }
     if let Some(path) = &a.markdown {
         std::fs::write(path, doc).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
-        println!("wrote {}", path.display());
+        outln!("wrote {}", path.display())?;
     }
     Ok(())
 }
@@ -51,7 +51,7 @@ fn print_one(
     ex: &capsim::corpus::Expressed,
 ) -> Result<()> {
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "protocol": p.as_str(),
@@ -60,10 +60,10 @@ fn print_one(
                 "refused_by_reason": ex.counts().iter().map(|(r, n)| json!({"reason": r, "points": n})).collect::<Vec<_>>(),
             }))
             .expect("json")
-        );
+        )?;
         return Ok(());
     }
-    print!("{}", summary_text(p, rows, sums));
+    out!("{}", summary_text(p, rows, sums))?;
     Ok(())
 }
 

@@ -168,7 +168,7 @@ impl PointRow {
             return Err(e("value", format!("must be finite, got `{}`", self.value)));
         }
         if value < 0.0 {
-            return Err(e("value", format!("must not be negative, got {value}")));
+            return Err(e("value", format!("must not be negative, got {}", crate::error::fmt_num(value))));
         }
         if !METRICS.contains(&self.metric.as_str()) {
             return Err(e("metric", format!("unknown metric `{}`; known: {}", self.metric, METRICS.join(", "))));
@@ -324,8 +324,13 @@ pub fn write_points(points: &[Point]) -> String {
     String::from_utf8(w.into_inner().expect("in-memory writer")).expect("CSV is UTF-8")
 }
 
-/// Shortest decimal that round-trips, without a trailing ".0".
+/// Shortest decimal that round-trips, without a trailing ".0"; in scientific notation outside
+/// 1e-9..1e16, where plain digits run to hundreds of characters.
 pub fn format_value(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-9..1e16).contains(&v.abs()) {
+        // Shortest round trip in scientific notation: 1e308, not 309 digits.
+        return format!("{v:e}");
+    }
     let s = format!("{v}");
     s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
 }

@@ -244,7 +244,10 @@ impl LearnedModel {
             }
         }
         if !(m.residual_sigma_log.is_finite() && m.residual_sigma_log >= 0.0) {
-            return Err(bad("residual_sigma_log", format!("must be >= 0, got {}", m.residual_sigma_log)));
+            return Err(bad(
+                "residual_sigma_log",
+                format!("must be >= 0, got {}", crate::error::fmt_num(m.residual_sigma_log)),
+            ));
         }
         Ok(m)
     }

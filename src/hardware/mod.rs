@@ -426,22 +426,34 @@ impl SharedModel {
         ] {
             if !(v.value.is_finite() && v.value > 0.0) || (share && v.value > 1.0) {
                 let range = if share { "in (0, 1]" } else { "positive and finite" };
-                return Err(bad(&format!("{key}.value"), format!("must be {range}, got {}", v.value)));
+                return Err(bad(
+                    &format!("{key}.value"),
+                    format!("must be {range}, got {}", crate::error::fmt_num(v.value)),
+                ));
             }
             if !(v.sigma_log.is_finite() && v.sigma_log >= 0.0) {
-                return Err(bad(&format!("{key}.sigma_log"), format!("must be >= 0, got {}", v.sigma_log)));
+                return Err(bad(
+                    &format!("{key}.sigma_log"),
+                    format!("must be >= 0, got {}", crate::error::fmt_num(v.sigma_log)),
+                ));
             }
         }
         if let Some(c) = &m.grouped_gemm_curve {
             if !(c.e_max.is_finite() && c.e_max > 0.0 && c.e_max <= 1.0) {
-                return Err(bad("grouped_gemm_curve.e_max", format!("must be in (0, 1], got {}", c.e_max)));
+                return Err(bad(
+                    "grouped_gemm_curve.e_max",
+                    format!("must be in (0, 1], got {}", crate::error::fmt_num(c.e_max)),
+                ));
             }
             if !(c.m_half.is_finite() && c.m_half >= 0.0 && c.sigma_log.is_finite() && c.sigma_log >= 0.0) {
                 return Err(bad("grouped_gemm_curve.m_half", "m_half and sigma_log must be finite and >= 0".into()));
             }
         }
         if !(m.residual_sigma_log.is_finite() && m.residual_sigma_log >= 0.0) {
-            return Err(bad("residual_sigma_log", format!("must be >= 0, got {}", m.residual_sigma_log)));
+            return Err(bad(
+                "residual_sigma_log",
+                format!("must be >= 0, got {}", crate::error::fmt_num(m.residual_sigma_log)),
+            ));
         }
         Ok(m)
     }

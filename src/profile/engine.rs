@@ -267,6 +267,26 @@ pub fn latest_version(kind: EngineKind) -> EngineVersion {
     }
 }
 
+/// The oldest release of each engine capsim read (ENGINES.md: vLLM sdists from 0.10.1, SGLang wheels
+/// from 0.4.6; TensorRT-LLM's 1.x LLM API and PyTorch backend). A version outside oldest..=newest is
+/// refused: its defaults and scheduler are unknown, and a label would claim otherwise.
+pub fn oldest_version(kind: EngineKind) -> EngineVersion {
+    match kind {
+        EngineKind::Vllm => EngineVersion(0, 10, 1),
+        EngineKind::Sglang => EngineVersion(0, 4, 6),
+        EngineKind::Trtllm => EngineVersion(1, 0, 0),
+    }
+}
+
+/// The engine's name as its users write it.
+fn engine_display(kind: EngineKind) -> &'static str {
+    match kind {
+        EngineKind::Vllm => "vLLM",
+        EngineKind::Sglang => "SGLang",
+        EngineKind::Trtllm => "TensorRT-LLM",
+    }
+}
+
 const MIB: f64 = (1u64 << 20) as f64;
 
 /// Peak activations of a profiling forward pass over `tokens` tokens, per GPU: about 34 bytes per
@@ -367,8 +387,21 @@ pub(super) fn resolve_engine(
     let err = |f: &str, msg: String| Error::input(source, None, Some(f), msg);
     let version = match &s.version {
         None => latest_version(kind),
-        Some(t) => EngineVersion::parse(t)
-            .ok_or_else(|| err("engine.version", format!("`{t}` is not a release number such as 0.19.1")))?,
+        Some(t) => {
+            let v = EngineVersion::parse(t)
+                .ok_or_else(|| err("engine.version", format!("`{t}` is not a release number such as 0.19.1")))?;
+            let (oldest, newest) = (oldest_version(kind), latest_version(kind));
+            if v < oldest || v > newest {
+                return Err(err(
+                    "engine.version",
+                    format!(
+                        "{} {v} is outside the releases capsim read ({oldest} to {newest}): its defaults and scheduler are unknown. Give a release in that range (ENGINES.md lists what changes between them), or leave the version out for {newest}'s behaviour",
+                        engine_display(kind)
+                    ),
+                ));
+            }
+            v
+        }
     };
     let budget = default_prefill_budget(kind, s, gpu);
     let (seqs, block, util) = match kind {
@@ -406,11 +439,11 @@ pub(super) fn resolve_engine(
     let util_field =
         if kind == EngineKind::Trtllm { "engine.free_gpu_memory_fraction" } else { "engine.gpu_memory_utilization" };
     if !(util.is_finite() && util > 0.0 && util <= 1.0) {
-        return Err(err(util_field, format!("must be in (0, 1], got {util}")));
+        return Err(err(util_field, format!("must be in (0, 1], got {}", crate::error::fmt_num(util))));
     }
     let watermark = s.watermark.unwrap_or(0.0);
     if !(watermark.is_finite() && (0.0..1.0).contains(&watermark)) {
-        return Err(err("engine.watermark", format!("must be in [0, 1), got {watermark}")));
+        return Err(err("engine.watermark", format!("must be in [0, 1), got {}", crate::error::fmt_num(watermark))));
     }
     // Bytes of KV per token over all the GPUs: copies kept on several GPUs count once per copy.
     let replication = arch.kv_replication(tp);

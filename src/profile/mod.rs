@@ -334,7 +334,7 @@ impl ProfileFile {
                 source,
                 None,
                 Some("coefficients.mem_compute_overlap"),
-                format!("must be in [0, 1], got {}", c.mem_compute_overlap),
+                format!("must be in [0, 1], got {}", crate::error::fmt_num(c.mem_compute_overlap)),
             ));
         }
         if let Some(cov) = &self.covariance {

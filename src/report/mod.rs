@@ -48,7 +48,7 @@ pub fn csv(headers: &[&str], rows: &[Vec<String>]) -> String {
     String::from_utf8(w.into_inner().expect("in-memory CSV")).expect("UTF-8")
 }
 
-/// A number with `digits` significant figures, without exponent for everyday magnitudes.
+/// A number with `digits` significant figures, without exponent for everyday magnitudes (below 10^15).
 pub fn num(v: f64, digits: usize) -> String {
     if !v.is_finite() {
         return "-".into();
@@ -57,6 +57,11 @@ pub fn num(v: f64, digits: usize) -> String {
         return "0".into();
     }
     let mag = v.abs().log10().floor() as i32;
+    if mag >= 15 {
+        // Beyond 10^15 plain digits say nothing more: 1e300 is written 1.000e300, not 301 digits.
+        let decimals = digits.saturating_sub(1);
+        return format!("{v:.decimals$e}");
+    }
     let decimals = (digits as i32 - 1 - mag).clamp(0, 9) as usize;
     format!("{v:.decimals$}")
 }

@@ -260,7 +260,9 @@ impl RateSchedule {
         for &(t, r) in &self.segments {
             if !(t.is_finite() && r.is_finite()) || r < 0.0 || t <= last || t > MAX_TIME_S || r > MAX_RATE_PER_S {
                 return bad(format!(
-                    "segments need increasing start times in 0..={MAX_TIME_S:e} s and rates in 0..={MAX_RATE_PER_S:e} per s; got ({t}, {r})"
+                    "segments need increasing start times in 0..={MAX_TIME_S:e} s and rates in 0..={MAX_RATE_PER_S:e} per s; got ({}, {})",
+                    crate::error::fmt_num(t),
+                    crate::error::fmt_num(r)
                 ));
             }
             last = t;
