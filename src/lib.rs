@@ -18,6 +18,7 @@ pub mod error;
 pub mod experiment;
 pub mod hardware;
 pub mod measured;
+pub mod memory;
 pub mod metrics;
 pub mod profile;
 pub mod report;

@@ -191,42 +191,45 @@ pub fn summarize(
     let sent = out.requests_sent;
     let last_id = sent.saturating_sub(cooldown_requests);
     let warm_ns = (warmup_s * 1e9) as u64;
-    let measured: Vec<&RequestRecord> = out
-        .records
-        .iter()
-        .filter(|r| (r.id as u64) >= warmup_requests && (r.id as u64) < last_id && r.arrival.0 >= warm_ns)
-        .collect();
-    let n = measured.len();
-    let mut ttft: Vec<f64> = measured.iter().map(|r| r.ttft_s()).collect();
-    let mut qw: Vec<f64> = measured.iter().map(|r| r.queue_wait_s()).collect();
-    let mut e2e: Vec<f64> = measured.iter().map(|r| r.e2e_s()).collect();
-    let mut tpot: Vec<f64> = measured.iter().filter_map(|r| tpot_ms(r)).collect();
-    let mut pu: Vec<f64> = measured
-        .iter()
-        .filter(|r| r.output_tokens > 1 && r.decode_s() > 0.0)
-        .map(|r| r.output_tokens as f64 / r.decode_s())
-        .collect();
-    let (t0, t1) = measured.iter().fold((u64::MAX, 0u64), |(a, b), r| (a.min(r.arrival.0), b.max(r.finish.0)));
+    let measured = || {
+        out.records
+            .iter()
+            .filter(move |r| (r.id as u64) >= warmup_requests && (r.id as u64) < last_id && r.arrival.0 >= warm_ns)
+    };
+    // One statistic's values at a time: a run of 100 million requests holds its records and one
+    // vector of 8 bytes per request, not seven (the summary's memory is part of the run's estimate,
+    // crate::sim::memory_estimate).
+    let stats = |f: &dyn Fn(&RequestRecord) -> Option<f64>| {
+        let mut v: Vec<f64> = measured().filter_map(f).collect();
+        Stats::of(&mut v)
+    };
+    let (mut n, mut t0, mut t1, mut out_tokens, mut in_tokens, mut good, mut cached) =
+        (0usize, u64::MAX, 0u64, 0u64, 0u64, 0usize, 0u64);
+    for r in measured() {
+        n += 1;
+        (t0, t1) = (t0.min(r.arrival.0), t1.max(r.finish.0));
+        out_tokens += r.output_tokens as u64;
+        in_tokens += r.input_tokens as u64;
+        cached += r.cached_tokens as u64;
+        good += (slo.is_set() && slo.meets(r)) as usize;
+    }
     let wall_s = if n > 0 && t1 > t0 { (t1 - t0) as f64 * 1e-9 } else { 0.0 };
-    let out_tokens: u64 = measured.iter().map(|r| r.output_tokens as u64).sum();
-    let in_tokens: u64 = measured.iter().map(|r| r.input_tokens as u64).sum();
     let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
-    let good = slo.is_set().then(|| measured.iter().filter(|r| slo.meets(r)).count());
-    let cached: u64 = measured.iter().map(|r| r.cached_tokens as u64).sum();
-    let mut ttft_hit: Vec<f64> = measured.iter().filter(|r| r.cached_tokens > 0).map(|r| r.ttft_s()).collect();
-    let mut ttft_miss: Vec<f64> = measured.iter().filter(|r| r.cached_tokens == 0).map(|r| r.ttft_s()).collect();
+    let good = slo.is_set().then_some(good);
     Summary {
         requests_sent: sent,
         requests_completed: out.records.len() as u64,
         requests_measured: n as u64,
         requests_rejected: out.requests_rejected,
         requests_unfinished: out.requests_unfinished,
-        ttft_s: Stats::of(&mut ttft),
-        queue_wait_s: Stats::of(&mut qw),
+        ttft_s: stats(&|r| Some(r.ttft_s())),
+        queue_wait_s: stats(&|r| Some(r.queue_wait_s())),
         itl_ms: pooled_itl_ms(&out.itl_gaps),
-        tpot_ms: Stats::of(&mut tpot),
-        e2e_s: Stats::of(&mut e2e),
-        per_user_tok_s: Stats::of(&mut pu),
+        tpot_ms: stats(&tpot_ms),
+        e2e_s: stats(&|r| Some(r.e2e_s())),
+        per_user_tok_s: stats(&|r| {
+            (r.output_tokens > 1 && r.decode_s() > 0.0).then(|| r.output_tokens as f64 / r.decode_s())
+        }),
         system_output_tok_s: per_s(out_tokens as f64),
         system_total_tok_s: per_s((out_tokens + in_tokens) as f64),
         request_throughput_per_s: per_s(n as f64),
@@ -244,7 +247,7 @@ pub fn summarize(
         prefix_hit_rate: if in_tokens > 0 { cached as f64 / in_tokens as f64 } else { 0.0 },
         cached_tokens_per_request: if n > 0 { cached as f64 / n as f64 } else { 0.0 },
         prefix_evictions: out.prefix_evictions,
-        ttft_s_hit: Stats::of(&mut ttft_hit),
-        ttft_s_miss: Stats::of(&mut ttft_miss),
+        ttft_s_hit: stats(&|r| (r.cached_tokens > 0).then(|| r.ttft_s())),
+        ttft_s_miss: stats(&|r| (r.cached_tokens == 0).then(|| r.ttft_s())),
     }
 }

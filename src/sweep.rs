@@ -36,6 +36,7 @@ pub fn run_point(
     slo: &RequestSlo,
 ) -> Result<SweepPoint> {
     let w = t.at(axis, load)?;
+    crate::memory::check(&crate::sim::memory_estimate(p, &w, 1), 1, &format!("the sweep point at {load}"))?;
     let out = simulate(p, &w, seed, SimOptions::default());
     let summary = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, slo);
     Ok(SweepPoint { axis, load, seed, summary })

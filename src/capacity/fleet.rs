@@ -99,6 +99,7 @@ pub fn simulate_fleet(
     seed: u64,
 ) -> Result<FleetRun> {
     let w = t.at(LoadAxis::Rate, rate)?;
+    crate::memory::check(&crate::sim::memory_estimate(p, &w, replicas), 1, &format!("a fleet of {replicas} replicas"))?;
     let mut outs: Vec<SimOutput> = crate::sim::simulate_fleet(p, &w, seed, SimOptions::default(), replicas, routing);
     let trend = Trend::of(&outs);
     // Throughput and busy time per replica; then the records move into one run (no copy: a
@@ -118,7 +119,8 @@ pub fn simulate_fleet(
     let (mut rejected, mut unfinished, mut preemptions, mut steps, mut kv_max) = (0, 0, 0, 0, 0f64);
     let evictions: u64 = outs.iter().map(|o| o.prefix_evictions).sum();
     for o in &mut outs[..] {
-        records.append(&mut o.records);
+        // Each replica's records freed as they move (append keeps the source's capacity).
+        records.append(&mut std::mem::take(&mut o.records));
         rejected += o.requests_rejected;
         unfinished += o.requests_unfinished;
         preemptions += o.preemptions;

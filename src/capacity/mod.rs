@@ -241,6 +241,9 @@ fn stability(out: &SimOutput) -> Stability {
 /// averaged over seeds.
 pub fn evaluate(p: &Profile, q: &Question, load: f64) -> Result<TriedPoint> {
     let w = q.template.at(q.axis, load)?;
+    // The seeds run side by side, and their records are merged into one more copy.
+    let copies = q.seeds.max(1) as u64 + 1;
+    crate::memory::check(&crate::sim::memory_estimate(p, &w, 1), copies, &format!("the load {load}"))?;
     let runs: Vec<(SimOutput, Summary)> = (0..q.seeds.max(1))
         .into_par_iter()
         .map(|i| {

@@ -36,15 +36,25 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     }
     let catalog = a.deployment.catalog()?;
     let p = a.deployment.resolve(&catalog)?;
-    // A step holds at most the engine's running-sequence cap and contexts within the model's window.
-    if a.decode + u32::from(a.prefill > 0) > p.engine.max_num_seqs {
+    // A step holds at most the engine's running-sequence cap and contexts within the model's window
+    // (counted in 64 bits: --decode 4294967295 plus a prefill is not 0 sequences).
+    let seqs = a.decode as u64 + u64::from(a.prefill > 0);
+    if seqs > p.engine.max_num_seqs as u64 {
         return Err(Error::flag(
             "--decode",
             format!(
-                "{} sequences in one step exceed the engine's cap (max_num_seqs {}); raise --max-num-seqs to ask about a larger batch",
-                a.decode + u32::from(a.prefill > 0),
+                "{seqs} sequences in one step exceed the engine's cap (max_num_seqs {}); raise --max-num-seqs to ask about a larger batch",
                 p.engine.max_num_seqs
             ),
+        ));
+    }
+    // A chunk is part of one request's prompt (the per-request bound of every workload), so the
+    // step's token count stays far inside 32 bits.
+    let max_request = capsim::workload::MAX_REQUEST_TOKENS;
+    if a.prefill > max_request {
+        return Err(Error::flag(
+            "--prefill",
+            format!("a {}-token chunk exceeds capsim's bound of {max_request} tokens per request", a.prefill),
         ));
     }
     let max_ctx = p.arch.max_context;

@@ -191,6 +191,7 @@ pub fn prepare(a: &SimulateArgs) -> Result<Prepared> {
         return Err(Error::flag("--horizon", "must be a positive number of seconds"));
     }
     let slo = goodput_slo(a.goodput_ttft_s, a.goodput_itl_ms, a.goodput_e2e_s)?;
+    capsim::memory::check(&capsim::sim::memory_estimate(&p, &w, 1), 1, "this simulation")?;
     Ok(Prepared { profile: p, workload: w, slo, seed: a.seed, horizon_s: a.horizon })
 }
 
@@ -219,38 +220,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     let (out, s) = prep.run();
     let (p, w) = (&prep.profile, &prep.workload);
     if let Some(path) = &a.per_request {
-        let rows: Vec<Vec<String>> = out
-            .records
-            .iter()
-            .map(|r| {
-                vec![
-                    r.id.to_string(),
-                    r.class.to_string(),
-                    r.input_tokens.to_string(),
-                    r.output_tokens.to_string(),
-                    format!("{:.9}", r.arrival.secs()),
-                    format!("{:.9}", r.queue_wait_s()),
-                    format!("{:.9}", r.ttft_s()),
-                    format!("{:.9}", r.e2e_s()),
-                    r.preemptions.to_string(),
-                ]
-            })
-            .collect();
-        let text = capsim::report::csv(
-            &[
-                "id",
-                "class",
-                "input_tokens",
-                "output_tokens",
-                "arrival_s",
-                "queue_wait_s",
-                "ttft_s",
-                "e2e_s",
-                "preemptions",
-            ],
-            &rows,
-        );
-        std::fs::write(path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
+        write_per_request(path, &out.records).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if let Some(path) = &a.save_vllm_result {
         let v = capsim::report::vllm_bench_result(&s, &w.spec.arrivals, &p.arch.name);
@@ -274,6 +244,16 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         outln!()?;
         out!("{}", summary_table(&s))?;
     }
+    if s.requests_unfinished > 0 {
+        // Not silent: the statistics cover only the requests that finished.
+        eprintln!(
+            "capsim: warning: {} of {} requests were still queued or running when the run stopped at its horizon of {} s (--horizon): the engine could not finish them (an open loop above its capacity, or requests too long for it); the statistics cover the {} that completed",
+            s.requests_unfinished,
+            s.requests_sent,
+            num(prep.horizon_s, 4),
+            s.requests_completed
+        );
+    }
     if s.requests_measured == 0 {
         return Err(Error::NothingMeasured(format!(
             "no request was measured ({} sent, {} completed, {} rejected, {} unfinished at the horizon, warm-up {} and cool-down {} left out): the latency statistics are empty (null in JSON, - in the table)",
@@ -285,6 +265,39 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             w.spec.cooldown_requests
         )));
     }
+    Ok(())
+}
+
+/// `--per-request`: one CSV row per completed request, written as it is formatted (a run of 100
+/// million requests would otherwise hold every row's text at once, several times its records).
+fn write_per_request(path: &std::path::Path, records: &[capsim::sim::RequestRecord]) -> std::io::Result<()> {
+    let file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(file);
+    w.write_record([
+        "id",
+        "class",
+        "input_tokens",
+        "output_tokens",
+        "arrival_s",
+        "queue_wait_s",
+        "ttft_s",
+        "e2e_s",
+        "preemptions",
+    ])?;
+    for r in records {
+        w.write_record([
+            r.id.to_string(),
+            r.class.to_string(),
+            r.input_tokens.to_string(),
+            r.output_tokens.to_string(),
+            format!("{:.9}", r.arrival.secs()),
+            format!("{:.9}", r.queue_wait_s()),
+            format!("{:.9}", r.ttft_s()),
+            format!("{:.9}", r.e2e_s()),
+            r.preemptions.to_string(),
+        ])?;
+    }
+    w.into_inner().map_err(|e| e.into_error())?.into_inner().map_err(|e| e.into_error())?;
     Ok(())
 }
 

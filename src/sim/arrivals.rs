@@ -1,7 +1,13 @@
 //! The arrival stream: open-loop arrivals drawn one ahead, closed-loop, burst and conversation sends
 //! in a heap, trace records in order; and what each request's tokens are made of, where requests
 //! share content (a system prompt, a conversation's history, a trace's block ids) for the prefix cache.
+//!
+//! Content is made of segments (a run of tokens with one identity) and reaches the engine as the chain
+//! hashes of its full blocks (sim/prefix.rs). A conversation and a trace session keep the hash state
+//! of their history and extend it by each request's own tokens, so a turn costs its own length and a
+//! copy of the history's hashes, never a pass over every earlier segment.
 
+use super::prefix::ChainHasher;
 use crate::units::SimTime;
 use crate::workload::{Arrivals, Generator, Workload, HASH_ID_BLOCK_TOKENS};
 use std::cmp::Reverse;
@@ -11,9 +17,10 @@ use std::collections::BinaryHeap;
 /// that prefix. (id, tokens).
 pub(super) type Segment = (u64, u32);
 
-/// What a request's prompt and output are made of, in order (prompt segments, then the output's).
-/// None when the workload shares no content: every request is unique and no cache can hit.
-pub(super) type Content = Option<Box<[Segment]>>;
+/// The chain hashes of the full blocks of a request's prompt and output (sim/prefix.rs), in order.
+/// None when no prefix cache can hit: the workload shares no content (every request is unique), or
+/// the engine keeps no cache.
+pub(super) type Content = Option<Vec<u64>>;
 
 /// Whether some requests share content (a system prompt, a conversation, a trace's block ids): only
 /// then can a prefix cache hit.
@@ -57,11 +64,80 @@ struct Session {
     class: u16,
     turn: u32,
     turns: u32,
-    /// The system prompt and every earlier user message and reply.
-    history: Vec<Segment>,
+    /// Tokens of the system prompt and every earlier user message and reply (the history).
+    tokens: u64,
+    /// With a prefix cache: the hash state after the history, and its full blocks' hashes.
+    chain: ChainHasher,
+    hashes: Vec<u64>,
     /// This turn's user message and reply, appended to the history when it completes.
     pending: [Segment; 2],
     active: bool,
+}
+
+impl Session {
+    const IDLE: Session = Session {
+        id: 0,
+        class: 0,
+        turn: 0,
+        turns: 0,
+        tokens: 0,
+        chain: ChainHasher::new(1),
+        hashes: Vec::new(),
+        pending: [(0, 0); 2],
+        active: false,
+    };
+}
+
+/// A trace session: the content of its latest request (prompt and reply), which its next request
+/// extends as far as its prompt reaches.
+#[derive(Default)]
+struct TraceSession {
+    segments: Vec<Segment>,
+    /// Where each segment starts in the sequence.
+    starts: Vec<u64>,
+    tokens: u64,
+    /// The chain hashes of the sequence's full blocks.
+    hashes: Vec<u64>,
+}
+
+impl TraceSession {
+    /// The next request of the session: the previous request's prompt and reply cut to `input`
+    /// tokens, then the rest of the prompt its own (request `id`), then its output. The session
+    /// becomes it; returns its block hashes. Only the cut block and the new tokens are hashed.
+    fn extend(&mut self, input: u32, output: u32, id: u64, block: u32) -> Vec<u64> {
+        let kept = (input as u64).min(self.tokens);
+        // The segments that start before the cut, the last one cut there (segments are never empty).
+        let n = self.starts.partition_point(|&st| st < kept);
+        self.segments.truncate(n);
+        self.starts.truncate(n);
+        if let (Some(last), Some(&st)) = (self.segments.last_mut(), self.starts.last()) {
+            last.1 = last.1.min((kept - st) as u32);
+        }
+        // The full blocks before the cut keep their hashes; the block the cut falls in is hashed
+        // again from its start.
+        let full = kept / block as u64;
+        self.hashes.truncate(full as usize);
+        let mut chain = ChainHasher::at_boundary(block, &self.hashes);
+        let from = full * block as u64;
+        let first = self.starts.partition_point(|&st| st <= from).saturating_sub(1);
+        for j in first..self.segments.len() {
+            let ((seg, len), st) = (self.segments[j], self.starts[j]);
+            if st + len as u64 > from {
+                chain.feed(seg, (from.max(st) - st) as u32, len, &mut self.hashes);
+            }
+        }
+        self.tokens = kept;
+        let own = input as u64 - kept;
+        for piece in [(segment_id(INPUT, id, 0), own as u32), (segment_id(OUTPUT, id, 0), output)] {
+            if piece.1 > 0 {
+                self.segments.push(piece);
+                self.starts.push(self.tokens);
+                self.tokens += piece.1 as u64;
+                chain.feed(piece.0, 0, piece.1, &mut self.hashes);
+            }
+        }
+        self.hashes.clone()
+    }
 }
 
 /// Pending arrivals: open-loop arrivals drawn one ahead, the other sends in a heap. Both keyed by send
@@ -76,20 +152,22 @@ pub(super) struct Pending<'w> {
     send_until_ns: u64,
     next_open: Option<u64>,
     trace_pos: usize,
-    /// Whether requests carry their content (some of it is shared).
-    shares: bool,
+    /// The engine's KV block size when requests carry their content's block hashes (some of it is
+    /// shared and the engine keeps a prefix cache).
+    hashing: Option<u32>,
     sessions: Vec<Session>,
     free_sessions: Vec<u32>,
     next_session: u64,
-    /// A trace's sessions: the content of each one's latest request.
-    trace_sessions: std::collections::HashMap<u64, Box<[Segment]>>,
+    /// A trace's sessions (with hashing): the content of each one's latest request.
+    trace_sessions: std::collections::HashMap<u64, TraceSession>,
 }
 
 impl<'w> Pending<'w> {
-    pub(super) fn new(w: &'w Workload, seed: u64) -> Self {
+    /// `cache_block`: the engine's KV block size when it keeps a prefix cache.
+    pub(super) fn new(w: &'w Workload, seed: u64, cache_block: Option<u32>) -> Self {
         let limit = w.planned_requests().unwrap_or(u64::MAX);
         let send_until_ns = w.spec.duration_s.map_or(u64::MAX, |d| SimTime::from_secs(d).0);
-        let shares = shares_content(w);
+        let hashing = cache_block.filter(|_| shares_content(w));
         let mut a = Pending {
             w,
             gen: Generator::new(w, seed),
@@ -100,7 +178,7 @@ impl<'w> Pending<'w> {
             send_until_ns,
             next_open: None,
             trace_pos: 0,
-            shares,
+            hashing,
             sessions: Vec::new(),
             free_sessions: Vec::new(),
             next_session: 0,
@@ -178,16 +256,13 @@ impl<'w> Pending<'w> {
                 let r = &records[self.trace_pos];
                 self.trace_pos += 1;
                 let send = SimTime::from_secs(r.arrival_s).0;
-                let content = match r.session {
+                let content = self.hashing.map(|block| match r.session {
                     // A session's request extends its previous request, as far as its prompt reaches.
                     Some(s) if r.hash_ids.is_empty() => {
-                        let prev = self.trace_sessions.get(&s).map_or(&[][..], |c| &c[..]);
-                        let c = session_content(prev, r.input_tokens, r.output_tokens, id);
-                        self.trace_sessions.insert(s, c.clone());
-                        Some(c)
+                        self.trace_sessions.entry(s).or_default().extend(r.input_tokens, r.output_tokens, id, block)
                     }
-                    _ => self.shares.then(|| trace_content(r.input_tokens, r.output_tokens, &r.hash_ids, id)),
-                };
+                    _ => trace_content(r.input_tokens, r.output_tokens, &r.hash_ids, id, block),
+                });
                 let route_key = match r.session {
                     Some(s) => Some(segment_id(USER, s, u64::MAX - 1)),
                     None => r.hash_ids.first().map(|&h| segment_id(BLOCK, h, 0)),
@@ -211,14 +286,15 @@ impl<'w> Pending<'w> {
     /// A request of its own: the class's system prompt (shared), then its input, then its output.
     fn plain(&mut self, send: u64, client: u32, input: u32, output: u32, class: u16, id: u64) -> Sent {
         let sys = self.w.spec.classes.get(class as usize).map_or(0, |c| c.system_prompt_tokens);
-        let content = self.shares.then(|| {
-            let mut v = Vec::with_capacity(3);
+        let content = self.hashing.map(|block| {
+            let mut v = Vec::new();
+            let mut chain = ChainHasher::new(block);
             if sys > 0 {
-                v.push((segment_id(SYSTEM, class as u64, 0), sys));
+                chain.feed(segment_id(SYSTEM, class as u64, 0), 0, sys, &mut v);
             }
-            v.push((segment_id(INPUT, id, 0), input));
-            v.push((segment_id(OUTPUT, id, 0), output));
-            v.into_boxed_slice()
+            chain.feed(segment_id(INPUT, id, 0), 0, input, &mut v);
+            chain.feed(segment_id(OUTPUT, id, 0), 0, output, &mut v);
+            v
         });
         Sent { send, client, input: sys + input, output, class, content, route_key: None }
     }
@@ -226,24 +302,20 @@ impl<'w> Pending<'w> {
         let class = self.gen.class();
         let turns = self.gen.turns();
         let sys = self.w.spec.classes.get(class as usize).map_or(0, |c| c.system_prompt_tokens);
-        let mut history = Vec::new();
-        if sys > 0 {
-            history.push((segment_id(SYSTEM, class as u64, 0), sys));
-        }
-        let s = Session { id: self.next_session, class, turn: 0, turns, history, pending: [(0, 0); 2], active: true };
-        self.next_session += 1;
         while self.sessions.len() <= slot as usize {
-            self.sessions.push(Session {
-                id: 0,
-                class: 0,
-                turn: 0,
-                turns: 0,
-                history: Vec::new(),
-                pending: [(0, 0); 2],
-                active: false,
-            });
+            self.sessions.push(Session::IDLE);
         }
-        self.sessions[slot as usize] = s;
+        let s = &mut self.sessions[slot as usize];
+        (s.id, s.class, s.turn, s.turns, s.tokens) = (self.next_session, class, 0, turns, sys as u64);
+        (s.pending, s.active) = ([(0, 0); 2], true);
+        s.hashes.clear();
+        if let Some(block) = self.hashing {
+            s.chain = ChainHasher::new(block);
+            if sys > 0 {
+                s.chain.feed(segment_id(SYSTEM, class as u64, 0), 0, sys, &mut s.hashes);
+            }
+        }
+        self.next_session += 1;
     }
     /// The session's next turn: its history, a new user message, and the reply to come.
     fn turn(&mut self, send: u64, slot: u32) -> Sent {
@@ -253,18 +325,22 @@ impl<'w> Pending<'w> {
         let u = (segment_id(USER, s.id, s.turn as u64), user);
         let r = (segment_id(REPLY, s.id, s.turn as u64), reply);
         s.pending = [u, r];
-        let history: u32 = s.history.iter().map(|x| x.1).sum();
-        let mut content = Vec::with_capacity(s.history.len() + 2);
-        content.extend_from_slice(&s.history);
-        content.push(u);
-        content.push(r);
+        // The history's hashes, then this turn's (the history itself is hashed once, as it grows).
+        let content = self.hashing.map(|block| {
+            let mut v = Vec::with_capacity(s.hashes.len() + ((user as usize + reply as usize) / block as usize) + 1);
+            v.extend_from_slice(&s.hashes);
+            let mut chain = s.chain;
+            chain.feed(u.0, 0, u.1, &mut v);
+            chain.feed(r.0, 0, r.1, &mut v);
+            v
+        });
         Sent {
             send,
             client: slot,
-            input: history.saturating_add(user),
+            input: (s.tokens + user as u64).min(u32::MAX as u64) as u32,
             output: reply,
             class: s.class,
-            content: Some(content.into_boxed_slice()),
+            content,
             route_key: Some(segment_id(USER, s.id, u64::MAX)),
         }
     }
@@ -274,12 +350,16 @@ impl<'w> Pending<'w> {
             let (think_s, exponential) = (conv.think_time_s, conv.think_exponential);
             let Some(s) = self.sessions.get_mut(client as usize) else { return };
             s.turn += 1;
-            let [u, r] = s.pending;
-            s.history.push(u);
-            s.history.push(r);
             // A rejected turn (over the context or the cache) ends its conversation.
             let more = s.turn < s.turns && !rejected;
             if more {
+                // The turn joins the history.
+                let [u, r] = s.pending;
+                s.tokens += u.1 as u64 + r.1 as u64;
+                if self.hashing.is_some() {
+                    s.chain.feed(u.0, 0, u.1, &mut s.hashes);
+                    s.chain.feed(r.0, 0, r.1, &mut s.hashes);
+                }
                 if self.sent + (self.heap.len() as u64) < self.limit {
                     let think = SimTime::from_secs(self.gen.think_s(think_s, exponential)).0;
                     self.push_send(now + think, client);
@@ -287,7 +367,7 @@ impl<'w> Pending<'w> {
                 return;
             }
             s.active = false;
-            s.history = Vec::new();
+            s.hashes = Vec::new();
             match self.w.spec.arrivals {
                 Arrivals::ClosedLoop { think_time_s, think_exponential, .. }
                     if self.sent + (self.heap.len() as u64) < self.limit =>
@@ -309,42 +389,95 @@ impl<'w> Pending<'w> {
     }
 }
 
-/// A session's next request: the previous request's prompt and reply, cut to this prompt's length,
-/// then the rest of the prompt its own, then its output.
-fn session_content(prev: &[Segment], input: u32, output: u32, id: u64) -> Box<[Segment]> {
-    let mut v = Vec::with_capacity(prev.len() + 2);
-    let mut left = input;
-    for &(seg, len) in prev {
-        if left == 0 {
-            break;
-        }
-        let n = len.min(left);
-        v.push((seg, n));
-        left -= n;
-    }
-    if left > 0 {
-        v.push((segment_id(INPUT, id, 0), left));
-    }
-    v.push((segment_id(OUTPUT, id, 0), output));
-    v.into_boxed_slice()
-}
-
-/// A trace request's content: Mooncake's block ids, 512 tokens each (the last block takes what is
-/// left of the prompt), the rest of the prompt its own, then its output.
-fn trace_content(input: u32, output: u32, hash_ids: &[u64], id: u64) -> Box<[Segment]> {
-    let mut v = Vec::with_capacity(hash_ids.len() + 2);
+/// A trace request's block hashes: Mooncake's block ids, 512 tokens each (the last block takes what
+/// is left of the prompt), the rest of the prompt its own, then its output.
+fn trace_content(input: u32, output: u32, hash_ids: &[u64], id: u64, block: u32) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut chain = ChainHasher::new(block);
     let mut left = input;
     for &h in hash_ids {
         if left == 0 {
             break;
         }
         let n = left.min(HASH_ID_BLOCK_TOKENS);
-        v.push((segment_id(BLOCK, h, 0), n));
+        chain.feed(segment_id(BLOCK, h, 0), 0, n, &mut v);
         left -= n;
     }
     if left > 0 {
-        v.push((segment_id(INPUT, id, 0), left));
+        chain.feed(segment_id(INPUT, id, 0), 0, left, &mut v);
     }
-    v.push((segment_id(OUTPUT, id, 0), output));
-    v.into_boxed_slice()
+    chain.feed(segment_id(OUTPUT, id, 0), 0, output, &mut v);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::prefix::block_hashes;
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// The session's content as it was built before the history was hashed incrementally: the
+    /// previous request's segments cut to this prompt, then its own input and output.
+    fn cut_and_extend(prev: &[Segment], input: u32, output: u32, id: u64) -> Vec<Segment> {
+        let mut v = Vec::new();
+        let mut left = input;
+        for &(seg, len) in prev {
+            if left == 0 {
+                break;
+            }
+            let n = len.min(left);
+            v.push((seg, n));
+            left -= n;
+        }
+        if left > 0 {
+            v.push((segment_id(INPUT, id, 0), left));
+        }
+        v.push((segment_id(OUTPUT, id, 0), output));
+        v
+    }
+
+    #[test]
+    fn a_trace_session_hashes_as_its_whole_content_would() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for block in [1u32, 3, 16, 64] {
+            let mut session = TraceSession::default();
+            let mut content: Vec<Segment> = Vec::new();
+            for id in 0..300u64 {
+                // Prompts that extend the previous request, cut into it, or start over.
+                let total: u32 = content.iter().map(|s| s.1).sum();
+                let input = match rng.gen_range(0..3) {
+                    0 => total + rng.gen_range(1..50),
+                    1 => rng.gen_range(1..=total.max(1)),
+                    _ => rng.gen_range(1..400),
+                };
+                let output = rng.gen_range(1..40);
+                content = cut_and_extend(&content, input, output, id);
+                let mut want = Vec::new();
+                block_hashes(&content, block, &mut want);
+                assert_eq!(session.extend(input, output, id, block), want, "block {block}, request {id}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_conversation_turn_hashes_as_its_whole_history_would() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for block in [1u32, 7, 16] {
+            let mut history: Vec<Segment> = vec![(segment_id(SYSTEM, 0, 0), 37)];
+            let mut chain = ChainHasher::new(block);
+            let mut hashes = Vec::new();
+            chain.feed(history[0].0, 0, history[0].1, &mut hashes);
+            for turn in 0..200u64 {
+                let u = (segment_id(USER, 1, turn), rng.gen_range(1..60));
+                let r = (segment_id(REPLY, 1, turn), rng.gen_range(1..60));
+                history.extend([u, r]);
+                for s in [u, r] {
+                    chain.feed(s.0, 0, s.1, &mut hashes);
+                }
+                let mut want = Vec::new();
+                block_hashes(&history, block, &mut want);
+                assert_eq!(hashes, want, "block {block}, turn {turn}");
+            }
+        }
+    }
 }

@@ -202,6 +202,7 @@ fn drive<F: FnMut(&StepView)>(
     let window = MeasureWindow::of(w);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
     let shares = super::arrivals::shares_content(w);
+    let cache_block = super::run::cache_block(p, shares);
     // Sends that never wait for a completion (a closed loop's and a conversation's do).
     let sends_fixed =
         w.spec.conversation.is_none() && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
@@ -209,12 +210,14 @@ fn drive<F: FnMut(&StepView)>(
     let independent = replicas > 1 && !until_first_tokens && routing == Routing::RoundRobin && sends_fixed;
     if independent {
         let new = || Replica::new(p, &opts, per, window, shares);
-        if let Some(outs) = drive_independent(&new, replicas as usize, &mut Pending::new(w, seed), horizon_ns, fast) {
+        if let Some(outs) =
+            drive_independent(&new, replicas as usize, &mut Pending::new(w, seed, cache_block), horizon_ns, fast)
+        {
             return outs;
         }
     }
     let mut reps: Vec<Replica> = (0..replicas).map(|_| Replica::new(p, &opts, per, window, shares)).collect();
-    let mut arr = Pending::new(w, seed);
+    let mut arr = Pending::new(w, seed, cache_block);
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
     let mut finished: Vec<(u64, u32, bool)> = Vec::new();
     // The replica that acts next, from a heap of (next event, index) keyed as a linear scan would

@@ -46,8 +46,13 @@ pub(super) struct Live {
     pub(super) hashes: Vec<u64>,
     pub(super) table: Vec<u32>,
     pub(super) registered: u32,
+    /// Some block of `table[..registered]` is not cached under its hash (its content was cached in
+    /// another block first).
+    pub(super) uncached: bool,
     pub(super) cached_tokens: u32,
-    /// The cached prefix found at the last admission attempt (kept while it waits).
+    /// The cached prefix found at the last admission attempt (kept while it waits); before the
+    /// first, the blocks the slot's previous request held, the guess [`PrefixCache::lookup`]
+    /// checks first (a conversation's next turn often lands in its previous turn's slot).
     pub(super) probe: Vec<u32>,
     /// The decode pool's tick its fields are current at, while it is a member (sim/pool.rs); NONE
     /// otherwise.
@@ -80,6 +85,7 @@ impl Live {
         hashes: Vec::new(),
         table: Vec::new(),
         registered: 0,
+        uncached: false,
         cached_tokens: 0,
         probe: Vec::new(),
         pool_tick: NONE,
@@ -89,7 +95,7 @@ impl Live {
     /// Make this slot a new request of `prompt` + `output` tokens, in place: building the struct and
     /// moving it into the slot copied its 184 bytes three times per request (memcpy, 6% of the
     /// Poisson benchmark). Every field is named, so a new one cannot be forgotten; the prefix
-    /// cache's lists keep their capacity.
+    /// cache's lists keep their capacity, and `probe` the previous request's blocks as a guess.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
         &mut self,
@@ -124,8 +130,9 @@ impl Live {
             hashes,
             table,
             registered,
+            uncached,
             cached_tokens,
-            probe,
+            probe: _,
             pool_tick,
             run_pos,
         } = self;
@@ -133,10 +140,9 @@ impl Live {
         (*r_prompt, *r_output, *num_tokens, *r_measured) = (prompt, output, prompt, measured);
         (*computed, *generated, *blocks, *reserved) = (0, 0, 0, false);
         (*first_sched_ns, *first_token_ns, *last_token_ns) = (NONE, NONE, NONE);
-        (*preemptions, *admitted_seq, *registered, *cached_tokens) = (0, 0, 0, 0);
+        (*preemptions, *admitted_seq, *registered, *cached_tokens, *uncached) = (0, 0, 0, 0, false);
         hashes.clear();
         table.clear();
-        probe.clear();
         (*pool_tick, *run_pos) = (NONE, 0);
     }
 
@@ -224,7 +230,7 @@ impl<'a> Engine<'a> {
         let r = &self.reqs[idx as usize];
         records.push(r.record(now));
         let client = r.client;
-        self.free(idx);
+        self.free(idx, true);
         self.free_slots.push(idx);
         client
     }
@@ -263,14 +269,14 @@ impl<'a> Engine<'a> {
         r.reserved = true;
         let full = (tokens / self.block).min(r.hashes.len() as u32);
         for k in r.registered..full {
-            cache.register(r.table[k as usize], r.hashes[k as usize]);
+            r.uncached |= !cache.register(r.table[k as usize], r.hashes[k as usize]);
         }
         r.registered = r.registered.max(full);
     }
     /// Prefix caching at admission: the request's longest cached prefix (at most num_tokens - 1
     /// tokens) in its `probe`. Returns (hit blocks, how many of them are free).
     pub(super) fn lookup_prefix(&mut self, idx: u32) -> (u32, u64) {
-        let Some(cache) = &self.cache else { return (0, 0) };
+        let Some(cache) = &mut self.cache else { return (0, 0) };
         let r = &mut self.reqs[idx as usize];
         if !r.table.is_empty() || r.computed > 0 || r.hashes.is_empty() {
             r.probe.clear();
@@ -287,14 +293,12 @@ impl<'a> Engine<'a> {
             return;
         }
         let cache = self.cache.as_mut().expect("caching");
-        for &b in &r.probe {
-            if cache.touch(b) {
-                self.free_blocks -= 1;
-            }
-        }
-        let probe = std::mem::take(&mut r.probe);
-        r.table.extend_from_slice(&probe);
-        let hits = probe.len() as u32;
+        self.free_blocks -= cache.take(&r.probe);
+        // The table is empty before admission (lookup_prefix): the probe becomes it.
+        debug_assert!(r.table.is_empty());
+        std::mem::swap(&mut r.table, &mut r.probe);
+        r.probe.clear();
+        let hits = r.table.len() as u32;
         r.blocks = hits;
         r.registered = hits;
         r.computed = hits * self.block;
@@ -302,18 +306,27 @@ impl<'a> Engine<'a> {
             r.cached_tokens = r.computed;
         }
     }
-    pub(super) fn free(&mut self, idx: u32) {
+    /// Give back a request's blocks (`finished`: it completed; else it is preempted and keeps its
+    /// hashes to run again).
+    pub(super) fn free(&mut self, idx: u32, finished: bool) {
         if let Some(cache) = &mut self.cache {
             // Tail first, as vLLM frees a request's blocks.
             let r = &mut self.reqs[idx as usize];
-            for &b in r.table.iter().rev() {
-                if cache.release(b) {
-                    self.free_blocks += 1;
-                }
+            let cached = r.registered as usize;
+            let (freed, held) = cache.release_table(&mut r.table, &mut r.hashes, cached, finished && !r.uncached);
+            self.free_blocks += freed;
+            if held {
+                // The cache holds them as one segment, the next lookup's guess.
+                r.probe.clear();
+            } else {
+                // Its blocks are the next lookup's guess (the slot's next request, or this one
+                // again after a preemption).
+                std::mem::swap(&mut r.table, &mut r.probe);
             }
             r.table.clear();
             r.blocks = 0;
             r.registered = 0;
+            r.uncached = false;
             r.reserved = false;
             return;
         }
@@ -333,20 +346,23 @@ impl<'a> Engine<'a> {
     }
     /// Whether a request could ever run: its whole sequence fits the empty cache.
     pub(super) fn fits_ever(&self, prompt: u32, output: u32) -> bool {
-        (self.blocks_for(prompt + output) + self.reserved_blocks) as u64 <= self.capacity_blocks
+        div_ceil(prompt as u64 + output as u64, self.block as u64) + self.reserved_blocks as u64 <= self.capacity_blocks
     }
     /// Whether the engine would ever accept this request: prompt + output within the model's context
     /// (vLLM, SGLang and TensorRT-LLM all refuse longer ones), the whole sequence fits the empty cache,
     /// and (TensorRT-LLM without chunked prefill) its prompt fits max_num_tokens, as the engine
-    /// refuses a prompt longer than max_num_tokens.
+    /// refuses a prompt longer than max_num_tokens. A sequence's token counts are u32: one longer
+    /// than u32::MAX tokens (a conversation's history on a model of a longer context) is rejected
+    /// as beyond the context, never wrapped.
     pub(super) fn accepts(&self, prompt: u32, output: u32) -> bool {
         let e = &self.p.engine;
-        prompt as u64 + output as u64 <= self.p.arch.max_context
+        let tokens = prompt as u64 + output as u64;
+        tokens <= self.p.arch.max_context.min(u32::MAX as u64)
             && self.fits_ever(prompt, output)
             && (e.chunked_prefill || prompt <= e.max_num_batched_tokens)
     }
     pub(super) fn preempt(&mut self, idx: u32) {
-        self.free(idx);
+        self.free(idx, false);
         let r = &mut self.reqs[idx as usize];
         r.computed = 0;
         r.preemptions += 1;

@@ -13,6 +13,7 @@ mod drive;
 mod engine;
 mod fastforward;
 pub mod gaps;
+mod memory;
 mod pool;
 mod prefix;
 mod run;
@@ -24,6 +25,7 @@ mod vllm;
 pub use drive::{simulate, simulate_fleet, simulate_observed, Routing};
 pub use engine::StepView;
 pub use gaps::GapHistogram;
+pub use memory::{memory_estimate, MemoryEstimate};
 pub use run::{Sample, SimOptions, SimOutput};
 pub use step::{BatchShape, FixedParts, StepModel};
 

@@ -186,6 +186,16 @@ impl MeasureWindow {
     }
 }
 
+/// The KV block size when the engine keeps a prefix cache: vLLM's, and SGLang's radix cache
+/// approximated by it, where it can matter (`shares`: the workload's requests share content). Blocks
+/// held per sequence besides KV (hybrid models' state) are not in the cache's pool: those models run
+/// without it here. TensorRT-LLM's block reuse is not simulated.
+pub(super) fn cache_block(p: &Profile, shares: bool) -> Option<u32> {
+    let e = &p.engine;
+    (shares && e.prefix_caching && e.kind != EngineKind::Trtllm && e.per_seq_reserved_blocks == 0)
+        .then_some(e.block_size_tokens)
+}
+
 impl<'a> Replica<'a> {
     /// `shares`: the workload's requests share content, so a prefix cache can hit.
     pub(super) fn new(
@@ -197,11 +207,7 @@ impl<'a> Replica<'a> {
     ) -> Replica<'a> {
         let e = &p.engine;
         let capacity_blocks = e.kv_capacity_blocks();
-        // The prefix cache (vLLM's, and SGLang's radix cache approximated by it), where it can
-        // matter. Blocks held per sequence besides KV (hybrid models' state) are not in the cache's
-        // pool: those models run without it here. TensorRT-LLM's block reuse is not simulated.
-        let cache = (shares && e.prefix_caching && e.kind != EngineKind::Trtllm && e.per_seq_reserved_blocks == 0)
-            .then(|| PrefixCache::new(capacity_blocks));
+        let cache = cache_block(p, shares).map(|_| PrefixCache::new(capacity_blocks));
         Replica {
             eng: Engine {
                 p,
@@ -303,7 +309,7 @@ impl<'a> Replica<'a> {
         // caller learns only when this call returns: no fast-forward past it then.
         let mut rejected_now = false;
         while self.inbox.front().is_some_and(|a| a.enqueued <= now) {
-            let a = self.inbox.pop_front().expect("front exists");
+            let mut a = self.inbox.pop_front().expect("front exists");
             if !eng.accepts(a.input, a.output) {
                 out.requests_rejected += 1;
                 rejected_now = true;
@@ -317,8 +323,10 @@ impl<'a> Replica<'a> {
             let r = &mut eng.reqs[idx as usize];
             let measured = self.window.contains(a.id, a.send);
             r.start(a.id, a.client, a.class, a.send, a.enqueued, a.input, a.output, measured);
-            if let (Some(_), Some(content)) = (&eng.cache, &a.content) {
-                super::prefix::block_hashes(content, eng.block, &mut r.hashes);
+            if eng.cache.is_some() {
+                if let Some(hashes) = a.content.take() {
+                    r.hashes = hashes;
+                }
             }
             eng.waiting.push_back(idx);
         }

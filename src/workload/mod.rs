@@ -494,6 +494,14 @@ impl WorkloadSpec {
                             "needs a finite arrival >= 0 and input/output tokens >= 1".into(),
                         );
                     }
+                    for (field, n) in [("input_tokens", r.input_tokens), ("output_tokens", r.output_tokens)] {
+                        if n > MAX_REQUEST_TOKENS {
+                            return bad(
+                                &format!("trace[{i}].{field}"),
+                                format!("{n} tokens exceed capsim's bound of {MAX_REQUEST_TOKENS} tokens per request"),
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -97,12 +97,22 @@ fn parse_time(s: &str, scale: f64) -> Option<f64> {
 fn tokens(src: &str, line: usize, field: &str, s: &str) -> Result<u32> {
     let t = s.trim();
     let v: f64 = t.parse().map_err(|_| Error::input(src, Some(line), Some(field), format!("not a number: `{t}`")))?;
-    if !v.is_finite() || v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
+    if !v.is_finite() || v < 0.0 || v.fract() != 0.0 {
         return Err(Error::input(
             src,
             Some(line),
             Some(field),
             format!("must be a non-negative whole number of tokens, got `{t}`"),
+        ));
+    }
+    // The bound every workload's lengths have: above it no model's context holds the request, and
+    // a prompt plus its output would no longer count in 32 bits.
+    if v > super::MAX_REQUEST_TOKENS as f64 {
+        return Err(Error::input(
+            src,
+            Some(line),
+            Some(field),
+            format!("{t} tokens exceed capsim's bound of {} tokens per request", super::MAX_REQUEST_TOKENS),
         ));
     }
     Ok(v as u32)
