@@ -17,7 +17,7 @@ fn cases() -> u32 {
 }
 
 /// Tokens a mutation may insert: numbers at and past every bound, syntax that breaks structure.
-const TOKENS: &[&str] = &[
+pub(crate) const TOKENS: &[&str] = &[
     "-1",
     "0",
     "1e308",
@@ -49,16 +49,25 @@ const TOKENS: &[&str] = &[
 
 /// A mutation: (kind, position, length, token).
 fn mutations() -> impl Strategy<Value = Vec<(u8, usize, usize, usize)>> {
-    prop::collection::vec((0u8..5, any::<usize>(), 0usize..64, 0..TOKENS.len()), 1..6)
+    mutations_over(TOKENS.len())
+}
+
+/// Mutations whose tokens index a list of `n_tokens` (another module's own token list).
+pub(crate) fn mutations_over(n_tokens: usize) -> impl Strategy<Value = Vec<(u8, usize, usize, usize)>> {
+    prop::collection::vec((0u8..5, any::<usize>(), 0usize..64, 0..n_tokens), 1..6)
+}
+
+fn mutate(seed: &str, muts: &[(u8, usize, usize, usize)]) -> String {
+    mutate_with(seed, muts, TOKENS)
 }
 
 /// Apply mutations to `seed` at char boundaries: delete a range, duplicate it, insert a token,
-/// replace a range with a token, or truncate.
-fn mutate(seed: &str, muts: &[(u8, usize, usize, usize)]) -> String {
+/// replace a range with a token, or truncate; tokens from `tokens`.
+pub(crate) fn mutate_with(seed: &str, muts: &[(u8, usize, usize, usize)], tokens: &[&str]) -> String {
     let mut s = seed.to_string();
     for &(kind, pos, len, tok) in muts {
         if s.is_empty() {
-            s.push_str(TOKENS[tok]);
+            s.push_str(tokens[tok]);
             continue;
         }
         let mut a = pos % s.len();
@@ -75,8 +84,8 @@ fn mutate(seed: &str, muts: &[(u8, usize, usize, usize)]) -> String {
                 let dup = s[a..b].to_string();
                 s.insert_str(b, &dup);
             }
-            2 => s.insert_str(a, TOKENS[tok]),
-            3 => s.replace_range(a..b, TOKENS[tok]),
+            2 => s.insert_str(a, tokens[tok]),
+            3 => s.replace_range(a..b, tokens[tok]),
             _ => s.truncate(a),
         }
     }

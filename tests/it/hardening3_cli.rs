@@ -329,77 +329,21 @@ fn cases() -> u32 {
     std::env::var("CAPSIM_FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(256)
 }
 
-/// Tokens a mutation may insert: numbers at and past every bound, syntax that breaks structure
-/// (as tests/it/fuzz.rs), and the keys these files hold.
-const TOKENS: &[&str] = &[
-    "-1",
-    "0",
-    "1e308",
-    "-1e308",
-    "NaN",
-    "inf",
-    "4294967296",
-    "18446744073709551616",
-    "1e-300",
-    "\"",
-    "'",
-    "{",
-    "}",
-    "[",
-    "]",
-    ",",
-    ":",
-    "=",
-    "\n",
-    "\r\n",
-    "\t",
-    "null",
-    "true",
-    "\u{0}",
-    "\u{feff}",
-    "é",
-    "",
-    "\"index\": 1, ",
-    "\"of\": 3, ",
-    "\"command\": \"capacity\", ",
-    "\"label\": [1], ",
-    "\n{}\n",
-];
+/// The keys these files hold, inserted beside tests/it/fuzz.rs's tokens (numbers at and past every
+/// bound, syntax that breaks structure).
+const EXTRA_TOKENS: &[&str] =
+    &["\"index\": 1, ", "\"of\": 3, ", "\"command\": \"capacity\", ", "\"label\": [1], ", "\n{}\n"];
 
-/// A mutation: (kind, position, length, token).
-fn mutations() -> impl Strategy<Value = Vec<(u8, usize, usize, usize)>> {
-    prop::collection::vec((0u8..5, any::<usize>(), 0usize..64, 0..TOKENS.len()), 1..6)
+fn tokens() -> Vec<&'static str> {
+    crate::fuzz::TOKENS.iter().chain(EXTRA_TOKENS).copied().collect()
 }
 
-/// Apply mutations to `seed` at char boundaries: delete a range, duplicate it, insert a token,
-/// replace a range with a token, or truncate (tests/it/fuzz.rs's mutate, with this file's tokens).
+fn mutations() -> impl Strategy<Value = Vec<(u8, usize, usize, usize)>> {
+    crate::fuzz::mutations_over(tokens().len())
+}
+
 fn mutate(seed: &str, muts: &[(u8, usize, usize, usize)]) -> String {
-    let mut s = seed.to_string();
-    for &(kind, pos, len, tok) in muts {
-        if s.is_empty() {
-            s.push_str(TOKENS[tok]);
-            continue;
-        }
-        let mut a = pos % s.len();
-        while !s.is_char_boundary(a) {
-            a -= 1;
-        }
-        let mut b = (a + len).min(s.len());
-        while !s.is_char_boundary(b) {
-            b -= 1;
-        }
-        match kind {
-            0 => s.replace_range(a..b, ""),
-            1 => {
-                let dup = s[a..b].to_string();
-                s.insert_str(b, &dup);
-            }
-            2 => s.insert_str(a, TOKENS[tok]),
-            3 => s.replace_range(a..b, TOKENS[tok]),
-            _ => s.truncate(a),
-        }
-    }
-    s
+    crate::fuzz::mutate_with(seed, muts, &tokens())
 }
 
 /// Keys a structured mutation sets: the commands' flags, some at their bounds, and output flags
