@@ -243,12 +243,7 @@ impl LearnedModel {
                 return Err(bad(&format!("deployments[{i}]"), "residuals must be finite".into()));
             }
         }
-        if !(m.residual_sigma_log.is_finite() && m.residual_sigma_log >= 0.0) {
-            return Err(bad(
-                "residual_sigma_log",
-                format!("must be >= 0, got {}", crate::error::fmt_num(m.residual_sigma_log)),
-            ));
-        }
+        super::check_sigma_log(m.residual_sigma_log).map_err(|msg| bad("residual_sigma_log", msg))?;
         Ok(m)
     }
 

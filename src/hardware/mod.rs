@@ -449,12 +449,7 @@ impl SharedModel {
                 return Err(bad("grouped_gemm_curve.m_half", "m_half and sigma_log must be finite and >= 0".into()));
             }
         }
-        if !(m.residual_sigma_log.is_finite() && m.residual_sigma_log >= 0.0) {
-            return Err(bad(
-                "residual_sigma_log",
-                format!("must be >= 0, got {}", crate::error::fmt_num(m.residual_sigma_log)),
-            ));
-        }
+        check_sigma_log(m.residual_sigma_log).map_err(|msg| bad("residual_sigma_log", msg))?;
         Ok(m)
     }
 
@@ -583,4 +578,14 @@ pub fn coefficients_from_learned(
         grouped_gemm_rel: if arch.moe.is_some() { s[GROUPED] } else { 0.0 },
     };
     (c, sig)
+}
+
+/// A model file's log spread: finite and not negative (both the shared and the learned model's
+/// readers check it), else the message to give under its key.
+fn check_sigma_log(v: f64) -> std::result::Result<(), String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("must be >= 0, got {}", crate::error::fmt_num(v)))
+    }
 }
