@@ -125,7 +125,71 @@ pub struct Experiment {
     pub points: Vec<Point>,
 }
 
+/// What makes a corpus point a large deployment (issue 25): the serving features beyond one
+/// aggregated engine of tensor-parallel GPUs. The learned step model is fitted on plain points only
+/// (the closed form of calibrate::corpus knows one engine's step); large points are predicted from it
+/// and reported apart (`capsim validate --protocol large-in-sample | large-leave-one-gpu-out`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Feature {
+    /// Prefill and decode on separate worker pools.
+    Disaggregated,
+    /// Speculative decoding (the corpus's MTP).
+    Speculative,
+    /// Attention data parallelism (each rank its own requests and KV; the engine's batch is the
+    /// concurrency over the ranks).
+    AttentionDp,
+    /// Pipeline parallelism.
+    PipelineParallel,
+    /// Expert parallelism wider than, or split differently from, the tensor-parallel group.
+    WideEp,
+}
+
+impl Feature {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::Disaggregated => "disaggregated",
+            Feature::Speculative => "mtp",
+            Feature::AttentionDp => "attention-dp",
+            Feature::PipelineParallel => "pipeline-parallel",
+            Feature::WideEp => "wide-ep",
+        }
+    }
+}
+
+/// The large-deployment features of a corpus point, from what its source states.
+pub fn features(p: &CorpusPoint) -> Vec<Feature> {
+    let mut f = Vec::new();
+    if p.disaggregated {
+        f.push(Feature::Disaggregated);
+    }
+    if p.spec_decoding.is_some() {
+        f.push(Feature::Speculative);
+    }
+    if p.attention_dp > 1 || p.batch_size.is_some_and(|b| b != p.concurrency) {
+        f.push(Feature::AttentionDp);
+    }
+    if p.pipeline_parallel > 1 {
+        f.push(Feature::PipelineParallel);
+    }
+    if p.moe_ep > 1 && (p.moe_tp > 1 || p.moe_ep != p.tensor_parallel) {
+        f.push(Feature::WideEp);
+    }
+    f
+}
+
 impl Experiment {
+    /// The large-deployment features of its point (empty: a plain aggregated deployment, which the
+    /// learned model is fitted on).
+    pub fn features(&self) -> Vec<Feature> {
+        features(&self.point)
+    }
+
+    /// A plain aggregated deployment: fitted on by `calibrate --corpus` and the plain protocols.
+    pub fn is_plain(&self) -> bool {
+        self.features().is_empty()
+    }
+
     /// The deployment's identity (GPU, model, engine, precision, TP, EP): points of one deployment
     /// share a fitted residual.
     pub fn deployment_key(&self) -> String {
@@ -413,6 +477,17 @@ pub struct Expressed {
 }
 
 impl Expressed {
+    /// The plain experiments (no large-deployment feature): what the learned model is fitted on.
+    pub fn plain(&self) -> Vec<&Experiment> {
+        self.experiments.iter().filter(|e| e.is_plain()).collect()
+    }
+
+    /// The large deployments' experiments (disaggregated, MTP, attention-DP, ...): predicted, never
+    /// fitted on.
+    pub fn large(&self) -> Vec<&Experiment> {
+        self.experiments.iter().filter(|e| !e.is_plain()).collect()
+    }
+
     /// Points read.
     pub fn total(&self) -> usize {
         self.experiments.len() + self.refused.len()

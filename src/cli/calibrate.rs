@@ -368,14 +368,15 @@ fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
     let catalog = a.deployment.catalog()?;
     let ex = capsim::corpus::load(&catalog, dir)?;
     let (total, source) = (ex.total(), dir.map_or("calibration/corpus (embedded)".into(), |d| d.display().to_string()));
-    let exps: Vec<&capsim::corpus::Experiment> = ex.experiments.iter().collect();
+    // Large deployments (disaggregated, MTP, attention-DP) are predicted from the model, not fitted.
+    let exps = ex.plain();
     let command = format!(
         "capsim calibrate --corpus{} --out {}",
         dir.map_or(String::new(), |d| format!(" {}", d.display())),
         a.out.display()
     );
     let provenance = format!(
-        "{command}: {} of {total} points of {source} (the rest cannot be expressed yet: capsim points --corpus)",
+        "{command}: {} of {total} points of {source} (plain aggregated deployments; the rest are large deployments, validated apart, or cannot be expressed yet: capsim points --corpus)",
         exps.len()
     );
     let fit = calibrate::corpus::fit(&catalog, &exps, &provenance)?;

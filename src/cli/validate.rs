@@ -29,7 +29,9 @@ pub struct ValidateArgs {
     pub deployment: ProfileArgs,
     /// in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out, or
     /// all [default: in-sample]; over the public corpus (the learned step model): corpus-in-sample,
-    /// leave-one-gpu-out, leave-one-model-out, leave-one-engine-out, or corpus-all
+    /// leave-one-gpu-out, leave-one-model-out, leave-one-engine-out, or corpus-all; over its large
+    /// deployments (disaggregated, MTP, attention-DP): large-in-sample, large-leave-one-gpu-out, or
+    /// corpus-large
     #[arg(long)]
     pub protocol: Option<String>,
     /// Only the report whose file name starts with this (e.g. 002).
@@ -54,7 +56,7 @@ fn protocols(s: &str) -> Result<Vec<Protocol>> {
         return Ok(Protocol::ALL.to_vec());
     }
     Protocol::parse(s).map(|p| vec![p]).ok_or_else(|| {
-        Error::flag("--protocol", format!("unknown protocol `{s}`; one of in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out, all; over the corpus: corpus-in-sample, leave-one-gpu-out, leave-one-model-out, leave-one-engine-out, corpus-all"))
+        Error::flag("--protocol", format!("unknown protocol `{s}`; one of in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out, all; over the corpus: corpus-in-sample, leave-one-gpu-out, leave-one-model-out, leave-one-engine-out, corpus-all; over the corpus's large deployments: large-in-sample, large-leave-one-gpu-out, corpus-large"))
     })
 }
 
@@ -429,6 +431,9 @@ pub fn run(a: ValidateArgs) -> Result<()> {
     }
     if a.protocol.as_deref() == Some(super::validate_corpus::ALL) {
         return super::validate_corpus::run(&a, &capsim::validate::corpus::CorpusProtocol::ALL, &catalog);
+    }
+    if a.protocol.as_deref() == Some(super::validate_corpus::LARGE) {
+        return super::validate_corpus::run(&a, &capsim::validate::corpus::CorpusProtocol::LARGE, &catalog);
     }
     let plots = a.plots.clone().unwrap_or_else(|| PathBuf::from("validation"));
     let protocol = a.protocol.as_deref().unwrap_or("in-sample");

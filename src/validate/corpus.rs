@@ -26,6 +26,11 @@ pub enum CorpusProtocol {
     LeaveOneGpuOut,
     LeaveOneModelOut,
     LeaveOneEngineOut,
+    /// The large deployments (disaggregated, MTP, attention-DP: crate::corpus::Feature) predicted by
+    /// the model learned on every plain point; members are the feature sets.
+    LargeInSample,
+    /// Each GPU's large deployments predicted by the model learned on the other GPUs' plain points.
+    LargeLeaveOneGpuOut,
 }
 
 impl CorpusProtocol {
@@ -35,22 +40,43 @@ impl CorpusProtocol {
         CorpusProtocol::LeaveOneModelOut,
         CorpusProtocol::LeaveOneEngineOut,
     ];
+    /// The protocols over the large deployments (issue 25).
+    pub const LARGE: [CorpusProtocol; 2] = [CorpusProtocol::LargeInSample, CorpusProtocol::LargeLeaveOneGpuOut];
+
+    /// Whether it replays the large deployments (else the plain ones).
+    pub fn is_large(self) -> bool {
+        matches!(self, CorpusProtocol::LargeInSample | CorpusProtocol::LargeLeaveOneGpuOut)
+    }
+
+    /// Whether held-out points get their deployment's fitted residual (only plain in-sample points
+    /// have one).
+    fn in_sample(self) -> bool {
+        self == CorpusProtocol::CorpusInSample
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             CorpusProtocol::CorpusInSample => "corpus-in-sample",
+            CorpusProtocol::LargeInSample => "large-in-sample",
+            CorpusProtocol::LargeLeaveOneGpuOut => "large-leave-one-gpu-out",
             CorpusProtocol::LeaveOneGpuOut => "leave-one-gpu-out",
             CorpusProtocol::LeaveOneModelOut => "leave-one-model-out",
             CorpusProtocol::LeaveOneEngineOut => "leave-one-engine-out",
         }
     }
     pub fn parse(s: &str) -> Option<CorpusProtocol> {
-        CorpusProtocol::ALL.into_iter().find(|p| p.as_str() == s)
+        CorpusProtocol::ALL.into_iter().chain(CorpusProtocol::LARGE).find(|p| p.as_str() == s)
     }
+    /// One fold: every replayed point predicted by the model learned on every plain point.
+    fn member_of_nothing(self) -> bool {
+        matches!(self, CorpusProtocol::CorpusInSample | CorpusProtocol::LargeInSample)
+    }
+
     /// The member an experiment belongs to under this protocol (None: in-sample, one fold).
     fn member(self, e: &Experiment) -> Option<String> {
         match self {
-            CorpusProtocol::CorpusInSample => None,
-            CorpusProtocol::LeaveOneGpuOut => Some(e.gpu.clone()),
+            CorpusProtocol::CorpusInSample | CorpusProtocol::LargeInSample => None,
+            CorpusProtocol::LeaveOneGpuOut | CorpusProtocol::LargeLeaveOneGpuOut => Some(e.gpu.clone()),
             CorpusProtocol::LeaveOneModelOut => Some(e.model.clone()),
             CorpusProtocol::LeaveOneEngineOut => Some(e.engine.as_str().to_string()),
         }
@@ -85,7 +111,7 @@ fn replay(
     member: &str,
     note: &str,
 ) -> Vec<CorpusRow> {
-    let in_sample = protocol == CorpusProtocol::CorpusInSample;
+    let in_sample = protocol.in_sample();
     exps.par_iter()
         .map(|e| {
             let profile = profile_for(catalog, &catalog.hardware, model, e, in_sample, true);
@@ -117,7 +143,11 @@ fn replay(
                         },
                         band: predicted.map(|v| band(model, e, &p.metric, v, in_sample)),
                     };
-                    CorpusRow { member: member.to_string(), row }
+                    let member = match protocol {
+                        CorpusProtocol::LargeInSample => feature_label(e),
+                        _ => member.to_string(),
+                    };
+                    CorpusRow { member, row }
                 })
                 .collect::<Vec<_>>()
         })
@@ -127,24 +157,40 @@ fn replay(
         .collect()
 }
 
-/// The rows of one protocol over the corpus's expressed experiments.
+/// The feature set of a large experiment, as its protocols' rows name it (`disaggregated+mtp`).
+fn feature_label(e: &Experiment) -> String {
+    let f: Vec<&str> = e.features().into_iter().map(|f| f.as_str()).collect();
+    if f.is_empty() {
+        "plain".into()
+    } else {
+        f.join("+")
+    }
+}
+
+/// The rows of one protocol over the corpus's expressed experiments: the plain protocols fit and
+/// replay the plain experiments; the large ones fit on the plain experiments (without the held-out
+/// GPU's) and replay the large ones.
 pub fn validate_corpus(
     catalog: &Catalog,
     exps: &[Experiment],
     protocol: CorpusProtocol,
 ) -> crate::error::Result<Vec<CorpusRow>> {
-    let all: Vec<&Experiment> = exps.iter().collect();
-    if protocol == CorpusProtocol::CorpusInSample {
-        let m = fit(catalog, &all, "corpus-in-sample")?.model;
-        return Ok(replay(catalog, &m, &all, protocol, "all", "learned on every corpus point"));
+    let plain: Vec<&Experiment> = exps.iter().filter(|e| e.is_plain()).collect();
+    let replayed: Vec<&Experiment> =
+        if protocol.is_large() { exps.iter().filter(|e| !e.is_plain()).collect() } else { plain.clone() };
+    if protocol.member_of_nothing() {
+        let m = fit(catalog, &plain, protocol.as_str())?.model;
+        let note = "learned on every plain corpus point";
+        return Ok(replay(catalog, &m, &replayed, protocol, "all", note));
     }
-    let mut members: Vec<String> = all.iter().filter_map(|e| protocol.member(e)).collect();
+    let mut members: Vec<String> = replayed.iter().filter_map(|e| protocol.member(e)).collect();
     members.sort();
     members.dedup();
     let mut rows = Vec::new();
     for m in &members {
-        let (held, train): (Vec<&Experiment>, Vec<&Experiment>) =
-            all.iter().partition(|e| protocol.member(e).as_deref() == Some(m.as_str()));
+        let is_m = |e: &&&Experiment| protocol.member(e).as_deref() == Some(m.as_str());
+        let train: Vec<&Experiment> = plain.iter().filter(|e| !is_m(e)).copied().collect();
+        let held: Vec<&Experiment> = replayed.iter().filter(|e| is_m(e)).copied().collect();
         if train.is_empty() {
             continue;
         }
