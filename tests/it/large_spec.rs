@@ -1,0 +1,1 @@
+//! Issue 25: tests of this part of large deployments (filled by its branch).
