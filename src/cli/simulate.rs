@@ -244,6 +244,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         outln!()?;
         out!("{}", summary_table(&s))?;
     }
+    if let Some(msg) = capsim::profile::trtllm_budget_warning(&p.engine, w) {
+        eprintln!("capsim: warning: {msg}");
+    }
     if s.requests_unfinished > 0 {
         // Not silent: the statistics cover only the requests that finished.
         eprintln!(

@@ -12,9 +12,11 @@ use crate::units::Dtype;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+mod advice;
 mod engine;
 mod retarget;
 
+pub use advice::trtllm_budget_warning;
 use engine::resolve_engine;
 pub use engine::{
     default_prefill_budget, latest_version, CapacityPolicy, EngineConfig, EngineKind, EngineSettings, KvCapacity,
