@@ -8,6 +8,7 @@
 
 #![warn(clippy::print_stdout)]
 
+pub mod autoscale;
 pub mod calibrate;
 pub mod capacity;
 pub mod catalog;

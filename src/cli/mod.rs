@@ -22,6 +22,7 @@ macro_rules! out {
     };
 }
 
+mod autoscale;
 mod batch;
 mod calibrate;
 mod capacity;

@@ -45,6 +45,11 @@ pub struct SimulateArgs {
     /// Stop the simulation at this simulated time (s); unfinished requests are counted.
     #[arg(long, default_value_t = 1e7, help_heading = "Run")]
     pub horizon: f64,
+    /// Serve the workload (an open loop or a trace) on a fleet whose replica count this autoscaling
+    /// policy (TOML: min/max replicas, metric and target, start-up delay parts, price) changes over
+    /// time; reports requests, latency, SLO attainment (the --goodput-* limits) and GPU-hours per hour.
+    #[arg(long, help_heading = "Fleet")]
+    pub autoscale: Option<PathBuf>,
     /// Write every request's record (CSV) to this file.
     #[arg(long, help_heading = "Output")]
     pub per_request: Option<PathBuf>,
@@ -216,6 +221,9 @@ impl Prepared {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
+    if let Some(policy) = &a.autoscale {
+        return super::autoscale::run(&a, policy);
+    }
     let prep = prepare(&a)?;
     let (out, s) = prep.run();
     let (p, w) = (&prep.profile, &prep.workload);

@@ -279,6 +279,11 @@ impl<'a> Replica<'a> {
         self.inbox.push_back(a);
     }
 
+    /// Requests sent to it that its engine has not seen yet (in the front-end).
+    pub(super) fn inbox_len(&self) -> usize {
+        self.inbox.len()
+    }
+
     fn busy(&self) -> bool {
         !self.eng.is_idle()
     }

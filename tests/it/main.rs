@@ -1,5 +1,6 @@
 //! capsim's integration tests: one crate, one module per area.
 
+mod autoscale;
 mod calibrate;
 mod capacity;
 mod catalog;

@@ -1,0 +1,143 @@
+//! Issue 26, autoscaling: a step in the rate curve, the policy's reaction, the start-up delay, the
+//! queue meanwhile, and the policy file's refusals.
+
+use crate::const_profile;
+use capsim::autoscale::AutoscalePolicy;
+use capsim::metrics::RequestSlo;
+use capsim::sim::{simulate_autoscaled, SimOptions};
+use capsim::workload::{Arrivals, Process, RateSchedule, Workload};
+
+fn policy(extra: &str) -> AutoscalePolicy {
+    let text = format!(
+        "min_replicas = 1\nmax_replicas = 6\nmetric = \"outstanding\"\ntarget = 10.0\ninterval_s = 10.0\nprovisioning_s = 25.0\nstorage_gb_s = 1e6\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\nbucket_s = 5.0\n{extra}"
+    );
+    AutoscalePolicy::parse("policy.toml", &text).unwrap()
+}
+
+/// 1 request/s for 100 s, then 40/s, evenly spaced; 100 output tokens at 10 ms a step, at most 16
+/// running per replica (16 requests/s each).
+fn step_workload(requests: u64) -> Workload {
+    let arrivals = Arrivals::OpenLoop {
+        process: Process::Constant,
+        rate: RateSchedule { segments: vec![(0.0, 1.0), (100.0, 40.0)] },
+        burstiness: 1.0,
+    };
+    Workload::fixed(arrivals, 64, 100, Some(requests)).unwrap()
+}
+
+#[test]
+fn a_rate_step_scales_up_after_exactly_the_start_up_delay_and_requests_queue_meanwhile() {
+    let p = const_profile("vllm", 0.01, "max_num_seqs = 16");
+    let w = step_workload(100 + 40 * 200);
+    let pol = policy("");
+    let out = simulate_autoscaled(&p, &w, 1, SimOptions::default(), &pol, &RequestSlo::default());
+    // The delay is its parts: 25 s of provisioning, the weights over 1e6 GB/s, nothing else.
+    let weights = p.arch.weight_bytes(p.file.model.weight_dtype);
+    assert!((out.startup_delay_s - (25.0 + weights / 1e15)).abs() < 1e-12, "{}", out.startup_delay_s);
+    // Before the step one replica holds about one request: no scaling.
+    let first_up = out.timeline.iter().position(|s| s.desired > s.ready + s.starting).expect("a scale-up");
+    let t_up = out.timeline[first_up].t_s;
+    assert!((100.0..=110.0).contains(&t_up), "first scale-up decided at {t_up} s");
+    assert!(out.timeline[..first_up].iter().all(|s| s.ready == 1 && s.starting == 0));
+    // The replicas asked for at t_up serve from t_up + delay: still starting at the evaluations
+    // before, ready at the first one after.
+    let ready_at = t_up + out.startup_delay_s;
+    for s in &out.timeline {
+        if s.t_s > t_up && s.t_s < ready_at {
+            assert_eq!(s.ready, 1, "at {} s", s.t_s);
+            assert!(s.starting >= 1, "at {} s", s.t_s);
+        }
+    }
+    let after = out.timeline.iter().find(|s| s.t_s > ready_at).expect("an evaluation after the delay");
+    assert!(after.ready > 1, "{after:?}");
+    // Meanwhile the one replica is over its 16 requests/s: the queue grows and TTFT with it, then
+    // falls back once the new replicas serve.
+    let ttft_p50 = |start: f64| {
+        let b = out.buckets.iter().find(|b| (b.start_s - start).abs() < 1e-9).unwrap();
+        b.ttft.percentile_s(50.0)
+    };
+    let before = ttft_p50(50.0);
+    let during = ttft_p50(((ready_at / 5.0).floor() - 1.0) * 5.0);
+    let late = ttft_p50(250.0);
+    assert!(during > 20.0 * before, "TTFT before {before} s, while starting {during} s");
+    assert!(late < 2.0 * before, "TTFT after the scale-up {late} s, before {before} s");
+    assert_eq!(out.requests_completed, out.requests_sent);
+}
+
+#[test]
+fn scale_down_waits_for_the_stabilization_window_and_replicas_drain() {
+    let p = const_profile("vllm", 0.01, "max_num_seqs = 16");
+    // 40/s for 100 s, then 1/s.
+    let arrivals = Arrivals::OpenLoop {
+        process: Process::Constant,
+        rate: RateSchedule { segments: vec![(0.0, 40.0), (100.0, 1.0)] },
+        burstiness: 1.0,
+    };
+    let w = Workload::fixed(arrivals, 64, 100, Some(4000 + 300)).unwrap();
+    let pol = policy("initial_replicas = 4\nscale_down_stabilization_s = 60.0");
+    let out = simulate_autoscaled(&p, &w, 1, SimOptions::default(), &pol, &RequestSlo::default());
+    let first_down = out.timeline.iter().find(|s| s.desired < s.ready + s.starting).expect("a scale-down");
+    // The load falls at 100 s; the window holds the higher recommendations for 60 s after it.
+    assert!(first_down.t_s >= 160.0, "scaled down at {} s", first_down.t_s);
+    assert!(out.scale_downs > 0);
+    assert_eq!(out.requests_completed, out.requests_sent, "draining replicas finish their requests");
+    let held: f64 = out.buckets.iter().map(|b| b.replica_seconds).sum();
+    assert!((held - out.replica_seconds).abs() < 1e-6 * out.replica_seconds.max(1.0));
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run() {
+    let p = const_profile("vllm", 0.01, "max_num_seqs = 16");
+    let w = step_workload(3000);
+    let pol = policy("");
+    let a = simulate_autoscaled(&p, &w, 7, SimOptions::default(), &pol, &RequestSlo::default());
+    let b = simulate_autoscaled(&p, &w, 7, SimOptions::default(), &pol, &RequestSlo::default());
+    assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+}
+
+#[test]
+fn bad_policies_name_the_key() {
+    let base = "metric = \"outstanding\"\ntarget = 10.0\nprovisioning_s = 1.0\nstorage_gb_s = 1.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\n";
+    for (extra, key) in [
+        ("min_replicas = 4\nmax_replicas = 2\n", "min_replicas"),
+        ("min_replicas = 0\nmax_replicas = 2\n", "min_replicas"),
+        ("min_replicas = 1\nmax_replicas = 2\ninitial_replicas = 3\n", "initial_replicas"),
+        ("min_replicas = 1\nmax_replicas = 2\ninterval_s = -1.0\n", "interval_s"),
+        ("min_replicas = 1\nmax_replicas = 2\nprice_per_gpu_hour = nan\n", "price_per_gpu_hour"),
+        ("min_replicas = 1\nmax_replicas = 2\nbogus = 1\n", "bogus"),
+    ] {
+        let e = AutoscalePolicy::parse("p.toml", &format!("{extra}{base}")).unwrap_err().to_string();
+        assert!(e.contains("p.toml") && e.contains(key), "{extra}: {e}");
+    }
+    let e = AutoscalePolicy::parse(
+        "p.toml",
+        &base.replace("target = 10.0", "target = -1.0").replace("metric", "min_replicas = 1\nmax_replicas = 2\nmetric"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("target"), "{e}");
+}
+
+#[test]
+fn the_cli_refuses_a_closed_loop_and_a_bad_file_by_name() {
+    let dir = std::env::temp_dir().join(format!("capsim-it-autoscale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("policy.toml");
+    std::fs::write(&good, "min_replicas = 1\nmax_replicas = 2\nmetric = \"waiting\"\ntarget = 4.0\nprovisioning_s = 1.0\nstorage_gb_s = 1.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\n").unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "min_replicas = 3\nmax_replicas = 2\nmetric = \"waiting\"\ntarget = 4.0\nprovisioning_s = 1.0\nstorage_gb_s = 1.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\n").unwrap();
+    let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).output().unwrap();
+    let o = run(&["simulate", "--concurrency", "4", "--autoscale", good.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--concurrency"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["simulate", "--rate", "2", "--requests", "50", "--autoscale", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("bad.toml") && e.contains("min_replicas"), "{e}");
+    let o = run(&["simulate", "--rate", "2", "--requests", "50", "--autoscale", good.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["requests_sent"], 50);
+    assert!(v["gpu_hours"].as_f64().unwrap() > 0.0 && v["buckets"].is_array() && v["timeline"].is_array());
+    std::fs::remove_dir_all(&dir).ok();
+}
