@@ -21,6 +21,7 @@ pub mod hardware;
 pub mod measured;
 pub mod memory;
 pub mod metrics;
+pub mod plan;
 pub mod profile;
 pub mod report;
 pub mod sim;

@@ -28,7 +28,7 @@ pub enum RoutingArg {
     PrefixAware,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct CapacityArgs {
     #[command(flatten)]
     pub profile: ProfileArgs,

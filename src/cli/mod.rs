@@ -28,6 +28,7 @@ mod calibrate;
 mod capacity;
 mod catalog;
 mod explain;
+mod plan;
 mod report;
 mod shard;
 mod simulate;
@@ -62,6 +63,9 @@ pub enum Cmd {
     Sweep(sweep::SweepArgs),
     /// The largest load that meets an SLO; side by side across GPUs; fleet sizing.
     Capacity(capacity::CapacityArgs),
+    /// The cheapest fleet (GPU type, TP, replicas) meeting the SLO at a target rate, with runner-ups,
+    /// cost per hour and per million output tokens, and power.
+    Plan(plan::PlanArgs),
     /// Replay every measured experiment and compare predicted with measured.
     Validate(validate::ValidateArgs),
     /// Break one engine step of a given batch into its parts (weights, KV, compute, attention,
@@ -126,6 +130,7 @@ fn dispatch(cmd: Cmd) -> Result<()> {
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Sweep(a) => sweep::run(a),
         Cmd::Capacity(a) => capacity::run(a),
+        Cmd::Plan(a) => plan::run(a),
         Cmd::Validate(a) => validate::run(a),
         Cmd::Explain(a) => explain::run(a),
         Cmd::Profiles(a) => catalog::profiles(a),

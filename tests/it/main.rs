@@ -22,6 +22,7 @@ mod large_spec;
 mod measured;
 mod models_corpus;
 mod physics;
+mod plan;
 mod prefix;
 mod report;
 mod reproduce;

@@ -1,0 +1,227 @@
+//! `capsim plan`: the cheapest fleet meeting the SLO at a target rate, over the GPUs and
+//! tensor-parallel degrees asked about, with the runner-ups. Each candidate deployment is sized by
+//! capacity's fleet search (the fewest replicas meeting the SLO, simulated jointly behind the
+//! router), priced and powered from the price table (capsim::plan).
+
+use super::capacity::{self, CapacityArgs, Outcome};
+use capsim::error::{Error, Result};
+use capsim::plan::{fleet_power_w, PriceTable};
+use capsim::report::{num, table};
+use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// The deployment, workload and question flags of `capsim capacity`: --gpus (required: the GPU
+    /// types to consider), --target-rate (required), --slo or --preset, --routing,
+    /// --requests-per-replica, --seeds.
+    #[command(flatten)]
+    pub capacity: CapacityArgs,
+    /// Tensor-parallel degrees to consider (default: --tp if given, else 1, 2, 4 and 8 where the
+    /// model fits and the GPU's NVLink domain holds them).
+    #[arg(long, value_delimiter = ',', help_heading = "Plan")]
+    pub tps: Option<Vec<u32>>,
+    /// Price and power table (TOML, models/prices.toml's format); default: the built-in table, whose
+    /// prices are placeholders dated in the file.
+    #[arg(long, help_heading = "Plan")]
+    pub price_file: Option<PathBuf>,
+    /// Consider no fleet of more GPUs than this.
+    #[arg(long, default_value_t = 64, help_heading = "Plan")]
+    pub max_gpus: u32,
+}
+
+/// A plan: one pool of one deployment.
+struct Plan {
+    gpu: String,
+    tp: u32,
+    replicas: u32,
+    gpus: u32,
+    cost_per_hour: f64,
+    row: serde_json::Value,
+    power_kw: f64,
+    /// Offered rate over the fleet's SLO capacity (replicas x one replica's rate within the SLO).
+    utilization: f64,
+}
+
+pub fn run(a: PlanArgs) -> Result<()> {
+    let c = &a.capacity;
+    for (flag, given) in [
+        ("--svg", c.svg.is_some()),
+        ("--csv", c.csv),
+        ("--gpu-price-per-hour", c.gpu_price_per_hour.is_some()),
+        ("--load", c.load.is_some()),
+        ("--jsonl", c.scale_out.jsonl),
+    ] {
+        if given {
+            return Err(Error::flag(
+                flag,
+                "does not apply to plan (prices come from --price-file, the size from --max-gpus)",
+            ));
+        }
+    }
+    if c.max_replicas != 512 {
+        return Err(Error::flag("--max-replicas", "does not apply to plan: bound the fleet with --max-gpus"));
+    }
+    let Some(gpus) = c.gpus.clone() else {
+        return Err(Error::flag(
+            "--gpus",
+            "plan needs the GPU types to consider, e.g. --gpus \"H100 SXM,H200 SXM,B200\"",
+        ));
+    };
+    let Some(rate) = c.target_rate else {
+        return Err(Error::flag("--target-rate", "plan needs the rate the fleet must serve (requests/s)"));
+    };
+    if a.max_gpus == 0 || a.max_gpus > 100_000 {
+        return Err(Error::flag("--max-gpus", format!("must be in 1..=100000, got {}", a.max_gpus)));
+    }
+    let prices = match &a.price_file {
+        Some(path) => PriceTable::parse(&path.display().to_string(), &capsim::error::read_file(path)?)?,
+        None => PriceTable::builtin(),
+    };
+    let catalog = c.profile.catalog()?;
+    // Every GPU priced before anything runs.
+    for g in &gpus {
+        let spec = catalog.gpu(g)?;
+        prices.get(&spec.name)?;
+    }
+    if let Some(tps) = &a.tps {
+        if let Some(bad) = tps.iter().find(|&&t| t == 0 || t > 64) {
+            return Err(Error::flag("--tps", format!("each degree must be in 1..=64, got {bad}")));
+        }
+    }
+    let pb = super::progress_bar(0, "simulations");
+    let tick = || pb.inc(1);
+    let mut plans: Vec<Plan> = Vec::new();
+    let mut refused: Vec<serde_json::Value> = Vec::new();
+    for g in &gpus {
+        let spec = catalog.gpu(g)?.clone();
+        let price = prices.get(&spec.name)?.clone();
+        let tps: Vec<u32> = match (&a.tps, c.profile.tp) {
+            (Some(t), _) => t.clone(),
+            (None, Some(t)) => vec![t],
+            (None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= spec.link_domain_gpus.max(1)).collect(),
+        };
+        for tp in tps {
+            let mut ca = c.clone();
+            ca.gpus = Some(vec![g.clone()]);
+            ca.profile.tp = Some(tp);
+            ca.gpu_price_per_hour = Some(price.price_per_hour);
+            if tp > a.max_gpus {
+                refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": format!("one replica needs {tp} GPUs, above --max-gpus {}", a.max_gpus)}));
+                continue;
+            }
+            ca.max_replicas = a.max_gpus / tp;
+            // A deployment that cannot run (does not fit, heads do not divide) is a refusal of this
+            // candidate; any other error is the question's and ends the plan.
+            if let Err(e) = ca.profile.resolve(&catalog) {
+                refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": e.to_string()}));
+                continue;
+            }
+            pb.set_message(format!("{} x{tp}", spec.name));
+            let prep = capacity::prepare(&ca)?;
+            let outcome = prep.run_one(0, &tick)?;
+            let Outcome::Fleet(ans) = &outcome else { unreachable!("--target-rate asks a fleet question") };
+            let row = prep.json_one(0, &outcome);
+            let Some(k) = ans.replicas else {
+                refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": format!("no fleet of up to {} GPUs meets the SLO", a.max_gpus)}));
+                continue;
+            };
+            // The fleet's load as a share of what it serves within the SLO: a replica at its SLO
+            // capacity counts as fully busy (a step running is not: a small decode batch keeps the
+            // GPU stepping far below its power limit). The one-replica search stops at the target
+            // rate, so a one-replica plan counts as fully used (its power an upper bound).
+            let utilization = (rate / (k as f64 * ans.single_replica_rate)).clamp(0.0, 1.0);
+            let n = k * tp;
+            plans.push(Plan {
+                gpu: spec.name.clone(),
+                tp,
+                replicas: k,
+                gpus: n,
+                cost_per_hour: n as f64 * price.price_per_hour,
+                power_kw: fleet_power_w(&price, n, utilization) / 1e3,
+                utilization,
+                row,
+            });
+        }
+    }
+    pb.finish_and_clear();
+    plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then(x.gpus.cmp(&y.gpus)).then(x.gpu.cmp(&y.gpu)));
+    let plan_json: Vec<serde_json::Value> = plans
+        .iter()
+        .map(|p| {
+            let r = &p.row;
+            let neighbour = r["search"]["candidates"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["replicas"] == json!(p.replicas - 1)).cloned());
+            json!({
+                "pools": [{"gpu": p.gpu, "tp": p.tp, "replicas": p.replicas, "gpus": p.gpus}],
+                "gpus": p.gpus,
+                "cost_per_hour": p.cost_per_hour,
+                "cost_per_million_output_tokens": r["cost_per_million_output_tokens"],
+                "slo_met": true,
+                "slo_values": r["slo_values"],
+                "utilization": p.utilization,
+                "power_kw": p.power_kw,
+                "energy_kwh_per_day": p.power_kw * 24.0,
+                "extrapolation": r["extrapolation"],
+                "one_replica_fewer": neighbour,
+                "search": r["search"],
+            })
+        })
+        .collect();
+    if c.json {
+        let v = json!({
+            "capsim_version": env!("CARGO_PKG_VERSION"),
+            "target_rate": rate,
+            "max_gpus": a.max_gpus,
+            "prices": {"source": prices.source, "date": prices.date, "currency": prices.currency},
+            "plans": plan_json,
+            "refused": refused,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
+    } else {
+        outln!(
+            "plans for {} requests/s within the SLO, cheapest first (prices: {}, {} {}):",
+            num(rate, 4),
+            prices.source,
+            prices.currency,
+            prices.date
+        )?;
+        let rows: Vec<Vec<String>> = plans
+            .iter()
+            .zip(&plan_json)
+            .map(|(p, j)| {
+                vec![
+                    p.gpu.clone(),
+                    p.tp.to_string(),
+                    p.replicas.to_string(),
+                    p.gpus.to_string(),
+                    num(p.cost_per_hour, 4),
+                    j["cost_per_million_output_tokens"].as_f64().map_or("-".into(), |v| num(v, 4)),
+                    format!("{:.0}%", p.utilization * 100.0),
+                    num(p.power_kw, 4),
+                ]
+            })
+            .collect();
+        out!(
+            "{}",
+            table(
+                &["gpu", "tp", "replicas", "gpus", "cost/hour", "cost/M output tokens", "utilization", "power kW"],
+                &rows
+            )
+        )?;
+        for r in &refused {
+            outln!(
+                "not a plan: {} x{}: {}",
+                r["gpu"].as_str().unwrap_or(""),
+                r["tensor_parallel"],
+                r["reason"].as_str().unwrap_or("")
+            )?;
+        }
+    }
+    if plans.is_empty() {
+        return Err(Error::NoAnswer(format!("no plan within --max-gpus {} meets the SLO", a.max_gpus)));
+    }
+    Ok(())
+}

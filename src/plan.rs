@@ -1,0 +1,87 @@
+//! The fleet plan a buyer signs (issue 26): prices and power per GPU (models/prices.toml, or the
+//! user's file), and the cost, power and energy of a fleet. The search itself is capacity's fleet
+//! sizing (crate::capacity::size_fleet) on each GPU and tensor-parallel degree asked about.
+
+use crate::error::{toml_error, Error, Result};
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_PRICES_PATH: &str = "models/prices.toml";
+pub const DEFAULT_PRICES: &str = include_str!("../models/prices.toml");
+
+/// One GPU's price and power.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuPrice {
+    pub name: String,
+    /// Per GPU-hour.
+    pub price_per_hour: f64,
+    /// Power of a GPU holding a loaded model with no work (W).
+    pub idle_w: f64,
+    /// Power of a GPU kept fully busy (W).
+    pub busy_w: f64,
+}
+
+/// A price file: the date its prices were read, the currency, one entry per GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceTable {
+    pub date: String,
+    pub currency: String,
+    pub gpu: Vec<GpuPrice>,
+    /// Where it was read from (not in the file).
+    #[serde(skip_deserializing, default)]
+    pub source: String,
+}
+
+impl PriceTable {
+    /// Parse and check a price file: every number finite, prices not negative, idle power at most
+    /// busy power, no GPU twice. Errors name `source`, the GPU and the key.
+    pub fn parse(source: &str, text: &str) -> Result<PriceTable> {
+        let mut t: PriceTable = toml::from_str(text).map_err(|e| toml_error(source, text, e))?;
+        t.source = source.to_string();
+        for (i, g) in t.gpu.iter().enumerate() {
+            let bad =
+                |key: &str, msg: String| Error::input(source, None, Some(&format!("gpu[{i}] ({}).{key}", g.name)), msg);
+            if !(g.price_per_hour.is_finite() && g.price_per_hour >= 0.0 && g.price_per_hour <= 1e6) {
+                return Err(bad("price_per_hour", format!("must be a number in [0, 1e6], got {}", g.price_per_hour)));
+            }
+            for (key, v) in [("idle_w", g.idle_w), ("busy_w", g.busy_w)] {
+                if !(v.is_finite() && v >= 0.0 && v <= 1e5) {
+                    return Err(bad(key, format!("must be a number of watts in [0, 1e5], got {v}")));
+                }
+            }
+            if g.idle_w > g.busy_w {
+                return Err(bad("idle_w", format!("{} W idle is above {} W busy", g.idle_w, g.busy_w)));
+            }
+            if t.gpu[..i].iter().any(|o| o.name == g.name) {
+                return Err(bad("name", "listed twice".into()));
+            }
+        }
+        Ok(t)
+    }
+
+    /// The built-in table.
+    pub fn builtin() -> PriceTable {
+        PriceTable::parse(DEFAULT_PRICES_PATH, DEFAULT_PRICES).expect("the built-in price table parses")
+    }
+
+    /// The entry for a catalog GPU; an error naming the file and the GPU when it has none.
+    pub fn get(&self, gpu: &str) -> Result<&GpuPrice> {
+        self.gpu.iter().find(|g| g.name == gpu).ok_or_else(|| {
+            Error::input(
+                &self.source,
+                None,
+                Some("gpu"),
+                format!(
+                    "no price for {gpu}: the plan needs one for every GPU it considers (add a [[gpu]] entry with name = \"{gpu}\", price_per_hour, idle_w and busy_w); listed: {}",
+                    self.gpu.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })
+    }
+}
+
+/// Power (W) of `gpus` GPUs busy a share `utilization` of the time: idle + (busy - idle) x share.
+pub fn fleet_power_w(price: &GpuPrice, gpus: u32, utilization: f64) -> f64 {
+    gpus as f64 * (price.idle_w + (price.busy_w - price.idle_w) * utilization.clamp(0.0, 1.0))
+}
