@@ -42,11 +42,11 @@ impl PriceTable {
         for (i, g) in t.gpu.iter().enumerate() {
             let bad =
                 |key: &str, msg: String| Error::input(source, None, Some(&format!("gpu[{i}] ({}).{key}", g.name)), msg);
-            if !(g.price_per_hour.is_finite() && g.price_per_hour >= 0.0 && g.price_per_hour <= 1e6) {
+            if !(g.price_per_hour.is_finite() && (0.0..=1e6).contains(&g.price_per_hour)) {
                 return Err(bad("price_per_hour", format!("must be a number in [0, 1e6], got {}", g.price_per_hour)));
             }
             for (key, v) in [("idle_w", g.idle_w), ("busy_w", g.busy_w)] {
-                if !(v.is_finite() && v >= 0.0 && v <= 1e5) {
+                if !(v.is_finite() && (0.0..=1e5).contains(&v)) {
                     return Err(bad(key, format!("must be a number of watts in [0, 1e5], got {v}")));
                 }
             }
