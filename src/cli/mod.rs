@@ -28,6 +28,7 @@ mod calibrate;
 mod capacity;
 mod catalog;
 mod explain;
+mod mixed;
 mod plan;
 mod report;
 mod shard;

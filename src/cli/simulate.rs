@@ -50,6 +50,10 @@ pub struct SimulateArgs {
     /// time; reports requests, latency, SLO attainment (the --goodput-* limits) and GPU-hours per hour.
     #[arg(long, help_heading = "Fleet")]
     pub autoscale: Option<PathBuf>,
+    /// A pool of a mixed fleet, GPU[:tp=N][:replicas=N] (repeatable): the workload served by every
+    /// pool together behind a weighted least-outstanding router; metrics per pool and for the fleet.
+    #[arg(long, help_heading = "Fleet")]
+    pub pool: Vec<String>,
     /// Write every request's record (CSV) to this file.
     #[arg(long, help_heading = "Output")]
     pub per_request: Option<PathBuf>,
@@ -221,6 +225,9 @@ impl Prepared {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
+    if !a.pool.is_empty() {
+        return super::mixed::run(&a);
+    }
     if let Some(policy) = &a.autoscale {
         return super::autoscale::run(&a, policy);
     }

@@ -15,6 +15,7 @@ mod engine;
 mod fastforward;
 pub mod gaps;
 mod memory;
+mod mixed;
 mod pool;
 mod prefix;
 mod run;
@@ -28,6 +29,7 @@ pub use drive::{simulate, simulate_fleet, simulate_observed, Routing};
 pub use engine::StepView;
 pub use gaps::GapHistogram;
 pub use memory::{memory_estimate, MemoryEstimate};
+pub use mixed::{replica_speed, simulate_mixed};
 pub use run::{Sample, SimOptions, SimOutput};
 pub use step::{BatchShape, FixedParts, StepModel};
 

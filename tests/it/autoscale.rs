@@ -141,3 +141,64 @@ fn the_cli_refuses_a_closed_loop_and_a_bad_file_by_name() {
     assert!(v["gpu_hours"].as_f64().unwrap() > 0.0 && v["buckets"].is_array() && v["timeline"].is_array());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 26, mixed fleets: the weighted least-outstanding router keeps outstanding requests per unit
+/// of speed equal across replicas. Saturated (requests queue at both), each replica then takes the
+/// traffic it completes: shares in proportion to speed (2:1). Below saturation with steps of fixed
+/// length, a request's latency is inversely proportional to speed too, so equal outstanding per
+/// speed means traffic in proportion to speed squared (4:1; one fast against two slow, 4:1:1).
+#[test]
+fn a_mixed_fleet_sends_each_pool_its_share() {
+    use capsim::sim::{replica_speed, simulate_mixed};
+    let fast = const_profile("vllm", 0.005, "max_num_seqs = 64");
+    let slow = const_profile("vllm", 0.010, "max_num_seqs = 64");
+    assert!((replica_speed(&fast) / replica_speed(&slow) - 2.0).abs() < 1e-9);
+    let share = |pools: &[(&capsim::profile::Profile, u32)], rate: f64| -> Vec<f64> {
+        let arrivals =
+            Arrivals::OpenLoop { process: Process::Constant, rate: RateSchedule::constant(rate), burstiness: 1.0 };
+        let w = Workload::fixed(arrivals, 64, 100, Some(6000)).unwrap();
+        let outs = simulate_mixed(pools, &w, 3, SimOptions::default());
+        let n: Vec<f64> = outs.iter().map(|o| o.records.len() as f64).collect();
+        let total: f64 = n.iter().sum();
+        assert_eq!(total as u64, 6000, "every request served once");
+        n.iter().map(|x| x / total).collect()
+    };
+    // Capacities: 64 sequences per 100 steps of 5 ms (128 requests/s) and of 10 ms (64/s).
+    let s = share(&[(&fast, 1), (&slow, 1)], 400.0);
+    assert!((s[0] - 2.0 / 3.0).abs() < 0.03, "saturated: fast pool's share {s:?}");
+    let s = share(&[(&fast, 1), (&slow, 1)], 60.0);
+    assert!((s[0] - 0.8).abs() < 0.03, "below saturation: fast pool's share {s:?}");
+    let s = share(&[(&fast, 1), (&slow, 2)], 60.0);
+    assert!((s[0] - 2.0 / 3.0).abs() < 0.03, "one fast against two slow {s:?}");
+}
+
+#[test]
+fn the_cli_runs_a_mixed_fleet_and_refuses_bad_pools_by_flag() {
+    let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).output().unwrap();
+    let o = run(&[
+        "simulate",
+        "--model",
+        "Llama-3.1-8B-Instruct",
+        "--pool",
+        "B200",
+        "--pool",
+        "H100 SXM:replicas=2",
+        "--rate",
+        "10",
+        "--requests",
+        "400",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pools = v["pools"].as_array().unwrap();
+    assert_eq!(pools.len(), 2);
+    let shares: f64 = pools.iter().map(|p| p["requests_share"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-9);
+    assert_eq!(v["fleet"]["requests_sent"], 400);
+    for bad in ["B200:replicas=0", "B200:tp=x", "B200:colour=red", ":replicas=2"] {
+        let o = run(&["simulate", "--pool", bad, "--rate", "2", "--requests", "10"]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--pool"), "{bad}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
