@@ -214,6 +214,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
         experiment: Some(b.unknowns),
         provenance: Provenance::default(),
         fit: None,
+        speculative: t.deployment.speculative.clone(),
     }
 }
 

@@ -174,6 +174,7 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             weight_dtype,
             kv_dtype,
             settings,
+            speculative: a.speculative()?,
         },
         notes,
     ))

@@ -18,6 +18,7 @@ mod pool;
 mod prefix;
 mod run;
 mod sglang;
+pub mod spec;
 pub mod step;
 mod trtllm;
 mod vllm;
@@ -27,6 +28,7 @@ pub use engine::StepView;
 pub use gaps::GapHistogram;
 pub use memory::{memory_estimate, MemoryEstimate};
 pub use run::{Sample, SimOptions, SimOutput};
+pub use spec::{DraftModel, DraftShape};
 pub use step::{BatchShape, FixedParts, StepModel};
 
 use crate::units::SimTime;
