@@ -16,6 +16,7 @@ pub mod nelder_mead;
 mod priors;
 mod report;
 pub mod runs;
+pub mod spec;
 mod stage_a;
 mod targets;
 
