@@ -211,7 +211,11 @@ pub fn run(a: ExplainArgs) -> Result<()> {
                 capsim::profile::SpecMethod::Ngram => format!("{} sequences' n-gram lookups on the host", a.decode),
                 m => format!(
                     "{k} sequential passes of the {} over {} sequences",
-                    if m == capsim::profile::SpecMethod::Mtp { "MTP layer and LM head" } else { "EAGLE head and LM head" },
+                    if m == capsim::profile::SpecMethod::Mtp {
+                        "MTP layer and LM head"
+                    } else {
+                        "EAGLE head and LM head"
+                    },
                     a.decode
                 ),
             },
