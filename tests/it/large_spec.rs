@@ -254,3 +254,49 @@ fn calibrate_recovers_a_known_acceptance() {
     assert!(fit.median_abs_error_pct < 1.0, "{fit:?}");
     assert!(fit.error_at_0_pct > 0.0 && fit.error_at_1_pct < 0.0, "{fit:?}");
 }
+
+#[test]
+fn calibrate_runs_writes_the_fitted_acceptance_and_explain_shows_the_draft() {
+    let out = std::env::temp_dir().join(format!("capsim-spec-cal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let runs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vllm/sweep");
+    let o = capsim(&[
+        "calibrate",
+        "--runs",
+        runs,
+        "--gpu",
+        "H200 SXM",
+        "--engine",
+        "vllm",
+        "--name",
+        "specfit",
+        "--out",
+        out.to_str().unwrap(),
+        "--spec-method",
+        "mtp",
+        "--spec-tokens",
+        "2",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("accept_rate = ") && text.contains("TPOT |error| at the fit"), "{text}");
+    let profile = out.join("specfit.toml");
+    let pf = ProfileFile::parse("t", &std::fs::read_to_string(&profile).unwrap()).unwrap();
+    let s = pf.speculative.clone().unwrap();
+    assert_eq!((s.method, s.tokens, s.accept_rate.len()), (SpecMethod::Mtp, 2, 1));
+    assert!(s.fit_points.unwrap() > 0 && s.fit_tpot_median_abs_error_pct.is_some());
+    // The written profile simulates, and explain shows its draft and verification.
+    let o = capsim(&["explain", "--profile", profile.to_str().unwrap(), "--decode", "8", "--context", "1000"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("draft") && text.contains("of which verification") && text.contains("plain step"), "{text}");
+    let o = capsim(&["explain", "--profile", profile.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["parts_s"]["draft_s"].as_f64().unwrap() > 0.0);
+    assert!(v["speculative"]["verification_s"].as_f64().unwrap() > 0.0);
+    // A plain explain has no draft key.
+    let o = capsim(&["explain", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["parts_s"].get("draft_s").is_none() && v.get("speculative").is_none());
+    let _ = std::fs::remove_dir_all(&out);
+}
