@@ -5,7 +5,8 @@
 //! - KV: the drafted tokens' slots are allocated before the step, as vLLM's scheduler does
 //!   (vllm/v1/core/sched/scheduler.py `schedule`: `kv_cache_manager.allocate_slots(request,
 //!   num_new_tokens, num_lookahead_tokens=self.num_lookahead_tokens)`, with `num_lookahead_tokens`
-//!   = `num_speculative_tokens` when speculation is on). Where the free blocks cannot hold all K, the
+//!   = `num_speculative_tokens` when speculation is on, 0 for a request's first chunk;
+//!   ../shared/FACTS-hardware-engines.md, vLLM V1 scheduler notes). Where the free blocks cannot hold all K, the
 //!   sequence drafts fewer this step (vLLM would preempt instead; the lookahead is at most one block).
 //!   The verification tokens are added to the step's shape after the scheduler built it, so they do
 //!   not count against the token budget (a step holds at most max_num_seqs x K of them).
