@@ -10,7 +10,7 @@ use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::Result;
 use crate::measured::corpus::{read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint};
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
-use crate::profile::{Deployment, EngineKind, EngineSettings};
+use crate::profile::{Deployment, EngineKind, EngineSettings, SpecMethod, Speculative};
 use crate::units::Dtype;
 use serde::Serialize;
 use std::path::Path;
@@ -71,7 +71,8 @@ pub enum Refusal {
     Unofficial,
     /// Prefill and decode on separate workers (issue 25).
     Disaggregated,
-    /// Multi-token prediction or another draft (issue 25).
+    /// A draft method or engine whose launch settings capsim has not read (MTP on SGLang, TensorRT-LLM
+    /// and vLLM is expressed: `corpus_speculative`).
     SpeculativeDecoding,
     /// Attention data parallelism: the client's concurrency spread over DP ranks (issue 25).
     AttentionDp,
@@ -96,7 +97,7 @@ impl Refusal {
         match self {
             Refusal::Unofficial => "unofficial row of its source (another client setup)".into(),
             Refusal::Disaggregated => "disaggregated prefill/decode".into(),
-            Refusal::SpeculativeDecoding => "speculative decoding (MTP)".into(),
+            Refusal::SpeculativeDecoding => "speculative decoding of a method capsim has not read".into(),
             Refusal::AttentionDp => "attention data parallelism".into(),
             Refusal::PipelineParallel => "pipeline parallelism".into(),
             Refusal::MixedMoeLayout => "MoE split over TP and EP at once".into(),
@@ -340,6 +341,38 @@ fn checkpoint_is_fp8_or_nvfp4(model_path: &str) -> bool {
     NATIVE_FP8.contains(&model_path) || upper.ends_with("-FP8") || upper.ends_with("-NVFP4")
 }
 
+/// The speculative decoding an InferenceX `-mtp` deployment launched (None: a method or engine whose
+/// launch capsim has not read). Tokens drafted per step, from the launch scripts in
+/// SemiAnalysisAI/InferenceX (benchmarks/single_node/fixed_seq_len/, read at 843c6254):
+/// - SGLang on NVIDIA GPUs (dsr1_fp8_b200_mtp.sh, dsr1_fp4_b200_mtp.sh, dsr1_fp8_h200_mtp.sh):
+///   `--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-num-draft-tokens 3
+///   --speculative-eagle-topk 1` over the model's NextN (MTP) layer: 2 drafted tokens (SGLang's
+///   draft-token count includes the verified one);
+/// - SGLang on AMD GPUs (dsr1_fp8_mi355x_mtp.sh, dsr1_fp4_mi355x_mtp.sh, dsr1_fp8_mi325x_mtp.sh):
+///   `--speculative-num-steps 3 --speculative-num-draft-tokens 4`: 3;
+/// - TensorRT-LLM (dsr1_fp8_b200_trt_mtp.sh, dsr1_fp4_b200_trt_mtp.sh, dsr1_fp8_h200_trt_mtp.sh):
+///   `speculative_config: decoding_type: MTP, num_nextn_predict_layers: $MTP` with MTP=3, and MTP=1
+///   under attention data parallelism;
+/// - vLLM-based ATOM (dsr1_fp8_mi355x_atom_mtp.sh): `--method mtp --num-speculative-tokens 3`.
+///
+/// Acceptance: no launch states it; the cited default of [`crate::profile::spec::MTP_DEFAULT_ACCEPT`]
+/// (never fitted on these points).
+fn corpus_speculative(method: &str, engine: EngineKind, amd: bool, attention_dp: bool) -> Option<Speculative> {
+    use crate::profile::spec::{MTP_DEFAULT_ACCEPT, MTP_DEFAULT_SOURCE};
+    if method != "mtp" {
+        return None;
+    }
+    let tokens = match engine {
+        EngineKind::Sglang if amd => 3,
+        EngineKind::Sglang => 2,
+        EngineKind::Trtllm if attention_dp => 1,
+        EngineKind::Trtllm | EngineKind::Vllm => 3,
+    };
+    let mut s = Speculative::new(SpecMethod::Mtp, tokens, vec![MTP_DEFAULT_ACCEPT]);
+    s.accept_rate_source = MTP_DEFAULT_SOURCE.to_string();
+    Some(s)
+}
+
 /// Whether `p` can be replayed, and as what. `check` resolves the deployment (memory, context) and
 /// may refuse it.
 pub fn express(
@@ -352,9 +385,6 @@ pub fn express(
     }
     if p.disaggregated {
         return Err(Refusal::Disaggregated);
-    }
-    if p.spec_decoding.is_some() {
-        return Err(Refusal::SpeculativeDecoding);
     }
     if p.pipeline_parallel > 1 {
         return Err(Refusal::PipelineParallel);
@@ -381,6 +411,10 @@ pub fn express(
     let amd = gpu.name.starts_with("MI");
     let w = weight_dtype(p, moe, amd)?;
     let kv = kv_dtype(p, engine, w)?;
+    let speculative = match p.spec_decoding.as_deref() {
+        None => None,
+        Some(m) => Some(corpus_speculative(m, engine, amd, p.attention_dp > 1).ok_or(Refusal::SpeculativeDecoding)?),
+    };
     let deployment = Deployment {
         model: model_key,
         gpu: gpu.name.clone(),
@@ -390,6 +424,7 @@ pub fn express(
         weight_dtype: w,
         kv_dtype: kv,
         settings: benchmark_settings(p.client, engine, p.isl, p.concurrency),
+        speculative,
     };
     check(&deployment).map_err(Refusal::DoesNotResolve)?;
     let requests = p.requests.unwrap_or(NVIDIA_ROUNDS * p.concurrency as u64);

@@ -16,6 +16,7 @@ pub mod nelder_mead;
 mod priors;
 mod report;
 pub mod runs;
+pub mod spec;
 mod stage_a;
 mod targets;
 
@@ -214,6 +215,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
         experiment: Some(b.unknowns),
         provenance: Provenance::default(),
         fit: None,
+        speculative: t.deployment.speculative.clone(),
     }
 }
 

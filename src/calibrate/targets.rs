@@ -100,6 +100,7 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
                 weight_dtype,
                 kv_dtype,
                 settings: EngineSettings::default(),
+                speculative: None,
             },
             assumptions,
             variants,

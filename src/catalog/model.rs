@@ -160,7 +160,8 @@ impl ModelArch {
         }
     }
 
-    fn softmax_attn_params_per_layer(&self) -> u64 {
+    /// Parameters of one softmax-attention layer's projections (MLA's low-rank ones, DSA's indexer).
+    pub fn softmax_attn_params_per_layer(&self) -> u64 {
         if let Some(m) = &self.mla {
             let h = self.hidden;
             let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;

@@ -5,7 +5,7 @@
 use super::ProfileArgs;
 use capsim::error::{Error, Result};
 use capsim::report::{num, table};
-use capsim::sim::{BatchShape, StepModel};
+use capsim::sim::{BatchShape, DraftShape, StepModel};
 use clap::Args;
 use serde_json::json;
 
@@ -74,14 +74,30 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             ),
         ));
     }
-    let mut b = BatchShape::default();
-    for _ in 0..a.decode {
-        b.add_chunk(a.context, 1);
-    }
-    if a.prefill > 0 {
-        b.add_chunk(a.prefill_start, a.prefill);
-    }
-    let parts = StepModel::new(&p).parts(&b);
+    // Speculative decoding: each decoding sequence verifies its K drafts (K + 1 query tokens) and the
+    // draft runs after the step (sim/spec.rs); `plain` is the same step without speculation.
+    let spec = p.speculative().cloned();
+    let k = spec.as_ref().map_or(0, |s| s.tokens);
+    let shape = |k: u32| {
+        let mut b = BatchShape::default();
+        for _ in 0..a.decode {
+            b.add_chunk(a.context, 1 + k);
+        }
+        if a.prefill > 0 {
+            b.add_chunk(a.prefill_start, a.prefill);
+        }
+        b
+    };
+    let b = shape(k);
+    let model = StepModel::new(&p);
+    let draft = DraftShape {
+        seqs: if spec.is_some() { a.decode } else { 0 },
+        ctx_tokens: a.decode as u64 * (a.context as u64 + 1),
+    };
+    let parts = model.parts_spec(&b, &draft);
+    let plain = model.parts(&shape(0));
+    // Tokens the step emits: each decode's expected accepted run plus one, the chunk's one if it ends.
+    let emitted = a.decode as f64 * spec.as_ref().map_or(1.0, |s| s.expected_tokens(k));
     let ms = |s: f64| s * 1e3;
     let hidden = parts.memory_s.min(parts.compute_s) * (1.0 - parts.exposed);
     let bound = if parts.memory_s >= parts.compute_s { "memory" } else { "compute" };
@@ -95,6 +111,20 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             "bound": bound,
             "hidden_s": hidden,
         });
+        let mut v = v;
+        if let Some(s) = &spec {
+            v["speculative"] = json!({
+                "method": s.method.as_str(),
+                "tokens": s.tokens,
+                "accept_rate": s.accept_rate,
+                "expected_tokens_per_sequence": s.expected_tokens(k),
+                "verification_s": parts.total_s - parts.draft_s - plain.total_s,
+                "draft_s": parts.draft_s,
+                "plain_step_s": plain.total_s,
+                "decode_tok_s": emitted / parts.total_s,
+                "plain_decode_tok_s": a.decode as f64 / plain.total_s,
+            });
+        }
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
@@ -171,8 +201,52 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             num(ms(parts.per_seq_s), 4),
             format!("{} sequences: scheduling, sampling, detokenizing and streaming each token", b.n_seqs),
         ],
-        vec!["= step".into(), num(ms(parts.total_s), 4), format!("{:.1} tokens/s", b.n_tokens as f64 / parts.total_s)],
     ];
+    let mut rows = rows;
+    if let Some(s) = &spec {
+        rows.push(vec![
+            "draft".into(),
+            num(ms(parts.draft_s), 4),
+            match s.method {
+                capsim::profile::SpecMethod::Ngram => format!("{} sequences' n-gram lookups on the host", a.decode),
+                m => format!(
+                    "{k} sequential passes of the {} over {} sequences",
+                    if m == capsim::profile::SpecMethod::Mtp {
+                        "MTP layer and LM head"
+                    } else {
+                        "EAGLE head and LM head"
+                    },
+                    a.decode
+                ),
+            },
+        ]);
+    }
+    rows.push(vec![
+        "= step".into(),
+        num(ms(parts.total_s), 4),
+        format!("{:.1} tokens/s", b.n_tokens as f64 / parts.total_s),
+    ]);
+    if let Some(s) = &spec {
+        rows.push(vec![
+            "of which verification".into(),
+            num(ms(parts.total_s - parts.draft_s - plain.total_s), 4),
+            format!("{} drafted tokens of each of {} decodes verified in the step", k, a.decode),
+        ]);
+        rows.push(vec![
+            "plain step".into(),
+            num(ms(plain.total_s), 4),
+            format!("the same step without speculation: {:.1} decode tokens/s", a.decode as f64 / plain.total_s),
+        ]);
+        rows.push(vec![
+            "= decode tokens/s".into(),
+            format!("{:.1}", emitted / parts.total_s),
+            format!(
+                "{:.3} tokens per sequence and step at acceptance {}",
+                s.expected_tokens(k),
+                s.accept_rate.iter().map(|x| format!("{x}")).collect::<Vec<_>>().join(",")
+            ),
+        ]);
+    }
     out!("{}", table(&["part", "ms", "how"], &rows))?;
     // The host's costs outside the step: each request's, once (they add to its TTFT, not to any step).
     outln!()?;

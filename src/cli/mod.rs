@@ -287,6 +287,24 @@ pub struct ProfileArgs {
     /// hash_ids)
     #[arg(long, value_enum, help_heading = "Engine")]
     pub prefix_caching: Option<OnOff>,
+    /// Speculative decoding: the draft (mtp: the model's multi-token-prediction layer; eagle: a
+    /// one-layer EAGLE head; ngram: prompt lookup on the host). Needs --spec-tokens.
+    #[arg(long, value_enum, help_heading = "Speculative decoding")]
+    pub spec_method: Option<SpecMethodArg>,
+    /// Tokens drafted and verified per decode step (K; SGLang's --speculative-num-draft-tokens minus 1).
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub spec_tokens: Option<u32>,
+    /// Acceptance of each drafted token given the previous one was accepted: A, or a1,...,aK per
+    /// position, each in [0, 1] (default for mtp: 0.85, DeepSeek-V3's report; eagle and ngram: required)
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub spec_accept_rate: Option<String>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecMethodArg {
+    Mtp,
+    Eagle,
+    Ngram,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -413,6 +431,9 @@ impl ProfileArgs {
             ("--enable-chunked-prefill", self.enable_chunked_prefill),
             ("--free-gpu-memory-fraction", self.free_gpu_memory_fraction.is_some()),
             ("--prefix-caching", self.prefix_caching.is_some()),
+            ("--spec-method", self.spec_method.is_some()),
+            ("--spec-tokens", self.spec_tokens.is_some()),
+            ("--spec-accept-rate", self.spec_accept_rate.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
@@ -421,6 +442,67 @@ impl ProfileArgs {
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
+        let spec = self.speculative()?;
+        let mut p = self.resolve_plain(catalog)?;
+        if spec.is_some() {
+            // Validated by `speculative` as ProfileFile::resolve validates a profile's table.
+            p.file.speculative = spec;
+        }
+        Ok(p)
+    }
+    /// The speculative decoding the flags ask for (None without --spec-method), each problem named by
+    /// its flag.
+    pub fn speculative(&self) -> Result<Option<capsim::profile::Speculative>> {
+        use capsim::profile::spec::{parse_rates, MAX_SPEC_TOKENS, MTP_DEFAULT_ACCEPT, MTP_DEFAULT_SOURCE};
+        use capsim::profile::{SpecMethod, Speculative};
+        let Some(m) = self.spec_method else {
+            for (flag, given) in
+                [("--spec-tokens", self.spec_tokens.is_some()), ("--spec-accept-rate", self.spec_accept_rate.is_some())]
+            {
+                if given {
+                    return Err(Error::flag(flag, "needs --spec-method (mtp, eagle or ngram)"));
+                }
+            }
+            return Ok(None);
+        };
+        let method = match m {
+            SpecMethodArg::Mtp => SpecMethod::Mtp,
+            SpecMethodArg::Eagle => SpecMethod::Eagle,
+            SpecMethodArg::Ngram => SpecMethod::Ngram,
+        };
+        let k = self.spec_tokens.ok_or_else(|| {
+            Error::flag(
+                "--spec-tokens",
+                format!("required with --spec-method: tokens drafted per step, 1..={MAX_SPEC_TOKENS}"),
+            )
+        })?;
+        if k == 0 || k > MAX_SPEC_TOKENS {
+            return Err(Error::flag("--spec-tokens", format!("must be in 1..={MAX_SPEC_TOKENS}, got {k}")));
+        }
+        let (rates, source) = match (&self.spec_accept_rate, method) {
+            (Some(s), _) => {
+                (parse_rates(s).map_err(|e| Error::flag("--spec-accept-rate", e))?, "--spec-accept-rate".to_string())
+            }
+            (None, SpecMethod::Mtp) => (vec![MTP_DEFAULT_ACCEPT], MTP_DEFAULT_SOURCE.to_string()),
+            (None, _) => {
+                return Err(Error::flag(
+                    "--spec-accept-rate",
+                    format!(
+                        "required with --spec-method {}: no published acceptance applies to every model",
+                        method.as_str()
+                    ),
+                ))
+            }
+        };
+        let mut s = Speculative::new(method, k, rates);
+        s.accept_rate_source = source;
+        if let Some((_, msg)) = s.problem() {
+            return Err(Error::flag("--spec-accept-rate", msg));
+        }
+        Ok(Some(s))
+    }
+    /// [`ProfileArgs::resolve`] without speculative decoding.
+    fn resolve_plain(&self, catalog: &Catalog) -> Result<Profile> {
         let base = Profile::load(self.profile.as_deref(), catalog).map_err(|e| match e {
             Error::Unknown { kind, .. } if kind.starts_with("profile") => Error::flag("--profile", e.to_string()),
             other => other,

@@ -529,6 +529,7 @@ fn build_unmeasured(
             residual_sigma_log: learned.map_or(shared.residual_sigma_log, |m| m.residual_sigma_log),
             ..Default::default()
         }),
+        speculative: d.speculative.clone(),
     };
     let mut p = pf.resolve(name, catalog)?;
     p.retargeted_from = Some(method.into());

@@ -15,6 +15,7 @@ use std::path::Path;
 mod advice;
 mod engine;
 mod retarget;
+pub mod spec;
 
 pub use advice::trtllm_budget_warning;
 use engine::resolve_engine;
@@ -23,6 +24,7 @@ pub use engine::{
     KvMemory,
 };
 pub use retarget::{dtype_in_name, Retarget};
+pub use spec::{SpecMethod, Speculative};
 
 /// Embedded profiles (file name, text). The first is the default.
 pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
@@ -249,6 +251,9 @@ pub struct ProfileFile {
     pub provenance: Provenance,
     #[serde(default)]
     pub fit: Option<FitQuality>,
+    /// Speculative decoding (issue 25): absent for plain deployments, which serialize as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Speculative>,
 }
 
 /// A deployment as a user states it (the runs it was measured on, or one nobody measured): what it
@@ -266,6 +271,9 @@ pub struct Deployment {
     pub kv_dtype: Dtype,
     /// Engine settings the user gave (None = the engine's defaults).
     pub settings: EngineSettings,
+    /// Speculative decoding (None: plain decoding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Speculative>,
 }
 
 /// A resolved, validated profile.
@@ -384,6 +392,9 @@ impl ProfileFile {
             ));
         }
         let engine = resolve_engine(source, &self.engine, &self.model, &arch, &gpu, tp)?;
+        if let Some((field, msg)) = self.speculative.as_ref().and_then(Speculative::problem) {
+            return Err(Error::input(source, None, Some(&format!("speculative.{field}")), msg));
+        }
         Ok(Profile {
             file: self.clone(),
             arch,
@@ -401,6 +412,11 @@ impl ProfileFile {
 impl Profile {
     pub fn name(&self) -> &str {
         &self.file.name
+    }
+
+    /// Its speculative decoding (None: plain decoding), validated by [`ProfileFile::resolve`].
+    pub fn speculative(&self) -> Option<&Speculative> {
+        self.file.speculative.as_ref()
     }
 
     pub fn load(name_or_path: Option<&str>, catalog: &Catalog) -> Result<Profile> {

@@ -190,6 +190,8 @@ pub(super) struct Engine<'a> {
     pub(super) cache: Option<PrefixCache>,
     /// vLLM's running decodes advanced as one aggregate (sim/pool.rs).
     pub(super) pool: DecodePool,
+    /// Speculative decoding's state (sim/spec.rs); None for plain decoding.
+    pub(super) spec: Option<super::spec::SpecState>,
 }
 
 #[inline]

@@ -48,6 +48,7 @@ impl Replica<'_> {
         let eng = &self.eng;
         let kind = eng.p.engine.kind;
         if kind == EngineKind::Trtllm
+            || eng.spec.is_some()
             || eng.cache.is_some()
             || !eng.waiting.is_empty()
             || eng.chunked.is_some()

@@ -20,6 +20,7 @@ mod pool;
 mod prefix;
 mod run;
 mod sglang;
+pub mod spec;
 pub mod step;
 mod trtllm;
 mod vllm;
@@ -31,6 +32,7 @@ pub use gaps::GapHistogram;
 pub use memory::{memory_estimate, MemoryEstimate};
 pub use mixed::{replica_speed, simulate_mixed};
 pub use run::{Sample, SimOptions, SimOutput};
+pub use spec::{DraftModel, DraftShape};
 pub use step::{BatchShape, FixedParts, StepModel};
 
 use crate::units::SimTime;

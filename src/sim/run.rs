@@ -229,10 +229,11 @@ impl<'a> Replica<'a> {
                 ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
                 preemptions: 0,
                 pool: DecodePool::new(
-                    !opts.step_by_step && e.kind == EngineKind::Vllm && cache.is_none(),
+                    !opts.step_by_step && e.kind == EngineKind::Vllm && cache.is_none() && p.speculative().is_none(),
                     e.block_size_tokens,
                 ),
                 cache,
+                spec: p.speculative().map(super::spec::SpecState::new),
             },
             out: SimOutput {
                 records: Vec::with_capacity(expected_requests),
@@ -381,7 +382,14 @@ impl<'a> Replica<'a> {
             };
         }
         let capacity_blocks = eng.capacity_blocks;
-        let dt = eng.model.step_ns(&shape);
+        let dt = match eng.spec.is_some() {
+            false => eng.model.step_ns(&shape),
+            true => {
+                eng.spec_verify(&mut shape);
+                let draft = eng.spec.as_ref().map_or_else(Default::default, |s| s.draft);
+                eng.model.step_ns_spec(&shape, &draft)
+            }
+        };
         let used = (capacity_blocks - eng.free_blocks) as f64 / capacity_blocks as f64;
         self.kv_area += used * dt as f64;
         out.kv_util_max = out.kv_util_max.max(used);
@@ -444,6 +452,9 @@ impl<'a> Replica<'a> {
             }
         }
         out.itl_gaps.add_n(dt, gaps_of_one_step);
+        if eng.spec.is_some() {
+            finished_any |= eng.spec_emit(&mut out.decode_tokens);
+        }
         if chunk_done {
             let c = eng.chunked.take().expect("chunk_done implies a chunked request");
             eng.running.push(c);

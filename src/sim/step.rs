@@ -19,6 +19,7 @@
 //! per-step evaluation is a handful of multiplications and one table lookup. [`StepModel::parts`] is
 //! the one place the formula is written: the simulator sums it, `capsim explain` prints it.
 
+use super::spec::{DraftModel, DraftShape};
 use crate::catalog::gpu::Collectives;
 use crate::catalog::ModelArch;
 use crate::profile::Profile;
@@ -71,7 +72,15 @@ pub struct StepParts {
     pub compute_s: f64,
     /// Share of min(memory, compute) not hidden under the larger one.
     pub exposed: f64,
+    /// Speculative decoding: the draft's passes (MTP layer, EAGLE head) or host lookup (n-gram),
+    /// after the target's verification step (sim/spec.rs `DraftModel`); 0 without speculation.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_s: f64,
     pub total_s: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// The parts of a step that its sequence and token counts decide (see [`StepModel::fixed`]).
@@ -123,6 +132,8 @@ pub struct StepModel {
     /// 1 - mem_compute_overlap.
     exposed: f64,
     comm: Comm,
+    /// Speculative decoding's draft (None: plain decoding).
+    draft: Option<DraftModel>,
 }
 
 /// Communication of one step, folded: per-step latency and per-token bytes of each collective kind.
@@ -214,6 +225,7 @@ impl StepModel {
             attn_s_per_pair: a.attn_flops_per_token_pair() / (c.attention_flops_eff_s * tp),
             exposed: 1.0 - c.mem_compute_overlap,
             comm: Comm::new(p),
+            draft: p.speculative().map(|s| DraftModel::new(p, s)),
         }
     }
 
@@ -298,8 +310,27 @@ impl StepModel {
             memory_s,
             compute_s,
             exposed: self.exposed,
+            draft_s: 0.0,
             total_s,
         }
+    }
+
+    /// A speculative step: the target's step over `b` (its verification tokens included) plus the
+    /// draft's part for the drafting sequences `d` (0 without speculation).
+    #[inline]
+    pub fn parts_spec(&self, b: &BatchShape, d: &DraftShape) -> StepParts {
+        let mut s = self.parts(b);
+        if let (Some(m), false) = (&self.draft, s.total_s == 0.0) {
+            s.draft_s = m.draft_s(d);
+            s.total_s += s.draft_s;
+        }
+        s
+    }
+
+    /// [`StepModel::step_ns`] of a speculative step.
+    #[inline]
+    pub fn step_ns_spec(&self, b: &BatchShape, d: &DraftShape) -> u64 {
+        round_ns(self.parts_spec(b, d).total_s * 1e9).max(1)
     }
 
     /// [`StepModel::step_ns`] of a step whose fixed parts are `f`.

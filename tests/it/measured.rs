@@ -157,6 +157,7 @@ fn h200_deployment() -> Deployment {
         weight_dtype: Dtype::Fp8,
         kv_dtype: Dtype::Bf16,
         settings: EngineSettings { kind: Some(EngineKind::Vllm), kv_capacity_tokens: Some(kv), ..Default::default() },
+        speculative: None,
     }
 }
 

@@ -1,0 +1,251 @@
+//! Speculative decoding in the step loop (issue 25): each decode step, every decoding sequence
+//! verifies the K tokens its draft proposed (K + 1 query tokens through the target model, its KV
+//! read once) and emits the accepted run plus the target's own token.
+//!
+//! - KV: the drafted tokens' slots are allocated before the step, as vLLM's scheduler does
+//!   (vllm/v1/core/sched/scheduler.py `schedule`: `kv_cache_manager.allocate_slots(request,
+//!   num_new_tokens, num_lookahead_tokens=self.num_lookahead_tokens)`, with `num_lookahead_tokens`
+//!   = `num_speculative_tokens` when speculation is on, 0 for a request's first chunk;
+//!   ../shared/FACTS-hardware-engines.md, vLLM V1 scheduler notes). Where the free blocks cannot hold all K, the
+//!   sequence drafts fewer this step (vLLM would preempt instead; the lookahead is at most one block).
+//!   The verification tokens are added to the step's shape after the scheduler built it, so they do
+//!   not count against the token budget (a step holds at most max_num_seqs x K of them).
+//! - Acceptance: deterministic, not drawn. Each sequence keeps an accumulator of the expected tokens
+//!   per step, E = 1 + sum_{i<=K} prod_{j<=i} a_j (started at 1/2), and emits its integer part each
+//!   step: after s steps it has emitted round(s x E) tokens, between 1 and K + 1 a step. A seeded
+//!   stream of acceptance draws would give the same mean, but would make a run's TPOT a noisy
+//!   function of the acceptance rate, which `calibrate --runs --spec-method` searches over in one
+//!   dimension; the accumulator keeps TPOT monotone in the rate and the run a pure function of its
+//!   inputs (it draws nothing, so the seed's other streams are untouched).
+//! - A sequence never emits beyond its output length: the emitted run is cut at the last token.
+//! - Token gaps: the tokens of one step reach the client together (one streamed chunk), so the
+//!   pooled ITL counts one gap per sequence and step, as vLLM's benchmark counts chunks.
+//! - The decode pool and the decode fast-forward (sim/pool.rs, sim/fastforward.rs) are off for
+//!   speculative runs (decided once, at construction); plain runs keep them.
+//!
+//! The draft's cost is [`DraftModel::draft_s`], the step model's `draft_s` part (sim/step.rs).
+
+use super::engine::Engine;
+use super::step::BatchShape;
+use crate::catalog::gpu::Collectives;
+use crate::profile::spec::NGRAM_S_PER_SEQ;
+use crate::profile::{Profile, SpecMethod, Speculative};
+use crate::units::Dtype;
+
+/// The sequences a step drafts for, and the context their draft passes read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DraftShape {
+    /// Decoding sequences that drafted this step.
+    pub seqs: u32,
+    /// Their contexts summed (tokens of KV each draft pass attends).
+    pub ctx_tokens: u64,
+}
+
+/// The per-step speculation state of one engine.
+#[derive(Debug, Clone)]
+pub(super) struct SpecState {
+    k: u32,
+    /// Expected tokens per step when d tokens were drafted, d = 0..=K.
+    expected: Vec<f64>,
+    /// Each slot's accumulator of expected tokens (fractional part kept between steps).
+    acc: Vec<f64>,
+    /// (slot, tokens drafted) of this step's decoding sequences.
+    drafted: Vec<(u32, u32)>,
+    pub(super) draft: DraftShape,
+}
+
+impl SpecState {
+    pub(super) fn new(s: &Speculative) -> SpecState {
+        SpecState {
+            k: s.tokens,
+            expected: (0..=s.tokens).map(|d| s.expected_tokens(d)).collect(),
+            acc: Vec::new(),
+            drafted: Vec::new(),
+            draft: DraftShape::default(),
+        }
+    }
+}
+
+impl Engine<'_> {
+    /// After the scheduler built the step: every decoding sequence drafts K tokens, their KV slots
+    /// are allocated and their verification added to the shape.
+    pub(super) fn spec_verify(&mut self, shape: &mut BatchShape) {
+        let Some(mut s) = self.spec.take() else { return };
+        s.drafted.clear();
+        s.draft = DraftShape::default();
+        if s.acc.len() < self.reqs.len() {
+            s.acc.resize(self.reqs.len(), 0.5);
+        }
+        for j in 0..self.scheduled.len() {
+            let (idx, n) = self.scheduled[j];
+            let r = &self.reqs[idx as usize];
+            if n != 1 || r.generated == 0 || r.computed + 1 != r.num_tokens {
+                continue;
+            }
+            let start = r.computed;
+            let mut d = s.k;
+            while d > 0 && self.extra_blocks(r, start + 1 + d) > self.free_blocks {
+                d -= 1;
+            }
+            if r.generated == 1 {
+                // Its first decode step: a new request in this slot.
+                s.acc[idx as usize] = 0.5;
+            }
+            if d > 0 {
+                self.alloc(idx, start + 1 + d);
+            }
+            let (s0, dd) = (start as f64, d as f64);
+            shape.n_tokens += d;
+            shape.kv_read_tokens += d as u64;
+            shape.attn_pairs += dd * s0 + ((dd + 1.0) * (dd + 2.0) / 2.0 - 1.0);
+            s.drafted.push((idx, d));
+            s.draft.seqs += 1;
+            s.draft.ctx_tokens += start as u64 + 1;
+        }
+        self.spec = Some(s);
+    }
+
+    /// After the step loop gave every decoding sequence its one token: the accepted drafts besides,
+    /// cut at the output length. Adds them to `decode_tokens`; true when a sequence finished on them.
+    pub(super) fn spec_emit(&mut self, decode_tokens: &mut u64) -> bool {
+        let Some(mut s) = self.spec.take() else { return false };
+        let mut finished = false;
+        for &(idx, d) in &s.drafted {
+            let r = &mut self.reqs[idx as usize];
+            if r.generated >= r.output {
+                continue;
+            }
+            let a = &mut s.acc[idx as usize];
+            *a += s.expected[d as usize];
+            let e = a.floor();
+            *a -= e;
+            let extra = (e as u32).saturating_sub(1).min(r.output - r.generated);
+            r.generated += extra;
+            r.computed += extra;
+            r.num_tokens += extra;
+            *decode_tokens += extra as u64;
+            if r.generated == r.output {
+                // The step loop had made room for one more token.
+                r.num_tokens -= 1;
+                finished = true;
+            }
+        }
+        self.spec = Some(s);
+        finished
+    }
+}
+
+/// The draft's cost per step, folded from the architecture's byte and FLOP counts and the profile's
+/// efficiencies (the same coefficients as the target's step, sim/step.rs).
+///
+/// - MTP: K sequential passes of the model's MTP module over the drafting sequences, one token each.
+///   DeepSeek-V3/R1 (config.json `num_nextn_predict_layers: 1`; models/configs/deepseek-v3.json,
+///   ../shared/corpus/configs/deepseek-ai__DeepSeek-R1.json) has one such module: a decoder layer of
+///   the model's own kind (MLA attention and an MoE MLP: the routed experts a batch touches, the
+///   shared expert, the router), the `eh_proj` projection of [embedding; hidden] (2h x h), and the
+///   shared head (the LM head, read and computed again each pass). vLLM, SGLang and TensorRT-LLM
+///   reuse the one module for K > 1 drafts. The first pass of vLLM's proposer runs over the
+///   verified tokens (up to K + 1 per sequence); one token per sequence per pass is taken.
+/// - EAGLE: K passes of a one-layer head: a dense decoder layer of the target's attention and its
+///   dense MLP width (`intermediate_size`), the fc of [embedding; hidden] (2h x h), the LM head.
+/// - ngram: no pass; [`NGRAM_S_PER_SEQ`] of host time per drafting sequence (an assumption).
+///
+/// Each pass: the layer's share of the step overhead (step_overhead / layers), max(memory, compute) +
+/// (1 - overlap) x min, and the layer's collectives (two all-reduces, or an all-reduce and the MoE
+/// dispatch and combine under expert parallelism, and the logits' all-gather).
+#[derive(Debug, Clone)]
+pub struct DraftModel {
+    method: SpecMethod,
+    passes: f64,
+    overhead_s: f64,
+    inv_bw: f64,
+    dense_bytes: f64,
+    expert_bytes: f64,
+    arch: crate::catalog::ModelArch,
+    expert_spread: f64,
+    kv_bytes_per_ctx: f64,
+    dense_s_per_token: f64,
+    expert_s_per_token: f64,
+    lm_head_s_per_seq: f64,
+    attn_s_per_ctx: f64,
+    exposed: f64,
+    coll: Option<Collectives>,
+    all_reduces: f64,
+    all_to_alls: f64,
+    token_bytes: f64,
+    a2a_bytes_per_token: f64,
+    logits_bytes_per_seq: f64,
+}
+
+impl DraftModel {
+    pub fn new(p: &Profile, s: &Speculative) -> DraftModel {
+        let a = &p.arch;
+        let c = &p.coefficients;
+        let tp = p.tensor_parallel;
+        let w = p.file.model.weight_dtype;
+        let h = a.hidden;
+        let moe = if s.method == SpecMethod::Mtp { a.moe.as_ref() } else { None };
+        let attn = a.softmax_attn_params_per_layer();
+        let mlp_always = match moe {
+            Some(m) => 3 * h * m.shared_intermediate + h * m.n_experts as u64 + if m.shared_gate { h } else { 0 },
+            None => 3 * h * a.intermediate,
+        };
+        let proj = 2 * h * h;
+        let lm = a.lm_head_params();
+        let matmul_rate = c.matmul_flops_eff_s * tp as f64;
+        let attn_layers = a.n_full_attn_layers.max(1) as f64;
+        let k_routed = moe.map_or(0.0, |m| m.n_experts_per_token as f64);
+        let token_bytes = h as f64 * Dtype::Bf16.bytes();
+        let ep = moe.is_some() && p.expert_parallel;
+        DraftModel {
+            method: s.method,
+            passes: s.tokens as f64,
+            overhead_s: c.step_overhead_s / a.n_layers.max(1) as f64,
+            inv_bw: 1.0 / (c.bandwidth_eff_bytes_s * tp as f64),
+            dense_bytes: (attn + mlp_always + proj + lm) as f64 * w.bytes(),
+            expert_bytes: if moe.is_some() { a.expert_params() as f64 * a.expert_dtype(w).bytes() } else { 0.0 },
+            arch: a.clone(),
+            expert_spread: c.expert_spread,
+            kv_bytes_per_ctx: a.kv_bytes_per_token(p.file.model.kv_dtype) / attn_layers * a.kv_replication(tp),
+            dense_s_per_token: 2.0 * (attn + mlp_always + proj) as f64 / matmul_rate,
+            expert_s_per_token: 2.0 * k_routed * a.expert_params() as f64 / (matmul_rate * c.grouped_gemm_rel),
+            lm_head_s_per_seq: 2.0 * lm as f64 / matmul_rate,
+            attn_s_per_ctx: a.attn_flops_per_token_pair() / attn_layers / (c.attention_flops_eff_s * tp as f64),
+            exposed: 1.0 - c.mem_compute_overlap,
+            coll: (tp > 1).then(|| p.gpu.collectives(tp)),
+            all_reduces: if ep { 1.0 } else { 2.0 },
+            all_to_alls: if ep { 2.0 } else { 0.0 },
+            token_bytes,
+            a2a_bytes_per_token: k_routed * token_bytes / tp as f64,
+            logits_bytes_per_seq: a.vocab as f64 * Dtype::Bf16.bytes(),
+        }
+    }
+
+    /// One draft pass over `d.seqs` sequences, one token each (s).
+    pub fn pass_s(&self, d: &DraftShape) -> f64 {
+        if d.seqs == 0 {
+            return 0.0;
+        }
+        let n = d.seqs as f64;
+        let experts =
+            if self.expert_bytes > 0.0 { self.arch.experts_touched_spread(n, self.expert_spread) } else { 0.0 };
+        let memory = (self.dense_bytes + experts * self.expert_bytes + self.kv_bytes_per_ctx * d.ctx_tokens as f64)
+            * self.inv_bw;
+        let compute = n * (self.dense_s_per_token + self.expert_s_per_token + self.lm_head_s_per_seq)
+            + d.ctx_tokens as f64 * self.attn_s_per_ctx;
+        let comm = self.coll.as_ref().map_or(0.0, |c| {
+            self.all_reduces * c.all_reduce_s(n * self.token_bytes)
+                + self.all_to_alls * c.all_to_all_s(n * self.a2a_bytes_per_token)
+                + c.all_gather_s(n * self.logits_bytes_per_seq)
+        });
+        self.overhead_s + memory.max(compute) + self.exposed * memory.min(compute) + comm
+    }
+
+    /// The draft's time in a step whose drafting sequences are `d` (s).
+    pub fn draft_s(&self, d: &DraftShape) -> f64 {
+        match self.method {
+            SpecMethod::Ngram => d.seqs as f64 * NGRAM_S_PER_SEQ,
+            SpecMethod::Mtp | SpecMethod::Eagle => self.passes * self.pass_s(d),
+        }
+    }
+}
