@@ -280,6 +280,11 @@ pub struct ProfileArgs {
     /// hash_ids)
     #[arg(long, value_enum, help_heading = "Engine")]
     pub prefix_caching: Option<OnOff>,
+    /// Host memory for KV blocks the GPU prefix cache evicts, GB per replica (vLLM's
+    /// OffloadingConnector cpu_bytes_to_use): a later prefix hit there loads them back over the
+    /// GPU's host link (PCIe, NVLink-C2C on GB200/GB300) instead of recomputing; 0: off
+    #[arg(long, help_heading = "Engine", allow_negative_numbers = true)]
+    pub kv_offload_gb: Option<f64>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,6 +352,7 @@ impl ProfileArgs {
             enable_chunked_prefill: self.enable_chunked_prefill.then_some(true),
             free_gpu_memory_fraction: self.free_gpu_memory_fraction,
             prefix_caching: self.prefix_caching.map(|v| v == OnOff::On),
+            kv_offload_gb: self.kv_offload_gb,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
             block_size_tokens: self.block_size,
@@ -406,6 +412,7 @@ impl ProfileArgs {
             ("--enable-chunked-prefill", self.enable_chunked_prefill),
             ("--free-gpu-memory-fraction", self.free_gpu_memory_fraction.is_some()),
             ("--prefix-caching", self.prefix_caching.is_some()),
+            ("--kv-offload-gb", self.kv_offload_gb.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
@@ -414,6 +421,9 @@ impl ProfileArgs {
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
+        if let Some(gb) = self.kv_offload_gb {
+            capsim::profile::offload::check_gb(gb).map_err(|msg| Error::flag("--kv-offload-gb", msg))?;
+        }
         let base = Profile::load(self.profile.as_deref(), catalog).map_err(|e| match e {
             Error::Unknown { kind, .. } if kind.starts_with("profile") => Error::flag("--profile", e.to_string()),
             other => other,
@@ -442,7 +452,14 @@ impl ProfileArgs {
             f.engine = EngineSettings::default();
         }
         f.engine.merge(&over);
-        let mut r = f.resolve("command line", catalog)?;
+        let mut r = f.resolve("command line", catalog).map_err(|e| match e {
+            Error::Input { at, msg }
+                if at.field.as_deref() == Some("engine.kv_offload_gb") && over.kv_offload_gb.is_some() =>
+            {
+                Error::flag("--kv-offload-gb", msg)
+            }
+            other => other,
+        })?;
         r.retargeted_from = p.retargeted_from.clone();
         r.retarget_method = p.retarget_method.clone();
         if let Some(k) = switched {

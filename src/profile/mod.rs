@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 mod engine;
+pub mod offload;
 mod retarget;
 
 use engine::resolve_engine;

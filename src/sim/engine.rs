@@ -190,6 +190,8 @@ pub(super) struct Engine<'a> {
     pub(super) cache: Option<PrefixCache>,
     /// vLLM's running decodes advanced as one aggregate (sim/pool.rs).
     pub(super) pool: DecodePool,
+    /// KV offload: the requests loading from host memory (sim/offload.rs); None without.
+    pub(super) offload: Option<Box<super::offload::Offload>>,
 }
 
 #[inline]
@@ -338,7 +340,7 @@ impl<'a> Engine<'a> {
     }
     /// Nothing running, waiting or being chunked.
     pub(super) fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none()
+        self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none() && self.loading().is_empty()
     }
     /// Blocks in use (for invariant checks).
     pub(super) fn used_blocks(&self) -> u64 {
@@ -434,6 +436,7 @@ impl StepView<'_> {
             .iter()
             .chain(self.eng.waiting.iter())
             .chain(self.eng.chunked.iter())
+            .chain(self.eng.loading().iter().map(|(_, i)| i))
             .map(|&i| {
                 let r = &self.eng.reqs[i as usize];
                 r.blocks as u64 + if r.reserved { reserved } else { 0 }

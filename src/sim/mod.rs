@@ -14,6 +14,7 @@ mod engine;
 mod fastforward;
 pub mod gaps;
 mod memory;
+mod offload;
 mod pool;
 mod prefix;
 mod run;
@@ -26,6 +27,7 @@ pub use drive::{simulate, simulate_fleet, simulate_observed, Routing};
 pub use engine::StepView;
 pub use gaps::GapHistogram;
 pub use memory::{memory_estimate, MemoryEstimate};
+pub use offload::OffloadStats;
 pub use run::{Sample, SimOptions, SimOutput};
 pub use step::{BatchShape, FixedParts, StepModel};
 
