@@ -270,3 +270,61 @@ fn the_catalog_gives_each_gpu_its_host_link() {
     .to_string();
     assert!(bad.contains("host_link_bw_gb_s"), "{bad}");
 }
+
+/// Every step of a run with the tier: the blocks requests hold (those waiting for their copy
+/// included) are the blocks in use, never more than the pool, and each running request holds KV for
+/// what it computed; every request finishes.
+#[test]
+fn kv_is_accounted_while_requests_load_from_host_memory() {
+    let mut f = default_profile().file.clone();
+    f.engine.kv_capacity_tokens = Some(60_000);
+    f.engine.kv_offload_gb = Some(20.0);
+    let p = f.resolve("test", &Catalog::builtin()).unwrap();
+    let w = WorkloadSpec {
+        arrivals: Arrivals::ClosedLoop { clients: 24, think_time_s: 0.0, think_exponential: false },
+        classes: vec![RequestClass {
+            weight: 1.0,
+            name: String::new(),
+            input: LengthDist::fixed(900),
+            output: LengthDist::fixed(60),
+            system_prompt_tokens: 300,
+        }],
+        requests: Some(300),
+        duration_s: None,
+        warmup_requests: 0,
+        cooldown_requests: 0,
+        warmup_s: 0.0,
+        conversation: Some(Conversation { turns: LengthDist::fixed(6), think_time_s: 1.0, think_exponential: false }),
+    }
+    .validate()
+    .unwrap();
+    let mut steps = 0;
+    let out = capsim::sim::simulate_observed(&p, &w, 5, SimOptions::default(), &mut |v: &capsim::sim::StepView| {
+        assert_eq!(v.held_blocks(), v.used_blocks());
+        assert!(v.used_blocks() <= v.capacity_blocks());
+        assert!(v.kv_covers_computed());
+        steps += 1;
+    });
+    assert!(steps > 0);
+    assert_eq!((out.records.len(), out.requests_unfinished), (300, 0));
+    assert!(out.offload.unwrap().loads > 0);
+}
+
+/// `capsim explain` shows the host-load part with the tier on: 512 blocks of 1,572,864 B over
+/// 55.68 GB/s, 14.46 ms; without the tier the part is absent.
+#[test]
+fn explain_shows_the_host_load_with_offload_on() {
+    let o = capsim(&["explain", "--decode", "4", "--prefill-start", "8192", "--kv-offload-gb", "500", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let k = &v["kv_offload"];
+    assert_eq!(k["prefix_blocks"], 512);
+    let by_hand = (512.0 * BLOCK_BYTES / LINK_BYTES_S * 1e9).ceil() * 1e-9;
+    assert!((k["prefix_load_s"].as_f64().unwrap() - by_hand).abs() < 1e-12);
+    let o = capsim(&["explain", "--decode", "4", "--prefill-start", "8192", "--kv-offload-gb", "500"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("KV offload") && text.contains("PCIe"), "{text}");
+    let o = capsim(&["explain", "--decode", "4", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.get("kv_offload").is_none());
+}
