@@ -272,7 +272,7 @@ fn the_catalog_gives_each_gpu_its_host_link() {
 }
 
 /// Every step of a run with the tier: the blocks requests hold (those waiting for their copy
-/// included) are the blocks in use, never more than the pool, and each running request holds KV for
+/// included) are the blocks in use (conversations whose users share nothing), never more than the pool, and each running request holds KV for
 /// what it computed; every request finishes.
 #[test]
 fn kv_is_accounted_while_requests_load_from_host_memory() {
@@ -287,7 +287,8 @@ fn kv_is_accounted_while_requests_load_from_host_memory() {
             name: String::new(),
             input: LengthDist::fixed(900),
             output: LengthDist::fixed(60),
-            system_prompt_tokens: 300,
+            // No prompt shared between users: no block has two holders, so held = used exactly.
+            system_prompt_tokens: 0,
         }],
         requests: Some(300),
         duration_s: None,
