@@ -42,6 +42,10 @@ struct Node {
     next: u32,
 }
 
+/// Bytes the host tier holds per block: its node and its map entry (16 bytes and a control byte, at
+/// a load factor down to 7/16 after the map doubles).
+pub const BYTES_PER_HOST_BLOCK: u64 = std::mem::size_of::<Node>() as u64 + 40;
+
 /// The host pool: block hashes, least recently used at the head. Nodes are made as blocks arrive,
 /// so a tier of a terabyte costs what a run stores in it.
 pub(super) struct HostTier {
