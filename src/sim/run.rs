@@ -210,14 +210,14 @@ impl<'a> Replica<'a> {
         let e = &p.engine;
         let capacity_blocks = e.kv_capacity_blocks();
         let mut cache = cache_block(p, shares).map(|_| PrefixCache::new(capacity_blocks));
-        // KV offload: a host tier under the prefix cache (sim/offload.rs), only where a cache is kept.
-        let offload = match (&mut cache, &e.kv_offload) {
-            (Some(c), Some(k)) => {
+        // KV offload: a host tier under the prefix cache (sim/offload.rs). A workload that shares no
+        // content keeps no cache and cannot hit: the run reports an empty tier.
+        let offload = e.kv_offload.as_ref().map(|k| {
+            if let Some(c) = &mut cache {
                 c.host = Some(Box::new(super::offload::HostTier::new(k.host_blocks)));
-                Some(Box::new(super::offload::Offload::new(k)))
             }
-            _ => None,
-        };
+            Box::new(super::offload::Offload::new(k))
+        });
         Replica {
             eng: Engine {
                 p,

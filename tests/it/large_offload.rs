@@ -329,3 +329,34 @@ fn explain_shows_the_host_load_with_offload_on() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v.get("kv_offload").is_none());
 }
+
+/// Requests that share nothing cannot hit a cache: the run reports an empty tier, and every request
+/// runs as without it.
+#[test]
+fn a_workload_that_shares_nothing_reports_an_empty_tier() {
+    let plain = const_profile("vllm", 0.01, "");
+    let off = const_profile("vllm", 0.01, "kv_offload_gb = 10");
+    let w = WorkloadSpec {
+        arrivals: Arrivals::ClosedLoop { clients: 4, think_time_s: 0.0, think_exponential: false },
+        classes: vec![RequestClass {
+            weight: 1.0,
+            name: String::new(),
+            input: LengthDist::fixed(500),
+            output: LengthDist::fixed(20),
+            system_prompt_tokens: 0,
+        }],
+        requests: Some(40),
+        duration_s: None,
+        warmup_requests: 0,
+        cooldown_requests: 0,
+        warmup_s: 0.0,
+        conversation: None,
+    }
+    .validate()
+    .unwrap();
+    let a = simulate(&plain, &w, 1, SimOptions::default());
+    let b = simulate(&off, &w, 1, SimOptions::default());
+    assert_eq!(a.records, b.records);
+    let s = summarize(&b, 0, 0, 0.0, &RequestSlo::default()).offload.unwrap();
+    assert_eq!((s.loads, s.host_hit_rate, s.gpu_hit_rate, s.computed_rate), (0, 0.0, 0.0, 1.0));
+}
