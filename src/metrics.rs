@@ -168,6 +168,71 @@ pub struct Summary {
     /// TTFT of the requests that hit the cache, and of those that did not.
     pub ttft_s_hit: Stats,
     pub ttft_s_miss: Stats,
+    /// KV offload's tiers (present only when the run has a host tier, `--kv-offload-gb`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadSummary>,
+}
+
+/// Where the measured requests' prompt tokens came from with a host tier, and what the tier cost.
+/// `prefix_hit_rate`, `ttft_s_hit` and `ttft_s_miss` of the [`Summary`] count the GPU cache only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OffloadSummary {
+    /// Shares of the measured requests' prompt tokens (sum 1): found in the GPU prefix cache, loaded
+    /// from host memory, computed.
+    pub gpu_hit_rate: f64,
+    pub host_hit_rate: f64,
+    pub computed_rate: f64,
+    /// Measured requests whose admission loaded blocks from host memory.
+    pub requests_host_hit: u64,
+    /// TTFT of the measured requests whose prefix hit host memory; that hit only the GPU cache; that
+    /// hit neither.
+    pub ttft_s_host_hit: Stats,
+    pub ttft_s_gpu_hit: Stats,
+    pub ttft_s_miss: Stats,
+    /// The whole run's copies back to the GPU (bytes over all the replica's GPUs), and their mean
+    /// duration (s).
+    pub loads: u64,
+    pub bytes_loaded: f64,
+    pub load_s_mean: f64,
+    /// Blocks the GPU evicted into host memory, and blocks host memory dropped.
+    pub blocks_stored: u64,
+    pub host_evictions: u64,
+}
+
+/// The tiers of the measured requests (`measured`) from the run's tally.
+fn offload_summary<'a>(
+    o: &crate::sim::OffloadStats,
+    measured: impl Fn() -> Box<dyn Iterator<Item = &'a RequestRecord> + 'a>,
+) -> OffloadSummary {
+    let host: std::collections::HashMap<u32, u32> = o.host_hits.iter().copied().collect();
+    let host_of = |r: &RequestRecord| host.get(&r.id).copied().unwrap_or(0);
+    let (mut prompt, mut gpu, mut from_host, mut hit_requests) = (0u64, 0u64, 0u64, 0u64);
+    for r in measured() {
+        prompt += r.input_tokens as u64;
+        gpu += r.cached_tokens as u64;
+        let h = host_of(r) as u64;
+        from_host += h;
+        hit_requests += (h > 0) as u64;
+    }
+    let share = |x: u64| if prompt > 0 { x as f64 / prompt as f64 } else { 0.0 };
+    let stats = |keep: &dyn Fn(&RequestRecord) -> bool| {
+        let mut v: Vec<f64> = measured().filter(|r| keep(r)).map(|r| r.ttft_s()).collect();
+        Stats::of(&mut v)
+    };
+    OffloadSummary {
+        gpu_hit_rate: share(gpu),
+        host_hit_rate: share(from_host),
+        computed_rate: share(prompt - gpu - from_host),
+        requests_host_hit: hit_requests,
+        ttft_s_host_hit: stats(&|r| host_of(r) > 0),
+        ttft_s_gpu_hit: stats(&|r| host_of(r) == 0 && r.cached_tokens > 0),
+        ttft_s_miss: stats(&|r| host_of(r) == 0 && r.cached_tokens == 0),
+        loads: o.loads,
+        bytes_loaded: o.bytes_loaded,
+        load_s_mean: if o.loads > 0 { o.load_s / o.loads as f64 } else { f64::NAN },
+        blocks_stored: o.blocks_stored,
+        host_evictions: o.host_evictions,
+    }
 }
 
 /// The pooled ITL in ms; zeros when no request produced a second token.
@@ -249,5 +314,6 @@ pub fn summarize(
         prefix_evictions: out.prefix_evictions,
         ttft_s_hit: stats(&|r| (r.cached_tokens > 0).then(|| r.ttft_s())),
         ttft_s_miss: stats(&|r| (r.cached_tokens == 0).then(|| r.ttft_s())),
+        offload: out.offload.as_ref().map(|o| offload_summary(o, || Box::new(measured()))),
     }
 }

@@ -118,6 +118,13 @@ pub fn simulate_fleet(
     let mut records = Vec::with_capacity(total);
     let (mut rejected, mut unfinished, mut preemptions, mut steps, mut kv_max) = (0, 0, 0, 0, 0f64);
     let evictions: u64 = outs.iter().map(|o| o.prefix_evictions).sum();
+    // KV offload: every replica's tally (request ids are global send order).
+    let offload =
+        outs.iter().filter_map(|o| o.offload.as_ref()).fold(None, |acc: Option<crate::sim::OffloadStats>, o| {
+            let mut a = acc.unwrap_or_default();
+            a.add(o);
+            Some(a)
+        });
     for o in &mut outs[..] {
         // Each replica's records freed as they move (append keeps the source's capacity).
         records.append(&mut std::mem::take(&mut o.records));
@@ -141,6 +148,7 @@ pub fn simulate_fleet(
     all.steps = steps;
     all.kv_util_max = kv_max;
     all.prefix_evictions = evictions;
+    all.offload = offload;
     let mut m = summarize(&all, w.spec.warmup_requests, w.spec.cooldown_requests, 0.0, &RequestSlo::default());
     m.system_output_tok_s = tok_s;
     m.busy_fraction = busy / replicas as f64;

@@ -289,17 +289,28 @@ fn merge(runs: &[(SimOutput, Summary)], w: &Workload) -> Summary {
     for (out, _) in &runs[1..] {
         all.itl_gaps.merge(&out.itl_gaps);
     }
+    // KV offload: the runs' tallies added, their host hits renumbered with the records.
+    let mut offload = all.offload.take().map(|_| crate::sim::OffloadStats::default());
     let mut next_id = 0u32;
     for (out, _) in runs {
         let last = out.requests_sent.saturating_sub(w.spec.cooldown_requests);
+        let host: std::collections::HashMap<u32, u32> =
+            out.offload.iter().flat_map(|o| o.host_hits.iter().copied()).collect();
+        if let (Some(sum), Some(o)) = (&mut offload, &out.offload) {
+            sum.add(&crate::sim::OffloadStats { host_hits: Vec::new(), ..o.clone() });
+        }
         for r in out.records.iter().filter(|r| (r.id as u64) >= w.spec.warmup_requests && (r.id as u64) < last) {
             let mut r = *r;
+            if let (Some(sum), Some(&h)) = (&mut offload, host.get(&r.id)) {
+                sum.host_hits.push((next_id, h));
+            }
             r.id = next_id;
             next_id += 1;
             all.records.push(r);
         }
     }
     all.requests_sent = next_id as u64;
+    all.offload = offload;
     summarize(&all, 0, 0, 0.0, &RequestSlo::default())
 }
 

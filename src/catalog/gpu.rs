@@ -40,6 +40,44 @@ pub struct GpuSpec {
     /// PCIe bandwidth per GPU, one direction (GB/s).
     pub pcie_bw_gb_s: f64,
     pub link_source: String,
+    /// The link between the GPU and host memory, over which KV offload (`--kv-offload-gb`) stores and
+    /// loads blocks: "pcie" (an x86 host) or "c2c" (NVLink-C2C to a Grace CPU). Default: PCIe at
+    /// `pcie_bw_gb_s`, so a `--gpus-file` may leave the three host-link fields out.
+    #[serde(default)]
+    pub host_link: Option<HostLinkKind>,
+    /// Host-link bandwidth per GPU, one direction (GB/s), as the specification gives it; default
+    /// `pcie_bw_gb_s`. Transfers reach [`HostLinkKind::share`] of it.
+    #[serde(default)]
+    pub host_link_bw_gb_s: Option<f64>,
+    #[serde(default)]
+    pub host_link_source: Option<String>,
+}
+
+/// The GPU's link to host memory.
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HostLinkKind {
+    Pcie,
+    C2c,
+}
+
+impl HostLinkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostLinkKind::Pcie => "PCIe",
+            HostLinkKind::C2c => "NVLink-C2C",
+        }
+    }
+    /// Share of the link's one-direction figure a host-to-device copy reaches, as measured with
+    /// nvbandwidth (`host_to_device_memcpy_ce`; stas00/ml-engineering network/README.md): PCIe Gen5
+    /// x16 on an 8 x H200 node, 55.43 GB/s of 63 (0.88; 0.87 of the 64 GB/s the catalog lists, the
+    /// figure used here); NVLink-C2C on a DGX Station GB300, 359 GB/s host to device of 450 (0.80).
+    pub fn share(self) -> f64 {
+        match self {
+            HostLinkKind::Pcie => 0.87,
+            HostLinkKind::C2c => 0.80,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -137,6 +175,16 @@ impl GpuSpec {
         };
         Collectives { gpus, bw_bytes_s: bw_gb_s * 1e9 * LINK_EFFICIENCY, hop_s }
     }
+    /// The host link (KV offload): its kind and its one-direction bandwidth in bytes/s as specified
+    /// (default: PCIe at `pcie_bw_gb_s`).
+    pub fn host_link(&self) -> (HostLinkKind, f64) {
+        (self.host_link.unwrap_or(HostLinkKind::Pcie), self.host_link_bw_gb_s.unwrap_or(self.pcie_bw_gb_s) * 1e9)
+    }
+    /// What a host-to-device copy reaches over the host link, bytes/s per GPU.
+    pub fn host_link_effective_bytes_s(&self) -> f64 {
+        let (kind, bw) = self.host_link();
+        bw * kind.share()
+    }
     /// Whether matmuls in `dtype` run on tensor cores of that width here, or fall back to BF16
     /// (weight-only quantization: A100 has no FP8, Hopper no FP4).
     pub fn runs_natively(&self, dtype: Dtype) -> bool {
@@ -213,7 +261,9 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
                 ));
             }
         }
-        for (field, v) in [("fp8_tflops", g.fp8_tflops), ("fp4_tflops", g.fp4_tflops)] {
+        for (field, v) in
+            [("fp8_tflops", g.fp8_tflops), ("fp4_tflops", g.fp4_tflops), ("host_link_bw_gb_s", g.host_link_bw_gb_s)]
+        {
             if let Some(v) = v {
                 if !(v.is_finite() && v > 0.0) {
                     return Err(Error::input(
@@ -234,6 +284,14 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
                     format!("must be positive and at most memory_gb GiB, got {}", crate::error::fmt_num(v)),
                 ));
             }
+        }
+        if g.host_link == Some(HostLinkKind::C2c) && g.host_link_bw_gb_s.is_none() {
+            return Err(Error::input(
+                &ctx,
+                None,
+                Some("host_link_bw_gb_s"),
+                "a c2c host link needs its bandwidth (pcie_bw_gb_s is the PCIe figure)",
+            ));
         }
         if g.link_domain_gpus == 0 {
             return Err(Error::input(&ctx, None, Some("link_domain_gpus"), "must be at least 1"));

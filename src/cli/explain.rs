@@ -125,6 +125,9 @@ pub fn run(a: ExplainArgs) -> Result<()> {
                 "plain_decode_tok_s": a.decode as f64 / plain.total_s,
             });
         }
+        if let Some(k) = &p.engine.kv_offload {
+            v["kv_offload"] = offload_json(k, p.engine.block_size_tokens, a.prefill_start);
+        }
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
@@ -256,6 +259,60 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         num(c.request_overhead_s * 1e3, 3),
         num(c.frontend_serial_s * 1e3, 3)
     )?;
+    if let Some(k) = &p.engine.kv_offload {
+        let block = p.engine.block_size_tokens;
+        let blocks = (a.prefill_start / block) as u64;
+        outln!(
+            "KV offload: {} GB of host memory, {} blocks of {} tokens ({} MB each, TP {}); \
+             loads over {} at {} GB/s per GPU ({} GB/s x {}): {} ms per block",
+            num(k.host_bytes / 1e9, 4),
+            k.host_blocks,
+            block,
+            num(k.block_bytes / 1e6, 4),
+            p.tensor_parallel,
+            k.link.as_str(),
+            num(k.effective_bytes_s / 1e9, 4),
+            num(k.link_bytes_s / 1e9, 4),
+            k.link.share(),
+            num(k.load_ns(1) as f64 * 1e-6, 4),
+        )?;
+        // The same tokens computed instead: prefill chunks of the step budget, alone on the engine.
+        let (model, end, budget) = (StepModel::new(&p), blocks as u32 * block, p.engine.max_num_batched_tokens);
+        let (mut pos, mut compute_s) = (0u32, 0.0);
+        while pos < end {
+            let n = budget.min(end - pos);
+            let mut c = BatchShape::default();
+            c.add_chunk(pos, n);
+            compute_s += model.parts(&c).total_s;
+            pos += n;
+        }
+        outln!(
+            "  a prompt whose first {} tokens ({} blocks, --prefill-start) are in host memory waits {} ms for them \
+             before its first step (no step waits: vLLM loads asynchronously); computing them alone takes {} ms of prefill steps",
+            end,
+            blocks,
+            num(k.load_ns(blocks) as f64 * 1e-6, 4),
+            num(compute_s * 1e3, 4),
+        )?;
+        outln!("  host link: {}", k.link_source)?;
+    }
     outln!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method))?;
     Ok(())
+}
+
+/// The host-load part of a step's request, for `--json`.
+fn offload_json(k: &capsim::profile::offload::KvOffload, block: u32, prefill_start: u32) -> serde_json::Value {
+    let blocks = (prefill_start / block) as u64;
+    json!({
+        "host_bytes": k.host_bytes,
+        "host_blocks": k.host_blocks,
+        "block_bytes": k.block_bytes,
+        "link": k.link,
+        "link_bytes_s": k.link_bytes_s,
+        "effective_bytes_s": k.effective_bytes_s,
+        "load_s_per_block": k.load_ns(1) as f64 * 1e-9,
+        "prefix_blocks": blocks,
+        "prefix_load_s": k.load_ns(blocks) as f64 * 1e-9,
+        "link_source": k.link_source,
+    })
 }

@@ -298,6 +298,11 @@ pub struct ProfileArgs {
     /// position, each in [0, 1] (default for mtp: 0.85, DeepSeek-V3's report; eagle and ngram: required)
     #[arg(long, help_heading = "Speculative decoding")]
     pub spec_accept_rate: Option<String>,
+    /// Host memory for KV blocks the GPU prefix cache evicts, GB per replica (vLLM's
+    /// OffloadingConnector cpu_bytes_to_use): a later prefix hit there loads them back over the
+    /// GPU's host link (PCIe, NVLink-C2C on GB200/GB300) instead of recomputing; 0: off
+    #[arg(long, help_heading = "Engine", allow_negative_numbers = true)]
+    pub kv_offload_gb: Option<f64>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -372,6 +377,7 @@ impl ProfileArgs {
             enable_chunked_prefill: self.enable_chunked_prefill.then_some(true),
             free_gpu_memory_fraction: self.free_gpu_memory_fraction,
             prefix_caching: self.prefix_caching.map(|v| v == OnOff::On),
+            kv_offload_gb: self.kv_offload_gb,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
             block_size_tokens: self.block_size,
@@ -434,6 +440,7 @@ impl ProfileArgs {
             ("--spec-method", self.spec_method.is_some()),
             ("--spec-tokens", self.spec_tokens.is_some()),
             ("--spec-accept-rate", self.spec_accept_rate.is_some()),
+            ("--kv-offload-gb", self.kv_offload_gb.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
@@ -442,6 +449,9 @@ impl ProfileArgs {
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
+        if let Some(gb) = self.kv_offload_gb {
+            capsim::profile::offload::check_gb(gb).map_err(|msg| Error::flag("--kv-offload-gb", msg))?;
+        }
         let spec = self.speculative()?;
         let mut p = self.resolve_plain(catalog)?;
         if spec.is_some() {
@@ -531,7 +541,14 @@ impl ProfileArgs {
             f.engine = EngineSettings::default();
         }
         f.engine.merge(&over);
-        let mut r = f.resolve("command line", catalog)?;
+        let mut r = f.resolve("command line", catalog).map_err(|e| match e {
+            Error::Input { at, msg }
+                if at.field.as_deref() == Some("engine.kv_offload_gb") && over.kv_offload_gb.is_some() =>
+            {
+                Error::flag("--kv-offload-gb", msg)
+            }
+            other => other,
+        })?;
         r.retargeted_from = p.retargeted_from.clone();
         r.retarget_method = p.retarget_method.clone();
         if let Some(k) = switched {

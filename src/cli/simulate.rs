@@ -171,6 +171,31 @@ pub fn summary_table(s: &Summary) -> String {
         kv.push(("prefix cache evictions", format!("{} blocks", s.prefix_evictions)));
         kv.push(("TTFT mean hit / miss s", format!("{} / {}", num(s.ttft_s_hit.mean, 4), num(s.ttft_s_miss.mean, 4))));
     }
+    if let Some(o) = &s.offload {
+        kv.push((
+            "prompt tokens GPU/host/new",
+            format!(
+                "{:.1}% / {:.1}% / {:.1}%",
+                o.gpu_hit_rate * 100.0,
+                o.host_hit_rate * 100.0,
+                o.computed_rate * 100.0
+            ),
+        ));
+        kv.push((
+            "TTFT mean host/GPU/miss s",
+            format!(
+                "{} / {} / {}",
+                num(o.ttft_s_host_hit.mean, 4),
+                num(o.ttft_s_gpu_hit.mean, 4),
+                num(o.ttft_s_miss.mean, 4)
+            ),
+        ));
+        kv.push((
+            "host loads (GB, mean s)",
+            format!("{} ({} GB, {} s)", o.loads, num(o.bytes_loaded / 1e9, 4), num(o.load_s_mean, 4)),
+        ));
+        kv.push(("host stores / evictions", format!("{} / {} blocks", o.blocks_stored, o.host_evictions)));
+    }
     for (k, v) in kv {
         out.push_str(&format!("{k:<28}{v}\n"));
     }
@@ -235,7 +260,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     let (out, s) = prep.run();
     let (p, w) = (&prep.profile, &prep.workload);
     if let Some(path) = &a.per_request {
-        write_per_request(path, &out.records).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
+        write_per_request(path, &out.records, out.offload.as_ref())
+            .map_err(|err| Error::Io { path: path.display().to_string(), err })?;
     }
     if let Some(path) = &a.save_vllm_result {
         let v = capsim::report::vllm_bench_result(&s, &w.spec.arrivals, &p.arch.name);
@@ -288,10 +314,16 @@ pub fn run(a: SimulateArgs) -> Result<()> {
 
 /// `--per-request`: one CSV row per completed request, written as it is formatted (a run of 100
 /// million requests would otherwise hold every row's text at once, several times its records).
-fn write_per_request(path: &std::path::Path, records: &[capsim::sim::RequestRecord]) -> std::io::Result<()> {
+/// With KV offload (`offload`), two columns more at the end: the prompt tokens found in the GPU
+/// prefix cache and those loaded from host memory.
+fn write_per_request(
+    path: &std::path::Path,
+    records: &[capsim::sim::RequestRecord],
+    offload: Option<&capsim::sim::OffloadStats>,
+) -> std::io::Result<()> {
     let file = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(file);
-    w.write_record([
+    let mut header = vec![
         "id",
         "class",
         "input_tokens",
@@ -301,8 +333,29 @@ fn write_per_request(path: &std::path::Path, records: &[capsim::sim::RequestReco
         "ttft_s",
         "e2e_s",
         "preemptions",
-    ])?;
+    ];
+    let host: Option<std::collections::HashMap<u32, u32>> = offload.map(|o| o.host_hits.iter().copied().collect());
+    if host.is_some() {
+        header.extend(["gpu_cached_tokens", "host_cached_tokens"]);
+    }
+    w.write_record(&header)?;
     for r in records {
+        if let Some(host) = &host {
+            w.write_record([
+                r.id.to_string(),
+                r.class.to_string(),
+                r.input_tokens.to_string(),
+                r.output_tokens.to_string(),
+                format!("{:.9}", r.arrival.secs()),
+                format!("{:.9}", r.queue_wait_s()),
+                format!("{:.9}", r.ttft_s()),
+                format!("{:.9}", r.e2e_s()),
+                r.preemptions.to_string(),
+                r.cached_tokens.to_string(),
+                host.get(&r.id).copied().unwrap_or(0).to_string(),
+            ])?;
+            continue;
+        }
         w.write_record([
             r.id.to_string(),
             r.class.to_string(),

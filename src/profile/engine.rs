@@ -72,6 +72,9 @@ pub struct EngineSettings {
     /// Prefix caching (vLLM enable_prefix_caching, SGLang's radix cache, TensorRT-LLM block reuse): on
     /// by default in all three engines.
     pub prefix_caching: Option<bool>,
+    /// Host memory for KV blocks the GPU evicts, GB per replica (vLLM's OffloadingConnector
+    /// cpu_bytes_to_use; profile/offload.rs). Absent or 0: no host tier.
+    pub kv_offload_gb: Option<f64>,
 }
 
 /// TensorRT-LLM's capacity scheduler policies (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp).
@@ -113,7 +116,8 @@ impl EngineSettings {
             capacity_scheduler_policy,
             enable_chunked_prefill,
             free_gpu_memory_fraction,
-            prefix_caching
+            prefix_caching,
+            kv_offload_gb
         );
     }
 }
@@ -156,6 +160,9 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// How the KV capacity was derived from memory (None when set directly).
     pub memory: Option<KvMemory>,
+    /// The host tier of KV offload (None: off; left out of the JSON then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_offload: Option<super::offload::KvOffload>,
 }
 
 impl EngineConfig {
@@ -501,7 +508,7 @@ pub(super) fn resolve_engine(
     only("engine.free_gpu_memory_fraction", s.free_gpu_memory_fraction.is_some(), EngineKind::Trtllm)?;
     only("engine.reserve_full_prompt", s.reserve_full_prompt.is_some(), EngineKind::Vllm)?;
     only("engine.watermark", s.watermark.is_some(), EngineKind::Vllm)?;
-    Ok(EngineConfig {
+    let mut config = EngineConfig {
         kind,
         version: version.to_string(),
         max_num_batched_tokens: budget,
@@ -536,7 +543,10 @@ pub(super) fn resolve_engine(
         chunked_prefill: kind != EngineKind::Trtllm || s.enable_chunked_prefill.unwrap_or(false),
         prefix_caching: s.prefix_caching.unwrap_or(true),
         memory,
-    })
+        kv_offload: None,
+    };
+    config.kv_offload = super::offload::resolve(source, s.kv_offload_gb, &config, arch, gpu, tp, kv_per_token)?;
+    Ok(config)
 }
 
 /// The KV cache's share of memory for one replica of `tp` GPUs, by the engine's formula.

@@ -14,6 +14,7 @@ use std::path::Path;
 
 mod advice;
 mod engine;
+pub mod offload;
 mod retarget;
 pub mod spec;
 

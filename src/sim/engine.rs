@@ -192,6 +192,8 @@ pub(super) struct Engine<'a> {
     pub(super) pool: DecodePool,
     /// Speculative decoding's state (sim/spec.rs); None for plain decoding.
     pub(super) spec: Option<super::spec::SpecState>,
+    /// KV offload: the requests loading from host memory (sim/offload.rs); None without.
+    pub(super) offload: Option<Box<super::offload::Offload>>,
 }
 
 #[inline]
@@ -340,7 +342,7 @@ impl<'a> Engine<'a> {
     }
     /// Nothing running, waiting or being chunked.
     pub(super) fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none()
+        self.running.is_empty() && self.waiting.is_empty() && self.chunked.is_none() && self.loading().is_empty()
     }
     /// Blocks in use (for invariant checks).
     pub(super) fn used_blocks(&self) -> u64 {
@@ -436,6 +438,7 @@ impl StepView<'_> {
             .iter()
             .chain(self.eng.waiting.iter())
             .chain(self.eng.chunked.iter())
+            .chain(self.eng.loading().iter().map(|(_, i)| i))
             .map(|&i| {
                 let r = &self.eng.reqs[i as usize];
                 r.blocks as u64 + if r.reserved { reserved } else { 0 }

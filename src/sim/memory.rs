@@ -108,6 +108,12 @@ pub fn memory_estimate(p: &Profile, w: &Workload, replicas: u32) -> MemoryEstima
         let distinct = mul(requests, (own / block).ceil() as u64 + 2);
         let pool = mul(p.engine.kv_capacity_blocks(), replicas as u64);
         parts.push(("prefix cache blocks", mul(distinct.min(pool), BYTES_PER_BLOCK)));
+        if let Some(k) = &p.engine.kv_offload {
+            // KV offload's host tier: a node (hash, links) and a map entry per block it holds.
+            let host = mul(k.host_blocks, replicas as u64);
+            parts
+                .push(("host tier blocks (KV offload)", mul(distinct.min(host), super::offload::BYTES_PER_HOST_BLOCK)));
+        }
         let blocks = (sequence / block).ceil() as u64 + 1;
         parts.push((
             "block hashes and tables of the requests in flight",

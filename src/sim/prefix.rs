@@ -35,7 +35,7 @@ const UNUSED: u32 = u32::MAX - 1;
 /// The keys are already uniformly mixed 64-bit hashes: hashing them again (SipHash, the default)
 /// cost a third of a cached run's time.
 #[derive(Default)]
-struct Identity(u64);
+pub(super) struct Identity(u64);
 
 impl Hasher for Identity {
     fn finish(&self) -> u64 {
@@ -51,7 +51,7 @@ impl Hasher for Identity {
     }
 }
 
-type BlockMap = HashMap<u64, u32, BuildHasherDefault<Identity>>;
+pub(super) type BlockMap = HashMap<u64, u32, BuildHasherDefault<Identity>>;
 
 /// One block: the content hash it is cached under (0: none), its neighbours in the free queue, its
 /// reference count. One record per block, so the walks over a request's blocks read one cache line
@@ -89,6 +89,8 @@ pub(super) struct PrefixCache {
     /// leave them as a segment).
     shared: u64,
     pub(super) evictions: u64,
+    /// KV offload's host tier, which takes the blocks evicted here (sim/offload.rs); None without.
+    pub(super) host: Option<Box<super::offload::HostTier>>,
 }
 
 impl PrefixCache {
@@ -105,6 +107,7 @@ impl PrefixCache {
             lazy_hashes: Vec::new(),
             shared: 0,
             evictions: 0,
+            host: None,
         }
     }
     #[inline]
@@ -185,6 +188,9 @@ impl PrefixCache {
             }
             self.slots[b as usize].hash = 0;
             self.evictions += 1;
+            if let Some(host) = &mut self.host {
+                host.store(h);
+            }
         }
         self.slots[b as usize].ref_cnt = 1;
         b

@@ -105,6 +105,8 @@ pub struct SimOutput {
     /// With [`SimOptions::until_first_tokens`]: the TTFT (s) of every request that got its first
     /// token, in the order the tokens came (empty otherwise).
     pub ttfts_s: Vec<f64>,
+    /// KV offload's tally (None without `--kv-offload-gb`).
+    pub offload: Option<super::offload::OffloadStats>,
 }
 
 /// A request on its way to a replica: sent, and when its engine will see it.
@@ -207,7 +209,15 @@ impl<'a> Replica<'a> {
     ) -> Replica<'a> {
         let e = &p.engine;
         let capacity_blocks = e.kv_capacity_blocks();
-        let cache = cache_block(p, shares).map(|_| PrefixCache::new(capacity_blocks));
+        let mut cache = cache_block(p, shares).map(|_| PrefixCache::new(capacity_blocks));
+        // KV offload: a host tier under the prefix cache (sim/offload.rs). A workload that shares no
+        // content keeps no cache and cannot hit: the run reports an empty tier.
+        let offload = e.kv_offload.as_ref().map(|k| {
+            if let Some(c) = &mut cache {
+                c.host = Some(Box::new(super::offload::HostTier::new(k.host_blocks)));
+            }
+            Box::new(super::offload::Offload::new(k))
+        });
         Replica {
             eng: Engine {
                 p,
@@ -234,6 +244,7 @@ impl<'a> Replica<'a> {
                 ),
                 cache,
                 spec: p.speculative().map(super::spec::SpecState::new),
+                offload,
             },
             out: SimOutput {
                 records: Vec::with_capacity(expected_requests),
@@ -255,6 +266,7 @@ impl<'a> Replica<'a> {
                 itl_gaps: GapHistogram::default(),
                 prefix_evictions: 0,
                 ttfts_s: Vec::new(),
+                offload: None,
             },
             now: 0,
             inbox: VecDeque::new(),
@@ -369,6 +381,12 @@ impl<'a> Replica<'a> {
         if shape.n_seqs == 0 {
             if eng.preemptions > preempted_before {
                 // Only preemptions this round: the freed requests are scheduled next round.
+                return true;
+            }
+            if let Some(done) = eng.next_load_done() {
+                // KV offload: nothing runs until a copy from host memory ends (or a request arrives).
+                let next = self.inbox.front().map_or(u64::MAX, |a| a.enqueued);
+                self.now = done.min(next).max(now);
                 return true;
             }
             // Queued work that cannot start until something arrives (fits_ever() guarantees the head
@@ -510,10 +528,12 @@ impl<'a> Replica<'a> {
         self.out.requests_unfinished = eng.running.len() as u64
             + eng.waiting.len() as u64
             + eng.chunked.is_some() as u64
+            + eng.loading().len() as u64
             + self.inbox.len() as u64;
         self.out.preemptions = eng.preemptions;
         self.out.end = SimTime(self.now);
         self.out.prefix_evictions = self.eng.cache.as_ref().map_or(0, |c| c.evictions);
+        self.out.offload = self.eng.offload_stats();
         self.out.kv_util_time_weighted_mean =
             if self.out.busy_ns > 0 { self.kv_area / self.out.busy_ns as f64 } else { 0.0 };
         self.out

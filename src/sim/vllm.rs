@@ -16,6 +16,9 @@ use super::step::BatchShape;
 impl Engine<'_> {
     /// vLLM V1 scheduling of one step.
     pub(super) fn schedule_vllm(&mut self, now: u64, shape: &mut BatchShape) {
+        if self.offload.is_some() {
+            self.finish_loads(now);
+        }
         let e = &self.p.engine;
         let mut budget = e.max_num_batched_tokens;
         let mut preempted = false;
@@ -62,12 +65,20 @@ impl Engine<'_> {
             };
             // Prefix caching: the cached prefix counts as computed; its free blocks leave the queue.
             let (hits, free_hits) = self.lookup_prefix(idx);
-            let r = &self.reqs[idx as usize];
-            let computed = r.computed + hits * self.block;
-            let n = (r.num_tokens - computed).min(budget);
             // kv_cache_manager.py allocate_slots: the watermark applies to waiting and preempted
             // requests while others run; with full_sequence_must_fit every token so far must fit.
             let watermark = if self.running.is_empty() { 0 } else { e.watermark_blocks };
+            if self.offload.is_some() {
+                // KV offload: the prefix continues in host memory (sim/offload.rs).
+                match self.admit_host_hit(now, idx, hits, free_hits, watermark) {
+                    super::offload::HostAdmit::Loading => continue,
+                    super::offload::HostAdmit::NoRoom => break,
+                    super::offload::HostAdmit::Miss => {}
+                }
+            }
+            let r = &self.reqs[idx as usize];
+            let computed = r.computed + hits * self.block;
+            let n = (r.num_tokens - computed).min(budget);
             let admit_tokens = if e.reserve_full_prompt { r.num_tokens } else { computed + n };
             let need = if hits == 0 {
                 self.extra_blocks(r, admit_tokens)
