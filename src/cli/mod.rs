@@ -197,6 +197,21 @@ pub struct ProfileArgs {
     /// MoE experts placed whole on the GPUs and reached by all-to-all (vLLM --enable-expert-parallel).
     #[arg(long, help_heading = "Deployment")]
     pub expert_parallel: bool,
+    /// Attention data-parallel ranks splitting the --tp GPUs: each rank holds its own requests and KV
+    /// and runs attention over tp / N GPUs; the MoE layers span all of them (SGLang --dp with
+    /// --enable-dp-attention, TensorRT-LLM enable_attention_dp; vLLM -tp T -dp D is --tp T*D
+    /// --attention-dp D). MoE models only.
+    #[arg(long, help_heading = "Deployment")]
+    pub attention_dp: Option<u32>,
+    /// Expert-parallel size: GPUs the routed experts are spread over whole, dividing --tp; each expert
+    /// is split over tp / N GPUs (TensorRT-LLM moe_expert_parallel_size, SGLang --ep-size).
+    /// --expert-parallel is --ep equal to --tp.
+    #[arg(long, help_heading = "Deployment")]
+    pub ep: Option<u32>,
+    /// Pipeline stages, each of --tp GPUs holding n_layers / N layers; N micro-batches in flight
+    /// (vLLM --pipeline-parallel-size, SGLang --pp-size).
+    #[arg(long, help_heading = "Deployment")]
+    pub pp: Option<u32>,
     /// Extra GPU catalog file (TOML, models/gpus.toml format) that adds to or overrides the built-in one.
     #[arg(long, help_heading = "Deployment")]
     pub gpus_file: Option<PathBuf>,
@@ -381,6 +396,9 @@ impl ProfileArgs {
             ("--model", self.model.is_some()),
             ("--tp", self.tp.is_some()),
             ("--expert-parallel", self.expert_parallel),
+            ("--attention-dp", self.attention_dp.is_some()),
+            ("--ep", self.ep.is_some()),
+            ("--pp", self.pp.is_some()),
             ("--gpus-file", self.gpus_file.is_some()),
             ("--hardware", self.hardware.is_some()),
             ("--engine", self.engine.is_some()),
@@ -411,6 +429,48 @@ impl ProfileArgs {
         .filter_map(|(flag, given)| given.then_some(flag))
         .collect()
     }
+    /// `p` with the layout --attention-dp, --ep and --pp state (profile/parallel.rs); `p` itself when
+    /// none is given. A bad layout is refused naming its flag.
+    fn apply_layout(&self, catalog: &Catalog, p: Profile) -> Result<Profile> {
+        if self.attention_dp.is_none() && self.ep.is_none() && self.pp.is_none() {
+            return Ok(p);
+        }
+        let mut f = p.file.clone();
+        if let Some(n) = self.attention_dp {
+            f.gpu.attention_dp = Some(n);
+        }
+        if let Some(n) = self.ep {
+            f.gpu.expert_parallel_size = Some(n);
+            // The profile's own expert_parallel gives way to --ep; the flag --expert-parallel does not.
+            if !self.expert_parallel {
+                f.gpu.expert_parallel = None;
+            }
+        }
+        if let Some(n) = self.pp {
+            f.gpu.pipeline_parallel = Some(n);
+        }
+        // A KV capacity pinned for another layout no longer holds.
+        f.engine.kv_capacity_tokens = None;
+        let mut r = f.resolve("command line", catalog).map_err(|e| {
+            let flag = match &e {
+                Error::Input { at, .. } => match at.field.as_deref() {
+                    Some("gpu.attention_dp") => "--attention-dp",
+                    Some("gpu.expert_parallel_size") => "--ep",
+                    Some("gpu.pipeline_parallel") => "--pp",
+                    Some("gpu.expert_parallel") => "--expert-parallel",
+                    _ => return e,
+                },
+                _ => return e,
+            };
+            match e {
+                Error::Input { msg, .. } => Error::flag(flag, msg),
+                other => other,
+            }
+        })?;
+        r.retargeted_from = p.retargeted_from.clone();
+        r.retarget_method = p.retarget_method.clone();
+        Ok(r)
+    }
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
@@ -431,6 +491,7 @@ impl ProfileArgs {
                 other => Error::flag(flag, other.to_string()),
             }
         })?;
+        let p = self.apply_layout(catalog, p)?;
         if over == EngineSettings::default() {
             return Ok(p);
         }

@@ -2,7 +2,7 @@
 //! it, and the KV capacity derived from memory with each engine's own formula (ENGINES.md cites the
 //! source lines of every default and formula used here).
 
-use super::{ModelRef, Profile};
+use super::{ModelRef, Parallel, Profile};
 use crate::catalog::{GpuSpec, ModelArch};
 use crate::error::{Error, Result};
 use crate::units::Dtype;
@@ -382,6 +382,7 @@ pub(super) fn resolve_engine(
     arch: &ModelArch,
     gpu: &GpuSpec,
     tp: u32,
+    par: &Parallel,
 ) -> Result<EngineConfig> {
     let kind = s.kind.unwrap_or(EngineKind::Vllm);
     let err = |f: &str, msg: String| Error::input(source, None, Some(f), msg);
@@ -446,7 +447,8 @@ pub(super) fn resolve_engine(
         return Err(err("engine.watermark", format!("must be in [0, 1), got {}", crate::error::fmt_num(watermark))));
     }
     // Bytes of KV per token over all the GPUs: copies kept on several GPUs count once per copy.
-    let replication = arch.kv_replication(tp);
+    // Under attention DP each rank stores its own requests' KV over its tp / attention_dp GPUs.
+    let replication = par.kv_replication(arch, tp);
     let kv_per_token = arch.kv_bytes_per_token(m.kv_dtype) * replication;
     let state_dtype = m.state_dtype.unwrap_or(Dtype::Fp32);
     let reserved_bytes = arch.linear_state_bytes(state_dtype)
@@ -456,7 +458,7 @@ pub(super) fn resolve_engine(
     let (kv_capacity_tokens, memory) = match s.kv_capacity_tokens {
         Some(t) => (t, None),
         None => {
-            let mem = kv_memory(kind, version, arch, m.weight_dtype, gpu, tp, util, budget, seqs);
+            let mem = kv_memory(kind, version, arch, m.weight_dtype, gpu, tp, util, budget, seqs, par);
             if mem.kv_bytes <= 0.0 {
                 return Err(Error::Infeasible(format!(
                     "{} in {} ({:.1} GB of weights) does not fit {} x {} under {} ({}); raise tensor_parallel",
@@ -501,15 +503,18 @@ pub(super) fn resolve_engine(
     only("engine.free_gpu_memory_fraction", s.free_gpu_memory_fraction.is_some(), EngineKind::Trtllm)?;
     only("engine.reserve_full_prompt", s.reserve_full_prompt.is_some(), EngineKind::Vllm)?;
     only("engine.watermark", s.watermark.is_some(), EngineKind::Vllm)?;
+    // Attention DP: the settings are each rank's (its own scheduler and batch), the simulated engine
+    // stands for all ranks at once (profile/parallel.rs, sim/step_large.rs).
+    let ranks = par.attention_dp;
     Ok(EngineConfig {
         kind,
         version: version.to_string(),
-        max_num_batched_tokens: budget,
+        max_num_batched_tokens: budget * ranks,
         max_num_seqs: match kind {
             EngineKind::Sglang if s.max_running_requests.or(s.max_num_seqs).is_none() => {
-                sglang_default_max_running_requests(kv_capacity_tokens, arch.max_context)
+                sglang_default_max_running_requests(kv_capacity_tokens / ranks as u64, arch.max_context) * ranks
             }
-            _ => seqs,
+            _ => seqs * ranks,
         },
         block_size_tokens: block,
         gpu_memory_utilization: util,
@@ -551,10 +556,13 @@ fn kv_memory(
     util: f64,
     budget: u32,
     seqs: u32,
+    par: &Parallel,
 ) -> KvMemory {
+    // All the replica's GPUs (pipeline stages included); weights replicated per attention DP rank.
+    let tp = par.gpus(tp);
     let n = tp as f64;
     let total = gpu.memory_bytes() * n;
-    let weights = arch.weight_bytes(weight_dtype);
+    let weights = par.weight_bytes(arch, weight_dtype);
     let activation = activation_peak_bytes(arch, budget, seqs) * n;
     let non_torch = non_torch_bytes(tp) * n;
     match kind {

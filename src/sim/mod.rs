@@ -19,6 +19,7 @@ mod prefix;
 mod run;
 mod sglang;
 pub mod step;
+mod step_large;
 mod trtllm;
 mod vllm;
 
