@@ -198,7 +198,7 @@ impl Experiment {
     pub fn deployment_key(&self) -> String {
         let d = &self.deployment;
         let par = &d.parallel;
-        let large = if *par == crate::profile::Parallel::plain() {
+        let large = if !par.is_large(d.tensor_parallel) {
             String::new()
         } else {
             format!(" dp{} ep{} pp{}", par.attention_dp, par.expert_parallel_size, par.pipeline_parallel)
@@ -406,7 +406,11 @@ pub fn express(
         engine,
         weight_dtype: w,
         kv_dtype: kv,
-        settings: benchmark_settings(p.client, engine, p.isl, settings_concurrency),
+        settings: layout::launch_settings(
+            p,
+            &parallel,
+            benchmark_settings(p.client, engine, p.isl, settings_concurrency),
+        ),
     };
     check(&deployment).map_err(Refusal::DoesNotResolve)?;
     let requests = p.requests.unwrap_or(NVIDIA_ROUNDS * p.concurrency as u64);

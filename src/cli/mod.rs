@@ -376,6 +376,9 @@ impl ProfileArgs {
             new_token_ratio_decay_steps: self.new_token_ratio_decay_steps,
             chunked_prefill_size: self.max_num_batched_tokens,
             max_running_requests: self.max_num_seqs,
+            attention_dp_balance: None,
+            attention_dp_timeout_iters: None,
+            attention_dp_batching_wait_iters: None,
         }
     }
     pub fn catalog(&self) -> Result<Catalog> {
@@ -429,6 +432,22 @@ impl ProfileArgs {
         .filter_map(|(flag, given)| given.then_some(flag))
         .collect()
     }
+    /// The `[gpu]` keys --attention-dp, --ep and --pp set (the profile's own expert_parallel gives way
+    /// to --ep; the flag --expert-parallel does not).
+    fn set_layout(&self, g: &mut capsim::profile::GpuRef) {
+        if let Some(n) = self.attention_dp {
+            g.attention_dp = Some(n);
+        }
+        if let Some(n) = self.ep {
+            g.expert_parallel_size = Some(n);
+            if !self.expert_parallel {
+                g.expert_parallel = None;
+            }
+        }
+        if let Some(n) = self.pp {
+            g.pipeline_parallel = Some(n);
+        }
+    }
     /// `p` with the layout --attention-dp, --ep and --pp state (profile/parallel.rs); `p` itself when
     /// none is given. A bad layout is refused naming its flag.
     fn apply_layout(&self, catalog: &Catalog, p: Profile) -> Result<Profile> {
@@ -436,29 +455,14 @@ impl ProfileArgs {
             return Ok(p);
         }
         let mut f = p.file.clone();
-        if let Some(n) = self.attention_dp {
-            f.gpu.attention_dp = Some(n);
-        }
-        if let Some(n) = self.ep {
-            f.gpu.expert_parallel_size = Some(n);
-            // The profile's own expert_parallel gives way to --ep; the flag --expert-parallel does not.
-            if !self.expert_parallel {
-                f.gpu.expert_parallel = None;
-            }
-        }
-        if let Some(n) = self.pp {
-            f.gpu.pipeline_parallel = Some(n);
-        }
+        self.set_layout(&mut f.gpu);
         // A KV capacity pinned for another layout no longer holds.
         f.engine.kv_capacity_tokens = None;
         let mut r = f.resolve("command line", catalog).map_err(|e| {
             let flag = match &e {
-                Error::Input { at, .. } => match at.field.as_deref() {
-                    Some("gpu.attention_dp") => "--attention-dp",
-                    Some("gpu.expert_parallel_size") => "--ep",
-                    Some("gpu.pipeline_parallel") => "--pp",
-                    Some("gpu.expert_parallel") => "--expert-parallel",
-                    _ => return e,
+                Error::Input { at, .. } => match layout_flag(at.field.as_deref()) {
+                    Some(flag) => flag,
+                    None => return e,
                 },
                 _ => return e,
             };
@@ -479,11 +483,20 @@ impl ProfileArgs {
             other => other,
         })?;
         let over = self.engine_settings();
+        // The layout flags apply before the move, so that --tp and --attention-dp are checked together.
+        let mut base = base;
+        self.set_layout(&mut base.file.gpu);
         let p = base.retarget(catalog, &self.retarget()?).map_err(|e| {
             let flag = match &e {
                 Error::Unknown { kind: "GPU", .. } => "--gpu",
                 Error::Unknown { kind: "model", .. } => "--model",
                 Error::Input { at, .. } if at.field.as_deref() == Some("gpu.tensor_parallel") => "--tp",
+                Error::Input { at, .. }
+                    if layout_flag(at.field.as_deref()).is_some()
+                        && at.field.as_deref() != Some("gpu.expert_parallel") =>
+                {
+                    layout_flag(at.field.as_deref()).unwrap_or("--tp")
+                }
                 _ => return e,
             };
             match e {
@@ -522,6 +535,17 @@ impl ProfileArgs {
             });
         }
         Ok(r)
+    }
+}
+
+/// The flag of a layout field of the profile's `[gpu]` table (profile/parallel.rs).
+fn layout_flag(field: Option<&str>) -> Option<&'static str> {
+    match field? {
+        "gpu.attention_dp" => Some("--attention-dp"),
+        "gpu.expert_parallel_size" => Some("--ep"),
+        "gpu.pipeline_parallel" => Some("--pp"),
+        "gpu.expert_parallel" => Some("--expert-parallel"),
+        _ => None,
     }
 }
 

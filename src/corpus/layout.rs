@@ -26,7 +26,7 @@
 
 use crate::catalog::ModelArch;
 use crate::measured::corpus::{Client, CorpusPoint};
-use crate::profile::{EngineKind, Parallel};
+use crate::profile::{EngineKind, EngineSettings, Parallel};
 
 /// A point's layout: the replica's GPUs, the large-deployment layout and each rank's batch (the
 /// concurrency the engine settings of a rank are sized by).
@@ -103,4 +103,22 @@ pub fn layout(p: &CorpusPoint, engine: EngineKind, arch: &ModelArch) -> Option<L
         expert_parallel: moe && ep > 1 && ep == tp,
         rank_concurrency: if inferencex { conc } else { conc.div_ceil(dp) },
     })
+}
+
+/// `s` with the attention-DP settings of the point's launch script: InferenceX's TensorRT-LLM scripts
+/// turn on `attention_dp_config.enable_balance` whenever DP_ATTENTION is true, with `timeout_iters:
+/// 60, batching_wait_iters: 0` for DeepSeek-R1 (benchmarks/single_node/fixed_seq_len/
+/// dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, dsr1_fp8_h200_trt.sh) and TensorRT-LLM's defaults
+/// for gpt-oss (deprecated/gptoss_fp4_b200_trt.sh: `enable_balance: true` alone). NVIDIA's own rows
+/// (aiconfigurator's generated configs) leave it off, TensorRT-LLM's default.
+pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettings) -> EngineSettings {
+    let inferencex = p.set != "aic-e2e" || from_inferencex_db(p);
+    if s.kind == Some(EngineKind::Trtllm) && parallel.attention_dp > 1 && inferencex {
+        s.attention_dp_balance = Some(true);
+        if !p.model.to_ascii_lowercase().contains("gpt-oss") {
+            s.attention_dp_timeout_iters = Some(60);
+            s.attention_dp_batching_wait_iters = Some(0);
+        }
+    }
+    s
 }

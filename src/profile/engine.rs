@@ -72,6 +72,25 @@ pub struct EngineSettings {
     /// Prefix caching (vLLM enable_prefix_caching, SGLang's radix cache, TensorRT-LLM block reuse): on
     /// by default in all three engines.
     pub prefix_caching: Option<bool>,
+    /// TensorRT-LLM attention_dp_config.enable_balance (default false): hold new contexts until every
+    /// attention DP rank has one (sim/trtllm.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dp_balance: Option<bool>,
+    /// TensorRT-LLM attention_dp_config.timeout_iters (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dp_timeout_iters: Option<u32>,
+    /// TensorRT-LLM attention_dp_config.batching_wait_iters (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dp_batching_wait_iters: Option<u32>,
+}
+
+/// TensorRT-LLM's attention DP balance, resolved (sim/trtllm.rs `adp_release`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AdpBalance {
+    /// Attention DP ranks.
+    pub ranks: u32,
+    pub timeout_iters: u32,
+    pub batching_wait_iters: u32,
 }
 
 /// TensorRT-LLM's capacity scheduler policies (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp).
@@ -113,7 +132,10 @@ impl EngineSettings {
             capacity_scheduler_policy,
             enable_chunked_prefill,
             free_gpu_memory_fraction,
-            prefix_caching
+            prefix_caching,
+            attention_dp_balance,
+            attention_dp_timeout_iters,
+            attention_dp_batching_wait_iters
         );
     }
 }
@@ -156,6 +178,9 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// How the KV capacity was derived from memory (None when set directly).
     pub memory: Option<KvMemory>,
+    /// TensorRT-LLM under attention DP with enable_balance (None otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_dp_balance: Option<AdpBalance>,
 }
 
 impl EngineConfig {
@@ -503,6 +528,16 @@ pub(super) fn resolve_engine(
     only("engine.free_gpu_memory_fraction", s.free_gpu_memory_fraction.is_some(), EngineKind::Trtllm)?;
     only("engine.reserve_full_prompt", s.reserve_full_prompt.is_some(), EngineKind::Vllm)?;
     only("engine.watermark", s.watermark.is_some(), EngineKind::Vllm)?;
+    only("engine.attention_dp_balance", s.attention_dp_balance.is_some(), EngineKind::Trtllm)?;
+    // llm_args.py AttentionDpConfig: enable_balance False, timeout_iters 50, batching_wait_iters 10.
+    let attention_dp_balance = (kind == EngineKind::Trtllm
+        && par.attention_dp > 1
+        && s.attention_dp_balance.unwrap_or(false))
+    .then(|| AdpBalance {
+        ranks: par.attention_dp,
+        timeout_iters: s.attention_dp_timeout_iters.unwrap_or(50).max(1),
+        batching_wait_iters: s.attention_dp_batching_wait_iters.unwrap_or(10),
+    });
     // Attention DP: the settings are each rank's (its own scheduler and batch), the simulated engine
     // stands for all ranks at once (profile/parallel.rs, sim/step_large.rs).
     let ranks = par.attention_dp;
@@ -541,6 +576,7 @@ pub(super) fn resolve_engine(
         chunked_prefill: kind != EngineKind::Trtllm || s.enable_chunked_prefill.unwrap_or(false),
         prefix_caching: s.prefix_caching.unwrap_or(true),
         memory,
+        attention_dp_balance,
     })
 }
 

@@ -18,8 +18,8 @@ mod retarget;
 
 use engine::resolve_engine;
 pub use engine::{
-    default_prefill_budget, latest_version, CapacityPolicy, EngineConfig, EngineKind, EngineSettings, KvCapacity,
-    KvMemory,
+    default_prefill_budget, latest_version, AdpBalance, CapacityPolicy, EngineConfig, EngineKind, EngineSettings,
+    KvCapacity, KvMemory,
 };
 pub use parallel::Parallel;
 pub use retarget::{dtype_in_name, Retarget};

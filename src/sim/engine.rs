@@ -190,6 +190,10 @@ pub(super) struct Engine<'a> {
     pub(super) cache: Option<PrefixCache>,
     /// vLLM's running decodes advanced as one aggregate (sim/pool.rs).
     pub(super) pool: DecodePool,
+    /// TensorRT-LLM attention DP balance: iterations the waiting contexts have been held, and the
+    /// batching wait's (sim/trtllm.rs).
+    pub(super) adp_wait_iters: u32,
+    pub(super) adp_batching_iters: u32,
 }
 
 #[inline]

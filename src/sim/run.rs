@@ -233,6 +233,8 @@ impl<'a> Replica<'a> {
                     e.block_size_tokens,
                 ),
                 cache,
+                adp_wait_iters: 0,
+                adp_batching_iters: 0,
             },
             out: SimOutput {
                 records: Vec::with_capacity(expected_requests),
