@@ -16,6 +16,9 @@ use serde::Serialize;
 use std::path::Path;
 use std::sync::Arc;
 
+mod layout;
+pub use layout::{layout, Layout};
+
 pub const AIC_E2E_PATH: &str = "calibration/corpus/aic-e2e/measured.csv";
 pub const AIC_E2E: &str = include_str!("../calibration/corpus/aic-e2e/measured.csv");
 pub const INFERENCEX_PATH: &str = "calibration/corpus/inferencex-dsr1";
@@ -195,8 +198,14 @@ impl Experiment {
     /// share a fitted residual.
     pub fn deployment_key(&self) -> String {
         let d = &self.deployment;
+        let par = &d.parallel;
+        let large = if !par.is_large(d.tensor_parallel) {
+            String::new()
+        } else {
+            format!(" dp{} ep{} pp{}", par.attention_dp, par.expert_parallel_size, par.pipeline_parallel)
+        };
         format!(
-            "{} | {} | {} {} | {} | tp{}{}",
+            "{} | {} | {} {} | {} | tp{}{}{large}",
             self.model,
             self.gpu,
             self.engine.as_str(),
@@ -386,12 +395,7 @@ pub fn express(
     if p.disaggregated {
         return Err(Refusal::Disaggregated);
     }
-    if p.pipeline_parallel > 1 {
-        return Err(Refusal::PipelineParallel);
-    }
-    if p.attention_dp > 1 || p.batch_size.is_some_and(|b| b != p.concurrency) {
-        return Err(Refusal::AttentionDp);
-    }
+    let large = !features(p).is_empty();
     let engine = engine_of(&p.engine).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
     let gpu = catalog.gpu(&gpu_name(&p.gpu)).map_err(|_| Refusal::UnknownGpu(p.gpu.clone()))?;
     let model_key = model_name(&p.model);
@@ -399,13 +403,25 @@ pub fn express(
     if p.ttft_ms.is_none() && p.tpot_ms.is_none() {
         return Err(Refusal::NoStatistic);
     }
-    let tp = p.tensor_parallel;
+    let moe = arch.moe.is_some();
+    // Attention DP, wide or split EP, PP: the layout the benchmark launched (corpus/layout.rs); plain
+    // points keep the columns as they are.
+    let (tp, expert_parallel, parallel, settings_concurrency) = if large {
+        let l = layout(p, engine, &arch).ok_or(
+            if p.attention_dp > 1 || p.batch_size.is_some_and(|b| b != p.concurrency) {
+                Refusal::AttentionDp
+            } else {
+                Refusal::MixedMoeLayout
+            },
+        )?;
+        (l.tensor_parallel, l.expert_parallel, l.parallel, l.rank_concurrency)
+    } else {
+        (p.tensor_parallel, moe && p.moe_ep > 1, crate::profile::Parallel::plain(), p.concurrency)
+    };
     if tp > gpu.link_domain_gpus.max(1) {
         return Err(Refusal::BeyondLinkDomain);
     }
-    let moe = arch.moe.is_some();
-    let expert_parallel = moe && p.moe_ep > 1;
-    if expert_parallel && (p.moe_tp > 1 || p.moe_ep != tp) {
+    if !large && expert_parallel && (p.moe_tp > 1 || p.moe_ep != tp) {
         return Err(Refusal::MixedMoeLayout);
     }
     let amd = gpu.name.starts_with("MI");
@@ -420,10 +436,15 @@ pub fn express(
         gpu: gpu.name.clone(),
         tensor_parallel: tp,
         expert_parallel,
+        parallel,
         engine,
         weight_dtype: w,
         kv_dtype: kv,
-        settings: benchmark_settings(p.client, engine, p.isl, p.concurrency),
+        settings: layout::launch_settings(
+            p,
+            &parallel,
+            benchmark_settings(p.client, engine, p.isl, settings_concurrency),
+        ),
         speculative,
     };
     check(&deployment).map_err(Refusal::DoesNotResolve)?;

@@ -207,6 +207,7 @@ fn profile_file(t: &Target, b: &Built, variant: &EngineSettings) -> ProfileFile 
             name: t.deployment.gpu.clone(),
             tensor_parallel: Some(t.deployment.tensor_parallel),
             expert_parallel: t.deployment.expert_parallel.then_some(true),
+            ..t.deployment.parallel.gpu_ref()
         },
         engine,
         coefficients: b.coefficients,

@@ -96,6 +96,7 @@ pub fn targets(metas: &[ReportMeta], catalog: &Catalog) -> Result<Vec<Target>> {
                 gpu,
                 tensor_parallel: 1,
                 expert_parallel: false,
+                parallel: Default::default(),
                 engine,
                 weight_dtype,
                 kv_dtype,

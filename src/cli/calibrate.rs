@@ -170,6 +170,7 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             gpu,
             tensor_parallel: tp,
             expert_parallel: a.expert_parallel,
+            parallel: Default::default(),
             engine,
             weight_dtype,
             kv_dtype,

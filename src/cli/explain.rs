@@ -149,8 +149,20 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         if p.expert_parallel { ", experts parallel" } else { "" },
     )?;
     outln!()?;
+    let par = &p.parallel;
+    if par.is_large(p.tensor_parallel) {
+        outln!(
+            "layout: {} attention DP rank(s) of {} GPU(s), experts over {} GPU(s) (each split over {}), {} pipeline stage(s): {} GPUs; a rank computes its share of each step, ceil(sequences / ranks) (balanced ranks)",
+            par.attention_dp,
+            par.attention_tp(p.tensor_parallel),
+            par.expert_parallel_size,
+            par.moe_tp(p.tensor_parallel),
+            par.pipeline_parallel,
+            par.gpus(p.tensor_parallel)
+        )?;
+    }
     let c = &p.coefficients;
-    let rows = vec![
+    let mut rows = vec![
         vec![
             "weights read".into(),
             num(ms(parts.weights_s), 4),
@@ -194,6 +206,31 @@ pub fn run(a: ExplainArgs) -> Result<()> {
                 "one GPU".into()
             },
         ],
+    ];
+    if parts.all_to_all_s > 0.0 {
+        rows.push(vec![
+            "all-to-all across DP ranks".into(),
+            num(ms(parts.all_to_all_s), 4),
+            format!(
+                "MoE dispatch + combine over {} GPUs, twice per MoE layer ({} GPUs per expert)",
+                p.tensor_parallel,
+                par.moe_tp(p.tensor_parallel)
+            ),
+        ]);
+    }
+    if par.pipeline_parallel > 1 {
+        rows.push(vec![
+            "pipeline sends".into(),
+            num(ms(parts.pipeline_s), 4),
+            format!(
+                "{} stages: activations sent {} times per micro-batch; {} micro-batches in flight",
+                par.pipeline_parallel,
+                par.pipeline_parallel - 1,
+                par.pipeline_parallel
+            ),
+        ]);
+    }
+    rows.extend([
         vec![
             "host: step overhead".into(),
             num(ms(parts.overhead_s), 4),
@@ -204,8 +241,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             num(ms(parts.per_seq_s), 4),
             format!("{} sequences: scheduling, sampling, detokenizing and streaming each token", b.n_seqs),
         ],
-    ];
-    let mut rows = rows;
+    ]);
     if let Some(s) = &spec {
         rows.push(vec![
             "draft".into(),

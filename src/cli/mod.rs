@@ -204,6 +204,21 @@ pub struct ProfileArgs {
     /// MoE experts placed whole on the GPUs and reached by all-to-all (vLLM --enable-expert-parallel).
     #[arg(long, help_heading = "Deployment")]
     pub expert_parallel: bool,
+    /// Attention data-parallel ranks splitting the --tp GPUs: each rank holds its own requests and KV
+    /// and runs attention over tp / N GPUs; the MoE layers span all of them (SGLang --dp with
+    /// --enable-dp-attention, TensorRT-LLM enable_attention_dp; vLLM -tp T -dp D is --tp T*D
+    /// --attention-dp D). MoE models only.
+    #[arg(long, help_heading = "Deployment")]
+    pub attention_dp: Option<u32>,
+    /// Expert-parallel size: GPUs the routed experts are spread over whole, dividing --tp; each expert
+    /// is split over tp / N GPUs (TensorRT-LLM moe_expert_parallel_size, SGLang --ep-size).
+    /// --expert-parallel is --ep equal to --tp.
+    #[arg(long, help_heading = "Deployment")]
+    pub ep: Option<u32>,
+    /// Pipeline stages, each of --tp GPUs holding n_layers / N layers; N micro-batches in flight
+    /// (vLLM --pipeline-parallel-size, SGLang --pp-size).
+    #[arg(long, help_heading = "Deployment")]
+    pub pp: Option<u32>,
     /// Extra GPU catalog file (TOML, models/gpus.toml format) that adds to or overrides the built-in one.
     #[arg(long, help_heading = "Deployment")]
     pub gpus_file: Option<PathBuf>,
@@ -392,6 +407,9 @@ impl ProfileArgs {
             new_token_ratio_decay_steps: self.new_token_ratio_decay_steps,
             chunked_prefill_size: self.max_num_batched_tokens,
             max_running_requests: self.max_num_seqs,
+            attention_dp_balance: None,
+            attention_dp_timeout_iters: None,
+            attention_dp_batching_wait_iters: None,
         }
     }
     pub fn catalog(&self) -> Result<Catalog> {
@@ -412,6 +430,9 @@ impl ProfileArgs {
             ("--model", self.model.is_some()),
             ("--tp", self.tp.is_some()),
             ("--expert-parallel", self.expert_parallel),
+            ("--attention-dp", self.attention_dp.is_some()),
+            ("--ep", self.ep.is_some()),
+            ("--pp", self.pp.is_some()),
             ("--gpus-file", self.gpus_file.is_some()),
             ("--hardware", self.hardware.is_some()),
             ("--engine", self.engine.is_some()),
@@ -445,6 +466,49 @@ impl ProfileArgs {
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))
         .collect()
+    }
+    /// The `[gpu]` keys --attention-dp, --ep and --pp set (the profile's own expert_parallel gives way
+    /// to --ep; the flag --expert-parallel does not).
+    fn set_layout(&self, g: &mut capsim::profile::GpuRef) {
+        if let Some(n) = self.attention_dp {
+            g.attention_dp = Some(n);
+        }
+        if let Some(n) = self.ep {
+            g.expert_parallel_size = Some(n);
+            if !self.expert_parallel {
+                g.expert_parallel = None;
+            }
+        }
+        if let Some(n) = self.pp {
+            g.pipeline_parallel = Some(n);
+        }
+    }
+    /// `p` with the layout --attention-dp, --ep and --pp state (profile/parallel.rs); `p` itself when
+    /// none is given. A bad layout is refused naming its flag.
+    fn apply_layout(&self, catalog: &Catalog, p: Profile) -> Result<Profile> {
+        if self.attention_dp.is_none() && self.ep.is_none() && self.pp.is_none() {
+            return Ok(p);
+        }
+        let mut f = p.file.clone();
+        self.set_layout(&mut f.gpu);
+        // A KV capacity pinned for another layout no longer holds.
+        f.engine.kv_capacity_tokens = None;
+        let mut r = f.resolve("command line", catalog).map_err(|e| {
+            let flag = match &e {
+                Error::Input { at, .. } => match layout_flag(at.field.as_deref()) {
+                    Some(flag) => flag,
+                    None => return e,
+                },
+                _ => return e,
+            };
+            match e {
+                Error::Input { msg, .. } => Error::flag(flag, msg),
+                other => other,
+            }
+        })?;
+        r.retargeted_from = p.retargeted_from.clone();
+        r.retarget_method = p.retarget_method.clone();
+        Ok(r)
     }
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
@@ -518,11 +582,20 @@ impl ProfileArgs {
             other => other,
         })?;
         let over = self.engine_settings();
+        // The layout flags apply before the move, so that --tp and --attention-dp are checked together.
+        let mut base = base;
+        self.set_layout(&mut base.file.gpu);
         let p = base.retarget(catalog, &self.retarget()?).map_err(|e| {
             let flag = match &e {
                 Error::Unknown { kind: "GPU", .. } => "--gpu",
                 Error::Unknown { kind: "model", .. } => "--model",
                 Error::Input { at, .. } if at.field.as_deref() == Some("gpu.tensor_parallel") => "--tp",
+                Error::Input { at, .. }
+                    if layout_flag(at.field.as_deref()).is_some()
+                        && at.field.as_deref() != Some("gpu.expert_parallel") =>
+                {
+                    layout_flag(at.field.as_deref()).unwrap_or("--tp")
+                }
                 _ => return e,
             };
             match e {
@@ -530,6 +603,7 @@ impl ProfileArgs {
                 other => Error::flag(flag, other.to_string()),
             }
         })?;
+        let p = self.apply_layout(catalog, p)?;
         if over == EngineSettings::default() {
             return Ok(p);
         }
@@ -567,6 +641,17 @@ impl ProfileArgs {
             });
         }
         Ok(r)
+    }
+}
+
+/// The flag of a layout field of the profile's `[gpu]` table (profile/parallel.rs).
+fn layout_flag(field: Option<&str>) -> Option<&'static str> {
+    match field? {
+        "gpu.attention_dp" => Some("--attention-dp"),
+        "gpu.expert_parallel_size" => Some("--ep"),
+        "gpu.pipeline_parallel" => Some("--pp"),
+        "gpu.expert_parallel" => Some("--expert-parallel"),
+        _ => None,
     }
 }
 

@@ -513,6 +513,7 @@ fn build_unmeasured(
             name: d.gpu.clone(),
             tensor_parallel: Some(d.tensor_parallel),
             expert_parallel: d.expert_parallel.then_some(true),
+            ..d.parallel.gpu_ref()
         },
         engine,
         coefficients: c,

@@ -2,7 +2,7 @@
 //! it, and the KV capacity derived from memory with each engine's own formula (ENGINES.md cites the
 //! source lines of every default and formula used here).
 
-use super::{ModelRef, Profile};
+use super::{ModelRef, Parallel, Profile};
 use crate::catalog::{GpuSpec, ModelArch};
 use crate::error::{Error, Result};
 use crate::units::Dtype;
@@ -75,6 +75,25 @@ pub struct EngineSettings {
     /// Host memory for KV blocks the GPU evicts, GB per replica (vLLM's OffloadingConnector
     /// cpu_bytes_to_use; profile/offload.rs). Absent or 0: no host tier.
     pub kv_offload_gb: Option<f64>,
+    /// TensorRT-LLM attention_dp_config.enable_balance (default false): hold new contexts until every
+    /// attention DP rank has one (sim/trtllm.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dp_balance: Option<bool>,
+    /// TensorRT-LLM attention_dp_config.timeout_iters (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dp_timeout_iters: Option<u32>,
+    /// TensorRT-LLM attention_dp_config.batching_wait_iters (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dp_batching_wait_iters: Option<u32>,
+}
+
+/// TensorRT-LLM's attention DP balance, resolved (sim/trtllm.rs `adp_release`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AdpBalance {
+    /// Attention DP ranks.
+    pub ranks: u32,
+    pub timeout_iters: u32,
+    pub batching_wait_iters: u32,
 }
 
 /// TensorRT-LLM's capacity scheduler policies (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp).
@@ -117,7 +136,10 @@ impl EngineSettings {
             enable_chunked_prefill,
             free_gpu_memory_fraction,
             prefix_caching,
-            kv_offload_gb
+            kv_offload_gb,
+            attention_dp_balance,
+            attention_dp_timeout_iters,
+            attention_dp_batching_wait_iters
         );
     }
 }
@@ -163,6 +185,9 @@ pub struct EngineConfig {
     /// The host tier of KV offload (None: off; left out of the JSON then).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_offload: Option<super::offload::KvOffload>,
+    /// TensorRT-LLM under attention DP with enable_balance (None otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_dp_balance: Option<AdpBalance>,
 }
 
 impl EngineConfig {
@@ -389,6 +414,7 @@ pub(super) fn resolve_engine(
     arch: &ModelArch,
     gpu: &GpuSpec,
     tp: u32,
+    par: &Parallel,
 ) -> Result<EngineConfig> {
     let kind = s.kind.unwrap_or(EngineKind::Vllm);
     let err = |f: &str, msg: String| Error::input(source, None, Some(f), msg);
@@ -453,7 +479,8 @@ pub(super) fn resolve_engine(
         return Err(err("engine.watermark", format!("must be in [0, 1), got {}", crate::error::fmt_num(watermark))));
     }
     // Bytes of KV per token over all the GPUs: copies kept on several GPUs count once per copy.
-    let replication = arch.kv_replication(tp);
+    // Under attention DP each rank stores its own requests' KV over its tp / attention_dp GPUs.
+    let replication = par.kv_replication(arch, tp);
     let kv_per_token = arch.kv_bytes_per_token(m.kv_dtype) * replication;
     let state_dtype = m.state_dtype.unwrap_or(Dtype::Fp32);
     let reserved_bytes = arch.linear_state_bytes(state_dtype)
@@ -463,7 +490,7 @@ pub(super) fn resolve_engine(
     let (kv_capacity_tokens, memory) = match s.kv_capacity_tokens {
         Some(t) => (t, None),
         None => {
-            let mem = kv_memory(kind, version, arch, m.weight_dtype, gpu, tp, util, budget, seqs);
+            let mem = kv_memory(kind, version, arch, m.weight_dtype, gpu, tp, util, budget, seqs, par);
             if mem.kv_bytes <= 0.0 {
                 return Err(Error::Infeasible(format!(
                     "{} in {} ({:.1} GB of weights) does not fit {} x {} under {} ({}); raise tensor_parallel",
@@ -508,15 +535,28 @@ pub(super) fn resolve_engine(
     only("engine.free_gpu_memory_fraction", s.free_gpu_memory_fraction.is_some(), EngineKind::Trtllm)?;
     only("engine.reserve_full_prompt", s.reserve_full_prompt.is_some(), EngineKind::Vllm)?;
     only("engine.watermark", s.watermark.is_some(), EngineKind::Vllm)?;
+    only("engine.attention_dp_balance", s.attention_dp_balance.is_some(), EngineKind::Trtllm)?;
+    // llm_args.py AttentionDpConfig: enable_balance False, timeout_iters 50, batching_wait_iters 10.
+    let attention_dp_balance = (kind == EngineKind::Trtllm
+        && par.attention_dp > 1
+        && s.attention_dp_balance.unwrap_or(false))
+    .then(|| AdpBalance {
+        ranks: par.attention_dp,
+        timeout_iters: s.attention_dp_timeout_iters.unwrap_or(50).max(1),
+        batching_wait_iters: s.attention_dp_batching_wait_iters.unwrap_or(10),
+    });
+    // Attention DP: the settings are each rank's (its own scheduler and batch), the simulated engine
+    // stands for all ranks at once (profile/parallel.rs, sim/step_large.rs).
+    let ranks = par.attention_dp;
     let mut config = EngineConfig {
         kind,
         version: version.to_string(),
-        max_num_batched_tokens: budget,
+        max_num_batched_tokens: budget * ranks,
         max_num_seqs: match kind {
             EngineKind::Sglang if s.max_running_requests.or(s.max_num_seqs).is_none() => {
-                sglang_default_max_running_requests(kv_capacity_tokens, arch.max_context)
+                sglang_default_max_running_requests(kv_capacity_tokens / ranks as u64, arch.max_context) * ranks
             }
-            _ => seqs,
+            _ => seqs * ranks,
         },
         block_size_tokens: block,
         gpu_memory_utilization: util,
@@ -543,6 +583,7 @@ pub(super) fn resolve_engine(
         chunked_prefill: kind != EngineKind::Trtllm || s.enable_chunked_prefill.unwrap_or(false),
         prefix_caching: s.prefix_caching.unwrap_or(true),
         memory,
+        attention_dp_balance,
         kv_offload: None,
     };
     config.kv_offload = super::offload::resolve(source, s.kv_offload_gb, &config, arch, gpu, tp, kv_per_token)?;
@@ -561,10 +602,13 @@ fn kv_memory(
     util: f64,
     budget: u32,
     seqs: u32,
+    par: &Parallel,
 ) -> KvMemory {
+    // All the replica's GPUs (pipeline stages included); weights replicated per attention DP rank.
+    let tp = par.gpus(tp);
     let n = tp as f64;
     let total = gpu.memory_bytes() * n;
-    let weights = arch.weight_bytes(weight_dtype);
+    let weights = par.weight_bytes(arch, weight_dtype);
     let activation = activation_peak_bytes(arch, budget, seqs) * n;
     let non_torch = non_torch_bytes(tp) * n;
     match kind {

@@ -15,15 +15,17 @@ use std::path::Path;
 mod advice;
 mod engine;
 pub mod offload;
+mod parallel;
 mod retarget;
 pub mod spec;
 
 pub use advice::trtllm_budget_warning;
 use engine::resolve_engine;
 pub use engine::{
-    default_prefill_budget, latest_version, CapacityPolicy, EngineConfig, EngineKind, EngineSettings, KvCapacity,
-    KvMemory,
+    default_prefill_budget, latest_version, AdpBalance, CapacityPolicy, EngineConfig, EngineKind, EngineSettings,
+    KvCapacity, KvMemory,
 };
+pub use parallel::Parallel;
 pub use retarget::{dtype_in_name, Retarget};
 pub use spec::{SpecMethod, Speculative};
 
@@ -60,7 +62,7 @@ pub struct ModelRef {
     pub state_dtype: Option<Dtype>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct GpuRef {
     pub name: String,
@@ -70,6 +72,17 @@ pub struct GpuRef {
     /// combine (vLLM --enable-expert-parallel, SGLang --ep-size) instead of split by tensor parallelism.
     #[serde(default)]
     pub expert_parallel: Option<bool>,
+    /// Attention data-parallel ranks splitting the tensor-parallel GPUs (profile/parallel.rs; default
+    /// 1). Absent from plain profiles' files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_dp: Option<u32>,
+    /// GPUs the experts are spread over whole, dividing tensor_parallel (default: tensor_parallel
+    /// with expert_parallel = true, else 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_parallel_size: Option<u32>,
+    /// Pipeline stages, each of tensor_parallel GPUs (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_parallel: Option<u32>,
 }
 
 /// The physical coefficients of the step-time model (sim::step), in SI units.
@@ -267,6 +280,10 @@ pub struct Deployment {
     pub tensor_parallel: u32,
     /// Experts spread whole over the GPUs (vLLM --enable-expert-parallel).
     pub expert_parallel: bool,
+    /// Attention DP, wider or split expert parallelism, pipeline stages (plain: none; not written
+    /// when plain).
+    #[serde(skip_serializing_if = "Parallel::is_default")]
+    pub parallel: Parallel,
     pub engine: EngineKind,
     pub weight_dtype: Dtype,
     pub kv_dtype: Dtype,
@@ -286,6 +303,8 @@ pub struct Profile {
     pub tensor_parallel: u32,
     /// Experts distributed whole over the GPUs (all-to-all), not split by tensor parallelism.
     pub expert_parallel: bool,
+    /// Attention DP ranks, expert-parallel size and pipeline stages (profile/parallel.rs).
+    pub parallel: Parallel,
     pub engine: EngineConfig,
     pub coefficients: Coefficients,
     /// Set when the profile was moved to another GPU or model than it was fitted on.
@@ -375,7 +394,9 @@ impl ProfileFile {
                 ));
             }
         }
-        if let Some(why) = arch.tensor_parallel_problem(tp) {
+        // Under attention DP the ranks' attention runs over tp / attention_dp GPUs, checked there.
+        let attention_split = self.gpu.attention_dp.is_some_and(|d| d > 1);
+        if let Some(why) = arch.tensor_parallel_problem(tp).filter(|_| !attention_split) {
             return Err(Error::input(
                 source,
                 None,
@@ -383,7 +404,9 @@ impl ProfileFile {
                 format!("{} cannot run at tensor_parallel {tp}: {why}", arch.name),
             ));
         }
-        let expert_parallel = self.gpu.expert_parallel.unwrap_or(false);
+        let parallel = Parallel::resolve(source, &arch, &gpu, tp, &self.gpu)?;
+        let expert_parallel = self.gpu.expert_parallel.unwrap_or(false)
+            || (parallel.expert_parallel_size > 1 && parallel.expert_parallel_size == tp);
         if expert_parallel && arch.moe.is_none() {
             return Err(Error::input(
                 source,
@@ -392,16 +415,17 @@ impl ProfileFile {
                 format!("{} has no experts", arch.name),
             ));
         }
-        let engine = resolve_engine(source, &self.engine, &self.model, &arch, &gpu, tp)?;
         if let Some((field, msg)) = self.speculative.as_ref().and_then(Speculative::problem) {
             return Err(Error::input(source, None, Some(&format!("speculative.{field}")), msg));
         }
+        let engine = resolve_engine(source, &self.engine, &self.model, &arch, &gpu, tp, &parallel)?;
         Ok(Profile {
             file: self.clone(),
             arch,
             gpu,
             tensor_parallel: tp,
             expert_parallel,
+            parallel,
             engine,
             coefficients: *c,
             retargeted_from: None,

@@ -194,6 +194,10 @@ pub(super) struct Engine<'a> {
     pub(super) spec: Option<super::spec::SpecState>,
     /// KV offload: the requests loading from host memory (sim/offload.rs); None without.
     pub(super) offload: Option<Box<super::offload::Offload>>,
+    /// TensorRT-LLM attention DP balance: iterations the waiting contexts have been held, and the
+    /// batching wait's (sim/trtllm.rs).
+    pub(super) adp_wait_iters: u32,
+    pub(super) adp_batching_iters: u32,
 }
 
 #[inline]

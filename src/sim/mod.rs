@@ -23,6 +23,7 @@ mod run;
 mod sglang;
 pub mod spec;
 pub mod step;
+mod step_large;
 mod trtllm;
 mod vllm;
 

@@ -245,6 +245,8 @@ impl<'a> Replica<'a> {
                 cache,
                 spec: p.speculative().map(super::spec::SpecState::new),
                 offload,
+                adp_wait_iters: 0,
+                adp_batching_iters: 0,
             },
             out: SimOutput {
                 records: Vec::with_capacity(expected_requests),

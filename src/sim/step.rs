@@ -20,6 +20,7 @@
 //! the one place the formula is written: the simulator sums it, `capsim explain` prints it.
 
 use super::spec::{DraftModel, DraftShape};
+use super::step_large::LargeStep;
 use crate::catalog::gpu::Collectives;
 use crate::catalog::ModelArch;
 use crate::profile::Profile;
@@ -64,6 +65,13 @@ pub struct StepParts {
     pub lm_head_s: f64,
     pub attention_s: f64,
     pub communication_s: f64,
+    /// Large deployments (sim/step_large.rs): the MoE dispatch and combine across the attention DP
+    /// ranks and the EP group (absent, 0, for plain deployments).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub all_to_all_s: f64,
+    /// Pipeline stages: the point-to-point sends of activations between stages (absent, 0, without).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub pipeline_s: f64,
     pub overhead_s: f64,
     pub per_seq_s: f64,
     /// weights + KV + state.
@@ -94,6 +102,8 @@ pub struct FixedParts {
     expert_matmul_s: f64,
     lm_head_s: f64,
     communication_s: f64,
+    all_to_all_s: f64,
+    pipeline_s: f64,
     per_seq_s: f64,
 }
 
@@ -134,6 +144,8 @@ pub struct StepModel {
     comm: Comm,
     /// Speculative decoding's draft (None: plain decoding).
     draft: Option<DraftModel>,
+    /// Attention DP, split expert parallelism, pipeline stages (None: plain, the common path).
+    large: Option<Box<LargeStep>>,
 }
 
 /// Communication of one step, folded: per-step latency and per-token bytes of each collective kind.
@@ -202,15 +214,20 @@ impl StepModel {
         let table_len = (p.engine.max_num_batched_tokens as usize + p.engine.max_num_seqs as usize + 1).min(1 << 16);
 
         let state_dtype = p.file.model.state_dtype.unwrap_or(Dtype::Fp32);
-        let replication = a.kv_replication(p.tensor_parallel);
+        // Each attention DP rank keeps its KV over its own tp / attention_dp GPUs (plain: tp).
+        let replication = p.parallel.kv_replication(a, p.tensor_parallel);
         let matmul_rate = c.matmul_flops_eff_s * tp;
         let expert_flops_per_token = a.expert_flops_per_token();
         let body_flops = a.flops_per_token_body();
-        StepModel {
+        let dense_weight_bytes = a.always_read_params() as f64 * w.bytes();
+        let large = LargeStep::new(p, dense_weight_bytes).map(Box::new);
+        // A pipeline period reads each micro-batch's share of the KV once per layer (step_large.rs).
+        let micro = large.as_ref().map_or(1.0, |l| l.stages as f64);
+        let mut m = StepModel {
             overhead_s: c.step_overhead_s,
             per_seq_s: c.per_seq_overhead_s,
             inv_bw: 1.0 / (c.bandwidth_eff_bytes_s * tp),
-            dense_weight_bytes: a.always_read_params() as f64 * w.bytes(),
+            dense_weight_bytes,
             expert_bytes_all_layers: a.n_moe_layers() as f64 * a.expert_params() as f64 * a.expert_dtype(w).bytes(),
             experts_touched: RefCell::new(Vec::new()),
             table_len,
@@ -226,7 +243,15 @@ impl StepModel {
             exposed: 1.0 - c.mem_compute_overlap,
             comm: Comm::new(p),
             draft: p.speculative().map(|s| DraftModel::new(p, s)),
+            large: None,
+        };
+        if large.is_some() {
+            m.kv_bytes_per_token /= micro;
+            m.attn_s_per_pair /= micro;
+            m.comm = Comm::default();
+            m.large = large;
         }
+        m
     }
 
     #[inline]
@@ -267,6 +292,9 @@ impl StepModel {
         if n_tokens == 0 {
             return FixedParts { empty: true, ..FixedParts::default() };
         }
+        if let Some(l) = &self.large {
+            return self.fixed_large(l, n_seqs, n_tokens);
+        }
         let t = n_tokens as f64;
         FixedParts {
             empty: false,
@@ -276,7 +304,30 @@ impl StepModel {
             expert_matmul_s: t * self.expert_s_per_token,
             lm_head_s: n_seqs as f64 * self.lm_head_s_per_seq,
             communication_s: self.comm.step_s(n_tokens, n_seqs),
+            all_to_all_s: 0.0,
+            pipeline_s: 0.0,
             per_seq_s: self.per_seq_s * n_seqs as f64,
+        }
+    }
+
+    /// [`StepModel::fixed`] of a large deployment (sim/step_large.rs says what each part stands for):
+    /// the busiest attention DP rank's share of one pipeline micro-batch, the MoE layers over every
+    /// rank's tokens.
+    #[cold]
+    fn fixed_large(&self, l: &LargeStep, n_seqs: u32, n_tokens: u32) -> FixedParts {
+        let (seqs, tokens, moe_tokens) = l.shares(n_seqs, n_tokens);
+        let ranks = l.ranks as f64;
+        FixedParts {
+            empty: false,
+            weights_s: (l.dense_weight_bytes + self.experts(moe_tokens) * self.expert_bytes_all_layers) * self.inv_bw,
+            state_s: seqs as f64 * ranks * self.state_bytes_per_seq * self.inv_bw,
+            dense_matmul_s: tokens as f64 * ranks * self.dense_s_per_token,
+            expert_matmul_s: moe_tokens as f64 * self.expert_s_per_token,
+            lm_head_s: seqs as f64 * ranks * self.lm_head_s_per_seq,
+            communication_s: l.rank_comm_s(seqs, tokens),
+            all_to_all_s: l.all_to_all_s(moe_tokens),
+            pipeline_s: l.pipeline_s(tokens),
+            per_seq_s: self.per_seq_s * n_seqs.div_ceil(l.ranks) as f64,
         }
     }
 
@@ -295,7 +346,9 @@ impl StepModel {
             + f.per_seq_s
             + memory_s.max(compute_s)
             + self.exposed * memory_s.min(compute_s)
-            + f.communication_s;
+            + f.communication_s
+            + f.all_to_all_s
+            + f.pipeline_s;
         StepParts {
             weights_s: f.weights_s,
             kv_s,
@@ -305,6 +358,8 @@ impl StepModel {
             lm_head_s: f.lm_head_s,
             attention_s,
             communication_s: f.communication_s,
+            all_to_all_s: f.all_to_all_s,
+            pipeline_s: f.pipeline_s,
             overhead_s: self.overhead_s,
             per_seq_s: f.per_seq_s,
             memory_s,

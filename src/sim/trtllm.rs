@@ -19,7 +19,7 @@
 
 use super::engine::{Engine, Live};
 use super::step::BatchShape;
-use crate::profile::CapacityPolicy;
+use crate::profile::{AdpBalance, CapacityPolicy};
 
 impl Engine<'_> {
     /// Blocks a request still needs to hold its whole sequence, prompt and every output token.
@@ -41,6 +41,34 @@ impl Engine<'_> {
         }
         // A context resumed after a pause may outgrow the budget; it runs when nothing else does.
         alone.then_some(rest)
+    }
+
+    /// TensorRT-LLM's attention DP balance (`attention_dp_config.enable_balance`;
+    /// tensorrt_llm/_torch/pyexecutor/py_executor.py `_balance_adp_requests`, as read from the
+    /// TensorRT-LLM source outside this repository's mirrors): new contexts are held until every rank
+    /// has one (the engine stands for balanced ranks: as many waiting requests as ranks), or some rank
+    /// has no generation request, or they have waited `timeout_iters` iterations; when every rank
+    /// has both, they wait `batching_wait_iters` more to batch. Whether the contexts may start now.
+    fn adp_release(&mut self, b: &AdpBalance) -> bool {
+        if self.waiting.is_empty() {
+            return true;
+        }
+        let all_gen = self.running.len() as u32 >= b.ranks;
+        if self.waiting.len() as u32 >= b.ranks {
+            self.adp_wait_iters = 0;
+            if all_gen && self.adp_batching_iters < b.batching_wait_iters {
+                self.adp_batching_iters += 1;
+                return false;
+            }
+            self.adp_batching_iters = 0;
+            return true;
+        }
+        self.adp_wait_iters += 1;
+        if self.adp_wait_iters >= b.timeout_iters || !all_gen {
+            self.adp_wait_iters = 0;
+            return true;
+        }
+        false
     }
 
     pub(super) fn schedule_trtllm(&mut self, now: u64, shape: &mut BatchShape) {
@@ -80,6 +108,11 @@ impl Engine<'_> {
         }
         if paused {
             return;
+        }
+        if let Some(b) = &e.attention_dp_balance {
+            if !self.adp_release(b) {
+                return;
+            }
         }
         while budget > 0 && (self.running.len() as u32) < e.max_num_seqs {
             let Some(&idx) = self.waiting.front() else {

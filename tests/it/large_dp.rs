@@ -1,1 +1,259 @@
-//! Issue 25: tests of this part of large deployments (filled by its branch).
+//! Issue 25: attention data parallelism, expert-parallel size and pipeline stages
+//! (profile/parallel.rs, sim/step_large.rs): hand-computed steps, memory, errors naming the flag, and
+//! plain deployments unchanged.
+
+use capsim::catalog::Catalog;
+use capsim::profile::{Profile, ProfileFile};
+use capsim::sim::{BatchShape, StepModel};
+use std::process::{Command, Output};
+
+fn capsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
+}
+
+/// Qwen3-Coder-30B-A3B (MoE: 48 layers, 128 experts, top-8) on H200s with `gpu` keys added and the
+/// given costs; bandwidth and FLOP/s as given (1e30: the matmuls and reads take no time).
+fn profile(gpu: &str, engine: &str, step_s: f64, per_seq_s: f64, bw: f64) -> Profile {
+    let text = format!(
+        r#"
+name = "dp"
+[model]
+name = "Qwen3-Coder-30B-A3B-Instruct"
+weight_dtype = "fp8"
+kv_dtype = "bf16"
+[gpu]
+name = "H200 SXM"
+{gpu}
+[engine]
+kind = "vllm"
+{engine}
+[coefficients]
+step_overhead_s = {step_s}
+per_seq_overhead_s = {per_seq_s}
+bandwidth_eff_bytes_s = {bw:e}
+matmul_flops_eff_s = 1e30
+attention_flops_eff_s = 1e30
+request_overhead_s = 0.0
+[provenance]
+method = "test"
+"#
+    );
+    ProfileFile::parse("test", &text).unwrap().resolve("test", &Catalog::builtin()).unwrap()
+}
+
+fn decodes(n: u32, context: u32) -> BatchShape {
+    let mut b = BatchShape::default();
+    for _ in 0..n {
+        b.add_chunk(context, 1);
+    }
+    b
+}
+
+/// NCCL's ring latency and the link's usable bandwidth, as catalog::gpu::Collectives states them.
+const BASE_S: f64 = 6.6e-6;
+const HOP_S: f64 = 0.6e-6;
+
+#[test]
+fn attention_dp_step_is_the_busiest_ranks_share_plus_the_all_to_all() {
+    // 4 GPUs, 4 ranks of one GPU each, experts over all 4: no all-reduce inside a rank (one GPU), the
+    // MoE dispatch and combine across the ranks in every MoE layer.
+    let p = profile("tensor_parallel = 4\nattention_dp = 4\nexpert_parallel_size = 4", "", 0.01, 1e-3, 1e30);
+    let m = StepModel::new(&p);
+    let parts = m.parts(&decodes(10, 100));
+    // Host: ceil(10 / 4) = 3 sequences on the busiest rank.
+    assert!((parts.per_seq_s - 3e-3).abs() < 1e-15, "{}", parts.per_seq_s);
+    assert_eq!(parts.communication_s, 0.0);
+    // All-to-all by hand: each GPU sends its tokens' top-8 copies of the hidden state (2048 x 2 bytes),
+    // a quarter of the 10 tokens' over 4 GPUs, 3/4 of it leaving the GPU; twice per MoE layer.
+    let a = &p.arch;
+    assert_eq!((a.hidden, a.n_moe_layers(), a.moe.as_ref().unwrap().n_experts_per_token), (2048, 48, 8));
+    let bw = p.gpu.link_bw_gb_s * 1e9 * 0.8;
+    let per_gpu_bytes = 10.0 * 8.0 * 2048.0 * 2.0 / 4.0;
+    let one = BASE_S + 3.0 * HOP_S + 0.75 * per_gpu_bytes / bw;
+    let expected = 2.0 * 48.0 * one;
+    assert!((parts.all_to_all_s - expected).abs() < 1e-12, "{} vs {expected}", parts.all_to_all_s);
+    let total = 0.01 + 3e-3 + expected;
+    assert!((parts.total_s - total).abs() < 1e-9, "{} vs {total}", parts.total_s);
+}
+
+#[test]
+fn attention_dp_replicates_the_dense_weights_and_multiplies_the_batch_limits() {
+    let engine = "max_num_seqs = 64\nmax_num_batched_tokens = 2048";
+    let plain = profile("tensor_parallel = 4", engine, 0.01, 0.0, 1e12);
+    let dp = profile("tensor_parallel = 4\nattention_dp = 4", engine, 0.01, 0.0, 1e12);
+    // Each rank has its own scheduler: 4 x 64 sequences and 4 x 2048 tokens a step over the engine.
+    assert_eq!((dp.engine.max_num_seqs, dp.engine.max_num_batched_tokens), (256, 8192));
+    assert_eq!((plain.engine.max_num_seqs, plain.engine.max_num_batched_tokens), (64, 2048));
+    // Weights: the attention, dense and embedding weights once per rank (3 more copies), the experts once.
+    let a = &plain.arch;
+    let m = a.moe.as_ref().unwrap();
+    let experts = a.n_moe_layers() as f64 * m.n_experts as f64 * a.expert_params() as f64 * 1.0;
+    let dense = a.weight_bytes(capsim::units::Dtype::Fp8) - experts;
+    let (mp, md) = (plain.engine.memory.as_ref().unwrap(), dp.engine.memory.as_ref().unwrap());
+    assert!((md.weights_bytes - mp.weights_bytes - 3.0 * dense).abs() < 1.0);
+    // The KV per token is the same (4 KV heads: one per GPU at TP 4, one copy per rank at TP 1), so the
+    // capacity is what the memory left says: N ranks' caches together.
+    assert!((md.kv_bytes - (mp.kv_bytes - 3.0 * dense)).abs() < 1.0);
+    let kv_per_token = a.kv_bytes_per_token(capsim::units::Dtype::Bf16);
+    assert_eq!(dp.engine.kv_capacity_tokens, (md.kv_bytes / kv_per_token) as u64);
+    // A decode step reads the dense weights 4 times (each rank its own copy).
+    let (sp, sd) = (StepModel::new(&plain), StepModel::new(&dp));
+    let b = decodes(8, 1000);
+    let dense_read = a.always_read_params() as f64 * 1.0;
+    let extra = sd.parts(&b).weights_s - sp.parts(&b).weights_s;
+    assert!((extra - 3.0 * dense_read / (1e12 * 4.0)).abs() < 1e-12, "{extra}");
+}
+
+#[test]
+fn pipeline_step_is_one_micro_batch_through_every_stage_plus_the_sends() {
+    // 2 stages of one GPU: a period carries 2 micro-batches of ceil(8 / 2) = 4 sequences; the step
+    // model's period is one micro-batch's way through all 48 layers plus its one send between stages.
+    let p = profile("tensor_parallel = 1\npipeline_parallel = 2", "", 0.01, 1e-3, 1e12);
+    let m = StepModel::new(&p);
+    let parts = m.parts(&decodes(8, 1000));
+    // Weights: both stages' layers read once per micro-batch, the experts a 4-token batch touches.
+    assert!((parts.weights_s - m.weight_bytes(4) / 1e12).abs() < 1e-15);
+    // KV: the micro-batch's share, 4 x 1001 tokens of context.
+    let kv = p.arch.kv_bytes_per_token(capsim::units::Dtype::Bf16);
+    assert!((parts.kv_s - 4.0 * 1001.0 * kv / 1e12).abs() < 1e-12, "{}", parts.kv_s);
+    // Send by hand: 4 tokens x 2048 x 2 bytes over NVLink as NCCL sends it.
+    let bw = p.gpu.link_bw_gb_s * 1e9 * 0.8;
+    let send = BASE_S + HOP_S + 4.0 * 2048.0 * 2.0 / bw;
+    assert!((parts.pipeline_s - send).abs() < 1e-15, "{} vs {send}", parts.pipeline_s);
+    // One scheduler runs every micro-batch: all 8 sequences' host work.
+    assert!((parts.per_seq_s - 8e-3).abs() < 1e-15);
+    // A lone request pays a whole traversal: the bubble.
+    let lone = m.parts(&decodes(1, 1000));
+    assert!((lone.weights_s - m.weight_bytes(1) / 1e12).abs() < 1e-15);
+    // Memory over both stages' GPUs.
+    assert_eq!(p.engine.memory.as_ref().unwrap().total_bytes, 2.0 * p.gpu.memory_bytes());
+}
+
+#[test]
+fn plain_layouts_take_the_plain_path() {
+    // attention_dp = 1, pipeline_parallel = 1 and expert_parallel_size = tp are the plain expert-parallel
+    // profile: same resolved engine, same step to the bit.
+    let plain = profile("tensor_parallel = 4\nexpert_parallel = true", "", 0.01, 1e-4, 3e12);
+    let stated = profile(
+        "tensor_parallel = 4\nattention_dp = 1\nexpert_parallel_size = 4\npipeline_parallel = 1",
+        "",
+        0.01,
+        1e-4,
+        3e12,
+    );
+    assert!(stated.expert_parallel);
+    assert_eq!(plain.engine, stated.engine);
+    let (a, b) = (StepModel::new(&plain), StepModel::new(&stated));
+    for shape in [decodes(1, 10), decodes(37, 5000)] {
+        assert_eq!(a.parts(&shape), b.parts(&shape));
+        assert_eq!(a.parts(&shape).all_to_all_s, 0.0);
+    }
+    // A plain profile's file and JSON gain no keys.
+    let toml = plain.file.to_toml();
+    assert!(
+        !toml.contains("attention_dp") && !toml.contains("pipeline_parallel") && !toml.contains("expert_parallel_size")
+    );
+    let json = serde_json::to_string(&a.parts(&decodes(3, 10))).unwrap();
+    assert!(!json.contains("all_to_all_s") && !json.contains("pipeline_s"), "{json}");
+}
+
+#[test]
+fn bad_layouts_are_refused_naming_the_flag() {
+    let err = |args: &[&str]| {
+        let o = capsim(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let e = err(&["explain", "--tp", "4", "--attention-dp", "8"]);
+    assert!(e.contains("--attention-dp") && e.contains("only 4 GPUs"), "{e}");
+    let e = err(&["explain", "--tp", "4", "--attention-dp", "3"]);
+    assert!(e.contains("--attention-dp") && e.contains("do not divide"), "{e}");
+    let e = err(&["explain", "--tp", "4", "--ep", "3"]);
+    assert!(e.contains("--ep") && e.contains("does not divide the 4 GPUs"), "{e}");
+    let e = err(&["explain", "--tp", "8", "--ep", "8", "--expert-parallel", "--attention-dp", "0"]);
+    assert!(e.contains("--attention-dp"), "{e}");
+    let e = err(&["explain", "--pp", "5"]);
+    assert!(e.contains("--pp") && e.contains("48 layers"), "{e}");
+    let e = err(&["explain", "--model", "Llama-3.1-8B-Instruct", "--tp", "2", "--attention-dp", "2"]);
+    assert!(e.contains("--attention-dp") && e.contains("dense model"), "{e}");
+    // Experts the EP size does not divide: 128 experts over 6 GPUs (6 ranks of one GPU each).
+    let e = err(&["explain", "--tp", "6", "--attention-dp", "6", "--ep", "6"]);
+    assert!(e.contains("--ep") && e.contains("128 routed experts"), "{e}");
+}
+
+#[test]
+fn explain_shows_the_all_to_all_and_the_pipeline() {
+    let o = capsim(&["explain", "--tp", "4", "--attention-dp", "4", "--ep", "4", "--decode", "64"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("all-to-all across DP ranks") && out.contains("4 attention DP rank(s)"), "{out}");
+    let o = capsim(&["explain", "--pp", "2", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"pipeline_s\""), "{out}");
+    // A plain explain is as before: no new rows.
+    let o = capsim(&["explain"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!out.contains("all-to-all across DP ranks") && !out.contains("pipeline sends") && !out.contains("layout:"));
+}
+
+#[test]
+fn trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout() {
+    use capsim::sim::{simulate, SimOptions};
+    use capsim::workload::{Arrivals, LengthDist, Workload};
+    // Steps of exactly 10 ms (TensorRT-LLM, 2 ranks); a closed loop of 5 clients with outputs of 5 to
+    // 40 tokens, so requests finish one by one and their successors arrive alone.
+    let trt = |balance: &str| {
+        let text = format!(
+            r#"
+name = "trt"
+[model]
+name = "Qwen3-Coder-30B-A3B-Instruct"
+weight_dtype = "fp8"
+kv_dtype = "bf16"
+[gpu]
+name = "H200 SXM"
+tensor_parallel = 2
+attention_dp = 2
+[engine]
+kind = "trtllm"
+{balance}
+[coefficients]
+step_overhead_s = 0.01
+per_seq_overhead_s = 0.0
+bandwidth_eff_bytes_s = 1e30
+matmul_flops_eff_s = 1e30
+attention_flops_eff_s = 1e30
+request_overhead_s = 0.0
+[provenance]
+method = "test"
+"#
+        );
+        ProfileFile::parse("test", &text).unwrap().resolve("test", &Catalog::builtin()).unwrap()
+    };
+    let mut w = Workload::fixed(
+        Arrivals::ClosedLoop { clients: 5, think_time_s: 0.0, think_exponential: false },
+        100,
+        20,
+        Some(200),
+    )
+    .unwrap();
+    w.spec.classes[0].output = LengthDist::Uniform { min: 5, max: 40 };
+    let ttfts = |p: &Profile| {
+        let out = simulate(p, &w, 7, SimOptions { horizon_s: 1e6, ..Default::default() });
+        assert_eq!(out.records.len(), 200);
+        out.records.iter().map(|r| r.ttft_s()).collect::<Vec<_>>()
+    };
+    let off = ttfts(&trt(""));
+    // A step is 10 ms plus the MoE exchange between the two ranks (under 1.5 ms here).
+    assert!(off.iter().all(|&t| (0.01..0.0115).contains(&t)), "without balance a context runs in the next step");
+    let on_profile =
+        trt("attention_dp_balance = true\nattention_dp_timeout_iters = 4\nattention_dp_batching_wait_iters = 0");
+    assert_eq!(on_profile.engine.attention_dp_balance.map(|b| (b.ranks, b.timeout_iters)), Some((2, 4)));
+    let on = ttfts(&on_profile);
+    // A lone context waits for a second one or for 4 held iterations, then runs in its step: at
+    // most 4 + 1 steps from its arrival.
+    let max = on.iter().cloned().fold(0.0, f64::max);
+    assert!(max <= 5.0 * 0.0115, "{max}");
+    assert!(on.iter().any(|&t| t > 0.03), "some contexts were held");
+}

@@ -153,6 +153,7 @@ fn h200_deployment() -> Deployment {
         gpu: "H200 SXM".into(),
         tensor_parallel: 1,
         expert_parallel: false,
+        parallel: Default::default(),
         engine: EngineKind::Vllm,
         weight_dtype: Dtype::Fp8,
         kv_dtype: Dtype::Bf16,

@@ -1,0 +1,124 @@
+//! The GPU layout a corpus point's benchmark launched (issue 25): tensor parallelism, attention data
+//! parallelism and expert parallelism, rebuilt from what each source states (profile/parallel.rs says
+//! how capsim counts them: `tensor_parallel` is the GPUs of the replica, the attention DP ranks split
+//! them).
+//!
+//! - inferencex-dsr1 (metadata.json): `num_gpus` = `tp` for a single node; `dp_attention` runs one
+//!   attention rank per GPU (TensorRT-LLM `enable_attention_dp: $DP_ATTENTION` with `--tp_size=$TP
+//!   --ep_size=$EP_SIZE`, SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/
+//!   dsr1_fp4_b200_trt.sh), experts over `ep` GPUs.
+//! - aic-e2e rows from InferenceX's database (`db-dump`, and the `source_file=<date>.csv` rows whose
+//!   id ends `_tp<T>_ep<E>_<n>`): the database stores a single node's GPU count as TP x EP (the
+//!   dsr1-fp4-b200-trt-tp8ep8-dpa metadata: `num_gpus 8`, `db_num_prefill_gpu 64`), and
+//!   aiconfigurator's adapter derived the columns from it (ai-dynamo/aiconfigurator
+//!   src/aiconfigurator/sdk/config_adapter/inferencex.py `_worker`: TensorRT-LLM and SGLang
+//!   `moe_tp, moe_ep = gpus // ep, ep`, with DP attention `tp_size 1, attention_dp_size gpus`; vLLM
+//!   `attention_dp = gpus // tp`, `moe_ep = tp x attention_dp`). So the launch's TP and EP are
+//!   (moe_tp, moe_ep) for TensorRT-LLM and SGLang, (tp_size, attention_dp_size) for vLLM, and the
+//!   deployment runs on TP GPUs: `tp8ep8-dpa` is 8 GPUs, 8 attention ranks, experts over 8 GPUs,
+//!   not the 64 the columns multiply to. InferenceX's vLLM entries of these models run without DP
+//!   attention (configs/deprecated/nvidia-minimaxm2.5-m2.7-master.yaml minimaxm2.5-fp8-b200-vllm
+//!   `{ tp: 4, ep: 4 }`; nvidia-kimik2.5-8k1k-master.yaml kimik2.5-fp4-b200-vllm `dp-attn: false` at
+//!   tp 4): TP GPUs with --enable-expert-parallel.
+//! - aic-e2e rows of NVIDIA's gap analyses: `tp_size` is the engine's tp_size (moe_tp x moe_ep =
+//!   tp_size) and `batch_size` each rank's batch: concurrency / batch_size attention ranks
+//!   (TensorRT-LLM enable_attention_dp, where each rank batches its own requests).
+
+use crate::catalog::ModelArch;
+use crate::measured::corpus::{Client, CorpusPoint};
+use crate::profile::{EngineKind, EngineSettings, Parallel};
+
+/// A point's layout: the replica's GPUs, the large-deployment layout and each rank's batch (the
+/// concurrency the engine settings of a rank are sized by).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Layout {
+    pub tensor_parallel: u32,
+    pub parallel: Parallel,
+    /// Experts spread whole over every GPU of the replica (the plain profile's expert_parallel).
+    pub expert_parallel: bool,
+    /// The concurrency one rank's engine settings are sized for.
+    pub rank_concurrency: u32,
+}
+
+/// The launch's (TP, EP) from an aic-e2e id `..._tp<T>_ep<E>_<n>`.
+fn id_tp_ep(id: &str) -> Option<(u32, u32)> {
+    let mut parts = id.rsplit('_');
+    parts.next()?.parse::<u32>().ok()?;
+    let ep = parts.next()?.strip_prefix("ep")?.parse::<u32>().ok()?;
+    let tp = parts.next()?.strip_prefix("tp")?.parse::<u32>().ok()?;
+    Some((tp, ep))
+}
+
+/// Whether the row comes from InferenceX's database through aiconfigurator's adapter (see above).
+fn from_inferencex_db(p: &CorpusPoint) -> bool {
+    p.set == "aic-e2e" && (p.client == Client::InferenceX || id_tp_ep(&p.id).is_some())
+}
+
+/// The layout of `p`, or None where the columns do not make one (the caller refuses the point with
+/// the refusal its columns raise).
+pub fn layout(p: &CorpusPoint, engine: EngineKind, arch: &ModelArch) -> Option<Layout> {
+    let moe = arch.moe.is_some();
+    let conc = p.concurrency;
+    let (tp, dp, ep) = if p.set != "aic-e2e" {
+        (p.tensor_parallel, p.attention_dp, if moe { p.moe_ep } else { 1 })
+    } else if from_inferencex_db(p) {
+        let db_gpus = p.tensor_parallel * p.attention_dp;
+        let (tp, ep, dpa) = match engine {
+            EngineKind::Vllm => (p.tensor_parallel, p.attention_dp, false),
+            _ if moe => (p.moe_tp.max(1), p.moe_ep.max(1), p.attention_dp > 1),
+            _ => (db_gpus, 1, p.attention_dp > 1),
+        };
+        if let Some((t, e)) = id_tp_ep(&p.id) {
+            if (t, e) != (tp, ep) {
+                return None;
+            }
+        }
+        if moe && tp * ep != db_gpus {
+            return None;
+        }
+        (tp, if dpa { tp } else { 1 }, if moe { ep } else { 1 })
+    } else {
+        // NVIDIA's own rows: tp_size GPUs, each rank's batch.
+        let tp = p.tensor_parallel;
+        let dp = match p.batch_size {
+            Some(b) if b > 0 && b != conc && conc.is_multiple_of(b) => conc / b,
+            Some(b) if b != conc => return None,
+            _ => p.attention_dp,
+        };
+        if moe && p.moe_tp.max(1) * p.moe_ep.max(1) != tp {
+            return None;
+        }
+        (tp, dp, if moe { p.moe_ep.max(1) } else { 1 })
+    };
+    if tp == 0 || dp == 0 || !tp.is_multiple_of(dp) || ep == 0 || !tp.is_multiple_of(ep) {
+        return None;
+    }
+    let parallel = Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: p.pipeline_parallel };
+    // InferenceX's scripts size the engine by the client's CONC (MAX_NUM_TOKENS); aiconfigurator's
+    // rules by max_batch_size, each rank's batch.
+    let inferencex = p.set != "aic-e2e" || from_inferencex_db(p);
+    Some(Layout {
+        tensor_parallel: tp,
+        parallel,
+        expert_parallel: moe && ep > 1 && ep == tp,
+        rank_concurrency: if inferencex { conc } else { conc.div_ceil(dp) },
+    })
+}
+
+/// `s` with the attention-DP settings of the point's launch script: InferenceX's TensorRT-LLM scripts
+/// turn on `attention_dp_config.enable_balance` whenever DP_ATTENTION is true, with `timeout_iters:
+/// 60, batching_wait_iters: 0` for DeepSeek-R1 (benchmarks/single_node/fixed_seq_len/
+/// dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, dsr1_fp8_h200_trt.sh) and TensorRT-LLM's defaults
+/// for gpt-oss (deprecated/gptoss_fp4_b200_trt.sh: `enable_balance: true` alone). NVIDIA's own rows
+/// (aiconfigurator's generated configs) leave it off, TensorRT-LLM's default.
+pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettings) -> EngineSettings {
+    let inferencex = p.set != "aic-e2e" || from_inferencex_db(p);
+    if s.kind == Some(EngineKind::Trtllm) && parallel.attention_dp > 1 && inferencex {
+        s.attention_dp_balance = Some(true);
+        if !p.model.to_ascii_lowercase().contains("gpt-oss") {
+            s.attention_dp_timeout_iters = Some(60);
+            s.attention_dp_batching_wait_iters = Some(0);
+        }
+    }
+    s
+}
