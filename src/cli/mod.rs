@@ -26,6 +26,7 @@ mod batch;
 mod calibrate;
 mod capacity;
 mod catalog;
+mod disagg;
 mod explain;
 mod report;
 mod shard;
@@ -280,6 +281,36 @@ pub struct ProfileArgs {
     /// hash_ids)
     #[arg(long, value_enum, help_heading = "Engine")]
     pub prefix_caching: Option<OnOff>,
+    /// Disaggregated prefill/decode: prefill workers (with --decode-workers; src/cli/disagg.rs).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_workers: Option<u32>,
+    /// GPUs per prefill worker (tensor parallelism); default --tp.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_tp: Option<u32>,
+    /// Expert-parallel size of a prefill worker: 1 (off) or its TP (experts whole per GPU).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_ep: Option<u32>,
+    /// Attention data-parallel ranks of a prefill worker (1 only, until attention-DP lands).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_attention_dp: Option<u32>,
+    /// The prefill workers' GPU; default --gpu.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_gpu: Option<String>,
+    /// Decode workers (with --prefill-workers).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_workers: Option<u32>,
+    /// GPUs per decode worker (tensor parallelism); default --tp.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_tp: Option<u32>,
+    /// Expert-parallel size of a decode worker: 1 (off) or its TP.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_ep: Option<u32>,
+    /// Attention data-parallel ranks of a decode worker (1 only, until attention-DP lands).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_attention_dp: Option<u32>,
+    /// The decode workers' GPU; default --gpu.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_gpu: Option<String>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,12 +439,19 @@ impl ProfileArgs {
             ("--prefix-caching", self.prefix_caching.is_some()),
         ]
         .into_iter()
+        .chain(self.pd_flag_list())
         .filter_map(|(flag, given)| given.then_some(flag))
         .collect()
     }
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
+        if let Some(flag) = self.pd_flags().next() {
+            return Err(Error::flag(
+                flag,
+                "a disaggregated deployment runs in simulate, capacity --disaggregated and explain only",
+            ));
+        }
         let base = Profile::load(self.profile.as_deref(), catalog).map_err(|e| match e {
             Error::Unknown { kind, .. } if kind.starts_with("profile") => Error::flag("--profile", e.to_string()),
             other => other,

@@ -12,6 +12,7 @@ use crate::units::Dtype;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+pub mod disagg;
 mod engine;
 mod retarget;
 

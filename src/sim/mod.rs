@@ -9,6 +9,7 @@
 //! streams derived from the seed it is given. A run is a pure function of (profile, workload, seed).
 
 mod arrivals;
+mod disagg;
 mod drive;
 mod engine;
 mod fastforward;
@@ -22,6 +23,7 @@ pub mod step;
 mod trtllm;
 mod vllm;
 
+pub use disagg::{simulate_disaggregated, DisaggReport, PoolOutput};
 pub use drive::{simulate, simulate_fleet, simulate_observed, Routing};
 pub use engine::StepView;
 pub use gaps::GapHistogram;
