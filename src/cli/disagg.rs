@@ -301,3 +301,128 @@ pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport) -> String {
     ));
     out
 }
+
+/// `capacity --disaggregated`: the cheapest split meeting the SLOs at --target-rate, its neighbours
+/// and every split tried. True when a split meets them.
+pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
+    use capsim::report::{num, table};
+    let rate = a.target_rate.ok_or_else(|| {
+        Error::flag("--disaggregated", "sizes the pools for an open-loop rate: give --target-rate R (requests/s)")
+    })?;
+    if !(rate.is_finite() && rate > 0.0 && rate <= capsim::workload::MAX_RATE_PER_S) {
+        return Err(Error::flag(
+            "--target-rate",
+            format!("must be a positive rate up to 1e6, got {}", capsim::error::fmt_num(rate)),
+        ));
+    }
+    for (flag, given) in
+        [("--gpus", a.gpus.is_some()), ("--svg", a.svg.is_some()), ("--csv", a.csv), ("--jsonl", a.scale_out.jsonl)]
+    {
+        if given {
+            return Err(Error::flag(flag, "not with --disaggregated"));
+        }
+    }
+    if a.max_replicas == 0 || a.max_replicas > MAX_WORKERS {
+        return Err(Error::flag(
+            "--max-replicas",
+            format!("with --disaggregated: workers per pool, in 1..={MAX_WORKERS}"),
+        ));
+    }
+    let q = super::capacity::question(a)?;
+    let catalog = a.profile.catalog()?;
+    let mut pa = a.profile.clone();
+    // The worker counts are what is searched: the pools' shapes alone matter here.
+    pa.prefill_workers = Some(1);
+    pa.decode_workers = Some(1);
+    let base = pa.disaggregated(&catalog)?.expect("worker counts set");
+    let w = q.template.at(capsim::workload::LoadAxis::Rate, rate)?;
+    w.check_context(base.decode.arch.max_context, &base.decode.arch.name)?;
+    check_pools_fit(&base, &w)?;
+    let pb = super::progress_bar(0, "simulations");
+    let tick = || pb.inc(1);
+    let ans = capsim::capacity::disagg::size_disaggregated(&base, &q, rate, a.max_replicas, &tick)?;
+    pb.finish_and_clear();
+    if a.json {
+        let v = serde_json::json!({
+            "disaggregated": ans,
+            "prefill": {"gpu": base.prefill.gpu.name, "tensor_parallel": base.prefill.tensor_parallel, "expert_parallel": base.prefill.expert_parallel},
+            "decode": {"gpu": base.decode.gpu.name, "tensor_parallel": base.decode.tensor_parallel, "expert_parallel": base.decode.expert_parallel},
+            "slos": q.slos.iter().map(|s| serde_json::json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
+            "seed": q.seed,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
+        return Ok(ans.best.is_some());
+    }
+    let row = |c: &capsim::capacity::disagg::PdCandidate| {
+        let mut r = vec![
+            c.prefill_workers.to_string(),
+            c.decode_workers.to_string(),
+            c.gpus.to_string(),
+            c.meets_slo.to_string(),
+        ];
+        r.extend(c.slo_values.iter().map(|(_, v)| num(*v, 4)));
+        r.extend([
+            format!("{:.2}", c.prefill_utilization),
+            format!("{:.2}", c.decode_utilization),
+            c.unfinished.to_string(),
+        ]);
+        r
+    };
+    let mut headers: Vec<String> = ["prefill", "decode", "gpus", "meets_slo"].map(String::from).to_vec();
+    headers.extend(q.slos.iter().map(|s| s.name()));
+    headers.extend(["prefill_busy", "decode_busy", "unfinished"].map(String::from));
+    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+    outln!(
+        "disaggregated at {} requests/s: prefill workers of {} x {}, decode workers of {} x {}; KV link {}",
+        num(rate, 4),
+        base.prefill.tensor_parallel,
+        base.prefill.gpu.name,
+        base.decode.tensor_parallel,
+        base.decode.gpu.name,
+        base.link.source
+    )?;
+    match &ans.best {
+        Some(b) => {
+            outln!("cheapest: {} prefill + {} decode workers = {} GPUs", b.prefill_workers, b.decode_workers, b.gpus)?;
+            outln!("\nit and its neighbours (one worker fewer or more in a pool):")?;
+            let rows: Vec<Vec<String>> = std::iter::once(b).chain(ans.neighbours.iter()).map(row).collect();
+            out!("{}", table(&h, &rows))?;
+        }
+        None => outln!("no split up to {} workers per pool meets the SLOs", a.max_replicas)?,
+    }
+    outln!("\nevery split tried:")?;
+    out!("{}", table(&h, &ans.tried.iter().map(row).collect::<Vec<_>>()))?;
+    Ok(ans.best.is_some())
+}
+
+/// `explain`'s KV transfer of one prompt of `tokens` tokens (JSON "kv_transfer": link path,
+/// bandwidth per GPU, latency, bytes per decode GPU, seconds).
+pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
+    serde_json::json!({
+        "prompt_tokens": tokens,
+        "link": d.link,
+        "bytes_per_decode_gpu": tokens as f64 * d.link.bytes_per_token_per_gpu,
+        "transfer_s": d.transfer_s(tokens),
+    })
+}
+
+/// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens.
+pub fn transfer_text(d: &Disaggregated, tokens: u32) -> String {
+    use capsim::report::num;
+    format!(
+        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a decode worker's): a {tokens}-token prompt moves {} MB to each decode GPU in {} ms = {} ms latency + {} MB / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
+        d.prefill_workers,
+        d.prefill.gpu.name,
+        d.prefill.tensor_parallel,
+        d.decode_workers,
+        d.decode.gpu.name,
+        d.decode.tensor_parallel,
+        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        num(d.transfer_s(tokens) * 1e3, 4),
+        num(d.link.latency_s * 1e3, 3),
+        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        num(d.link.bw_bytes_s / 1e9, 4),
+        d.link.path,
+        d.link.source
+    )
+}

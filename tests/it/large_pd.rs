@@ -171,3 +171,57 @@ fn bad_values_are_named() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--prefill-workers"));
 }
+
+/// The split capacity --disaggregated picks meets the SLOs, and each split one worker smaller in a
+/// pool does not.
+#[test]
+fn capacity_picks_a_split_whose_smaller_neighbours_fail() {
+    let o = capsim(&[
+        "capacity",
+        "--disaggregated",
+        "--target-rate",
+        "30",
+        "--input-len",
+        "4000",
+        "--output-len",
+        "300",
+        "--slo",
+        "ttft_p95_s=1.0",
+        "--slo",
+        "tpot_mean_ms=15",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let best = &v["disaggregated"]["best"];
+    assert_eq!(best["meets_slo"], true);
+    let (p, d) = (best["prefill_workers"].as_u64().unwrap(), best["decode_workers"].as_u64().unwrap());
+    assert!(p + d > 2, "a split beyond 1:1 at this rate: {best}");
+    let smaller: Vec<&serde_json::Value> = v["disaggregated"]["neighbours"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["prefill_workers"].as_u64().unwrap() + n["decode_workers"].as_u64().unwrap() < p + d)
+        .collect();
+    assert!(!smaller.is_empty());
+    for n in smaller {
+        assert_eq!(n["meets_slo"], false, "a smaller split met the SLOs: {n}");
+    }
+    // Without a rate it says what it needs.
+    let o = capsim(&["capacity", "--disaggregated", "--slo", "ttft_p95_s=1.0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--target-rate"));
+}
+
+#[test]
+fn explain_shows_the_kv_transfer() {
+    let o = capsim(&["explain", "--prefill-workers", "1", "--decode-workers", "1", "--context", "1000", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = &v["kv_transfer"];
+    let expect = KV_TRANSFER_LATENCY_S
+        + 1000.0 * t["link"]["bytes_per_token_per_gpu"].as_f64().unwrap() / t["link"]["bw_bytes_s"].as_f64().unwrap();
+    assert!((t["transfer_s"].as_f64().unwrap() - expect).abs() < 1e-12);
+    let o = capsim(&["explain", "--prefill-workers", "1", "--decode-workers", "1"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("KV transfer"));
+}
