@@ -82,6 +82,9 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
     let window = MeasureWindow::of(w);
     let horizon_ns = SimTime::from_secs(opts.horizon_s).0;
     let shares = shares_content(w);
+    // Sends that never wait for a completion (a closed loop's and a conversation's do).
+    let sends_fixed =
+        w.spec.conversation.is_none() && !matches!(w.spec.arrivals, crate::workload::Arrivals::ClosedLoop { .. });
     let mut reps: Vec<Replica> =
         (0..np)
             .map(|_| Replica::new(&d.prefill, &opts, (planned / np as u64) as usize, window, shares))
@@ -147,10 +150,14 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
         key[i] = NO_EVENT;
         finished.clear();
         // A fast-forward stops before the next send and the horizon; a decode worker's also before
-        // the earliest a prefill worker can hand it a request (its next step's start).
+        // the earliest a prefill worker can hand it a request (its next step's start). When sends
+        // wait for completions (closed loops, conversations), a completion on any worker can send a
+        // request that reaches this one: then before every other worker's next event.
         let limit = fast.then(|| {
             let l = arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns);
-            if i >= np {
+            if !sends_fixed {
+                key.iter().copied().fold(l, u64::min)
+            } else if i >= np {
                 key[..np].iter().copied().fold(l, u64::min)
             } else {
                 l

@@ -225,3 +225,23 @@ fn explain_shows_the_kv_transfer() {
     let o = capsim(&["explain", "--prefill-workers", "1", "--decode-workers", "1"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("KV transfer"));
 }
+
+/// A closed loop: a decode worker's fast-forward never runs past a request another worker's
+/// completion sends its way (each decode queue wait stays within one decode step).
+#[test]
+fn closed_loop_decode_waits_stay_short() {
+    let p = const_profile("vllm", STEP_S, "");
+    let d = Disaggregated::new(p.clone(), p, 1, 4);
+    let w = Workload::fixed(
+        Arrivals::ClosedLoop { clients: 8, think_time_s: 0.0, think_exponential: false },
+        500,
+        200,
+        Some(64),
+    )
+    .unwrap();
+    let fast = simulate_disaggregated(&d, &w, 1, SimOptions::default());
+    let slow = simulate_disaggregated(&d, &w, 1, SimOptions { step_by_step: true, ..SimOptions::default() });
+    assert_eq!(fast.records, slow.records, "fast-forward equals step by step");
+    let max = fast.disagg.as_ref().unwrap().decode.queue_wait_s.iter().cloned().fold(0.0, f64::max);
+    assert!(max <= STEP_S + 1e-9, "decode queue wait {max}");
+}
