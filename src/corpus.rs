@@ -8,7 +8,9 @@
 use crate::catalog::Catalog;
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::Result;
-use crate::measured::corpus::{read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint};
+use crate::measured::corpus::{
+    read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint, PoolLayout,
+};
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
 use crate::profile::{Deployment, EngineKind, EngineSettings, SpecMethod, Speculative};
 use crate::units::Dtype;
@@ -72,7 +74,8 @@ pub fn read_points(dir: &Path) -> Result<Vec<CorpusPoint>> {
 pub enum Refusal {
     /// A row its source marks unofficial (InferenceX's Together-cluster baselines: another client).
     Unofficial,
-    /// Prefill and decode on separate workers (issue 25).
+    /// Prefill and decode on separate workers whose layout or client concurrency the source does not
+    /// state (issue 25: the others are replayed on sim/disagg.rs).
     Disaggregated,
     /// A draft method or engine whose launch settings capsim has not read (MTP on SGLang, TensorRT-LLM
     /// and vLLM is expressed: `corpus_speculative`).
@@ -99,7 +102,7 @@ impl Refusal {
     pub fn label(&self) -> String {
         match self {
             Refusal::Unofficial => "unofficial row of its source (another client setup)".into(),
-            Refusal::Disaggregated => "disaggregated prefill/decode".into(),
+            Refusal::Disaggregated => "disaggregated prefill/decode without a stated layout or concurrency".into(),
             Refusal::SpeculativeDecoding => "speculative decoding of a method capsim has not read".into(),
             Refusal::AttentionDp => "attention data parallelism".into(),
             Refusal::PipelineParallel => "pipeline parallelism".into(),
@@ -127,6 +130,41 @@ pub struct Experiment {
     pub run: Arc<Run>,
     /// `ttft_s` and `tpot_ms` (those the source has), each a point carrying `run`.
     pub points: Vec<Point>,
+    /// A disaggregated point's pools (`deployment` is then its decode pool's).
+    pub pd: Option<PdExperiment>,
+}
+
+/// A disaggregated experiment's two pools as its benchmark launched them.
+#[derive(Debug, Clone)]
+pub struct PdExperiment {
+    pub prefill: Deployment,
+    pub decode: Deployment,
+    pub prefill_workers: u32,
+    pub decode_workers: u32,
+}
+
+/// A disaggregated pool's engine settings: aiconfigurator's benchmark rules for NVIDIA's rows
+/// (ai-dynamo/aiconfigurator generator/rule_plugin/benchmark/{vllm,trtllm,sglang}.rule: a prefill
+/// worker's max_batch_size its stated batch (default 1) and max_num_tokens ISL + 1500 (TensorRT-LLM
+/// rounded up to 32-token blocks; SGLang max_prefill_tokens ISL + 1500); a decode worker's
+/// max_batch_size its stated batch (default 128) and max_num_tokens that batch), the engines'
+/// defaults for InferenceX's (its TensorRT-LLM token budget as aggregated).
+fn pool_settings(client: Client, engine: EngineKind, isl: u32, batch: Option<u32>, prefill: bool) -> EngineSettings {
+    if client == Client::InferenceX {
+        return benchmark_settings(client, engine, isl, batch.unwrap_or(1));
+    }
+    let mut s = EngineSettings { kind: Some(engine), ..EngineSettings::default() };
+    let batch = batch.unwrap_or(if prefill { 1 } else { 128 });
+    let tokens = if prefill { isl as u64 + 1500 } else { batch as u64 };
+    let tokens = if engine == EngineKind::Trtllm { tokens.div_ceil(32) * 32 } else { tokens };
+    let tokens = Some(tokens.min(u32::MAX as u64) as u32);
+    s.max_num_seqs = Some(batch);
+    match engine {
+        EngineKind::Sglang if prefill => s.max_prefill_tokens = tokens,
+        EngineKind::Sglang => {}
+        _ => s.max_num_batched_tokens = tokens,
+    }
+    s
 }
 
 /// What makes a corpus point a large deployment (issue 25): the serving features beyond one
@@ -392,11 +430,15 @@ pub fn express(
     if !p.official || p.range_ratio.is_some_and(|r| (r - 0.8).abs() > 1e-9) {
         return Err(Refusal::Unofficial);
     }
-    if p.disaggregated {
-        return Err(Refusal::Disaggregated);
-    }
+    let pools = match (p.disaggregated, p.pools) {
+        (false, _) => None,
+        (true, Some((pre, dec))) if p.concurrency > 0 && pre.workers > 0 && dec.workers > 0 => Some((pre, dec)),
+        (true, _) => return Err(Refusal::Disaggregated),
+    };
     let large = !features(p).is_empty();
-    let engine = engine_of(&p.engine).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
+    // Dynamo's disaggregated deployments name the engine behind it (`dynamo-sglang`, `dynamo-trt`).
+    let engine_name = if pools.is_some() { p.engine.trim_start_matches("dynamo-") } else { p.engine.as_str() };
+    let engine = engine_of(engine_name).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
     let gpu = catalog.gpu(&gpu_name(&p.gpu)).map_err(|_| Refusal::UnknownGpu(p.gpu.clone()))?;
     let model_key = model_name(&p.model);
     let arch = catalog.model(&model_key).map_err(|_| Refusal::UnknownModel(p.model.clone()))?;
@@ -446,6 +488,37 @@ pub fn express(
             benchmark_settings(p.client, engine, p.isl, settings_concurrency),
         ),
         speculative,
+    };
+    let pd = match pools {
+        None => None,
+        Some((pre, dec)) => {
+            let pool = |l: PoolLayout, prefill: bool| -> std::result::Result<Deployment, Refusal> {
+                // A pool's own attention-DP layout is not wired into its deployment yet.
+                if l.attention_dp > 1 {
+                    return Err(Refusal::AttentionDp);
+                }
+                if l.tensor_parallel > gpu.link_domain_gpus.max(1) {
+                    return Err(Refusal::BeyondLinkDomain);
+                }
+                let ep = moe && l.moe_ep > 1;
+                if ep && (l.moe_tp > 1 || l.moe_ep != l.tensor_parallel) {
+                    return Err(Refusal::MixedMoeLayout);
+                }
+                Ok(Deployment {
+                    tensor_parallel: l.tensor_parallel,
+                    expert_parallel: ep,
+                    settings: pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
+                    ..deployment.clone()
+                })
+            };
+            let (prefill, decode) = (pool(pre, true)?, pool(dec, false)?);
+            check(&prefill).map_err(Refusal::DoesNotResolve)?;
+            Some(PdExperiment { prefill, decode, prefill_workers: pre.workers, decode_workers: dec.workers })
+        }
+    };
+    let deployment = match &pd {
+        Some(x) => x.decode.clone(),
+        None => deployment,
     };
     check(&deployment).map_err(Refusal::DoesNotResolve)?;
     let requests = p.requests.unwrap_or(NVIDIA_ROUNDS * p.concurrency as u64);
@@ -513,6 +586,7 @@ pub fn express(
         deployment,
         run,
         points,
+        pd,
     })
 }
 

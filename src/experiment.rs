@@ -251,6 +251,19 @@ fn summary_of(profile: &Profile, w: &Workload) -> Summary {
     summarize(&out, 0, 0, 0.0, &RequestSlo::default())
 }
 
+/// A disaggregated deployment's replay of a point's experiment (sim/disagg.rs), summarized; its
+/// points' values come from it by [`metric_of_point`].
+pub fn disaggregated_summary(d: &crate::profile::disagg::Disaggregated, p: &Point) -> Option<Summary> {
+    let w = workload_for(p, &ExperimentUnknowns::default())?;
+    let out = crate::sim::simulate_disaggregated(d, &w, 1, REPLAY);
+    Some(summarize(&out, 0, 0, 0.0, &RequestSlo::default()))
+}
+
+/// A point's metric from its experiment's summary.
+pub fn metric_of_point(s: &Summary, p: &Point) -> Option<f64> {
+    metric_of(s, &p.metric, p.stat, p.concurrency.unwrap_or(1), system_def(p, &[]))
+}
+
 /// (input, output, load, concurrency, run identity: 0 for a report's point).
 type WorkloadKey = (u64, u64, u8, u32, usize);
 

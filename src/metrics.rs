@@ -317,3 +317,41 @@ pub fn summarize(
         offload: out.offload.as_ref().map(|o| offload_summary(o, || Box::new(measured()))),
     }
 }
+
+/// One pool of a disaggregated deployment over a run (`simulate --json` "pools"): its busy share
+/// (busy time summed over its workers / (workers x the run's length)), its queue (each request's wait
+/// from reaching a worker's engine to its first step there, s; the longest waiting queue of any
+/// worker, requests), its KV use (time-weighted mean over busy time, max), preemptions, requests it
+/// rejected and steps.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolSummary {
+    pub workers: u32,
+    pub utilization: f64,
+    pub queue_wait_s: Stats,
+    pub queue_wait_s_max: f64,
+    pub max_waiting: u32,
+    pub kv_util_mean: f64,
+    pub kv_util_max: f64,
+    pub preemptions: u64,
+    pub rejected: u64,
+    pub steps: u64,
+}
+
+/// A disaggregated run's pool figures summarized.
+pub fn pool_summary(p: &crate::sim::PoolOutput, end_ns: u64) -> PoolSummary {
+    let mut waits = p.queue_wait_s.clone();
+    let max = waits.iter().copied().fold(f64::NAN, f64::max);
+    let span = p.workers as f64 * end_ns as f64;
+    PoolSummary {
+        workers: p.workers,
+        utilization: if span > 0.0 { p.busy_ns as f64 / span } else { 0.0 },
+        queue_wait_s: Stats::of(&mut waits),
+        queue_wait_s_max: max,
+        max_waiting: p.max_waiting,
+        kv_util_mean: p.kv_util_mean,
+        kv_util_max: p.kv_util_max,
+        preemptions: p.preemptions,
+        rejected: p.rejected,
+        steps: p.steps,
+    }
+}

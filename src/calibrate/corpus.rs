@@ -738,6 +738,19 @@ pub fn profile_for(
     own_residual: bool,
     client_cost: bool,
 ) -> crate::error::Result<Profile> {
+    profile_for_deployment(catalog, shared, model, e, &e.deployment, own_residual, client_cost)
+}
+
+/// [`profile_for`] of one of the experiment's deployments (a disaggregated experiment's pool).
+pub fn profile_for_deployment(
+    catalog: &Catalog,
+    shared: &SharedModel,
+    model: &LearnedModel,
+    e: &Experiment,
+    deployment: &crate::profile::Deployment,
+    own_residual: bool,
+    client_cost: bool,
+) -> crate::error::Result<Profile> {
     let key = e.deployment_key();
     let l = model.lookup(
         &e.gpu,
@@ -746,7 +759,7 @@ pub fn profile_for(
         &e.model,
         own_residual.then_some(key.as_str()),
     );
-    let mut p = unmeasured_profile(catalog, shared, "corpus", &e.deployment)?;
+    let mut p = unmeasured_profile(catalog, shared, "corpus", deployment)?;
     let (mut c, s) = crate::hardware::coefficients_from_learned(&l, shared, &p.arch, &p.gpu, e.deployment.weight_dtype);
     if client_cost {
         c.request_overhead_s +=

@@ -6,6 +6,7 @@
 //! run in parallel, and the answer does not depend on the number of threads. Several seeds per load are
 //! merged at the per-request level (percentiles are never averaged).
 
+pub mod disagg;
 pub mod fleet;
 pub mod steady;
 

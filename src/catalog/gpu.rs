@@ -51,6 +51,13 @@ pub struct GpuSpec {
     pub host_link_bw_gb_s: Option<f64>,
     #[serde(default)]
     pub host_link_source: Option<String>,
+    /// Scale-out network bandwidth per GPU, one direction (GB/s): the RDMA NIC (InfiniBand or RoCE)
+    /// that a disaggregated deployment's KV moves over between nodes (crate::profile::disagg). None:
+    /// [`DEFAULT_SCALE_OUT_BW_GB_S`].
+    #[serde(default)]
+    pub scale_out_bw_gb_s: Option<f64>,
+    #[serde(default)]
+    pub scale_out_source: Option<String>,
 }
 
 /// The GPU's link to host memory.
@@ -79,6 +86,11 @@ impl HostLinkKind {
         }
     }
 }
+
+/// Scale-out bandwidth per GPU where the catalog gives none: one ConnectX-7 NDR 400 Gb/s NIC per GPU
+/// = 50 GB/s one direction, as ai-dynamo/aiconfigurator systems/h100_sxm.yaml and h200_sxm.yaml
+/// (`inter_node_bw: 50000000000 # Byte/s per GPU, single direction, 1:1 CX7 NDR 400Gb/s per node`).
+pub const DEFAULT_SCALE_OUT_BW_GB_S: f64 = 50.0;
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -195,6 +207,10 @@ impl GpuSpec {
         }
     }
     /// The highest dense peak of this GPU, used as the upper bound of physics checks.
+    /// Scale-out network bandwidth per GPU, one direction, bytes/s.
+    pub fn scale_out_bw_bytes_s(&self) -> f64 {
+        self.scale_out_bw_gb_s.unwrap_or(DEFAULT_SCALE_OUT_BW_GB_S) * 1e9
+    }
     pub fn max_dense_flops_s(&self) -> f64 {
         self.fp8_tflops.unwrap_or(self.bf16_tflops).max(self.bf16_tflops) * 1e12
     }
@@ -251,6 +267,7 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
             ("tdp_w", g.tdp_w),
             ("link_bw_gb_s", g.link_bw_gb_s),
             ("pcie_bw_gb_s", g.pcie_bw_gb_s),
+            ("scale_out_bw_gb_s", g.scale_out_bw_gb_s.unwrap_or(DEFAULT_SCALE_OUT_BW_GB_S)),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return Err(Error::input(

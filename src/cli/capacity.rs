@@ -68,7 +68,11 @@ pub struct CapacityArgs {
     /// Fleet sizing: how the router spreads requests over replicas.
     #[arg(long, value_enum, default_value = "round-robin", help_heading = "Fleet")]
     pub routing: RoutingArg,
-    /// Fleet sizing: search no further than this many replicas.
+    /// Disaggregated prefill/decode: the cheapest prefill:decode worker split (fewest GPUs) serving
+    /// --target-rate within the SLOs, each pool shaped by --prefill-*/--decode-* (workers searched).
+    #[arg(long, help_heading = "Fleet")]
+    pub disaggregated: bool,
+    /// Fleet sizing: search no further than this many replicas (with --disaggregated: workers per pool).
     #[arg(long, default_value_t = 512, help_heading = "Fleet")]
     pub max_replicas: u32,
     /// Fleet sizing: requests each replica receives in a candidate's run (the run grows with the fleet
@@ -92,7 +96,7 @@ pub struct CapacityArgs {
     pub scale_out: ScaleOutArgs,
 }
 
-fn question(a: &CapacityArgs) -> Result<Question> {
+pub(super) fn question(a: &CapacityArgs) -> Result<Question> {
     if a.workload.trace_rate_scale.is_some() {
         return Err(Error::flag(
             "--trace-rate-scale",
@@ -443,6 +447,9 @@ pub fn run(a: CapacityArgs) -> Result<()> {
 
 /// Prints the answer; false when there is none.
 fn answer(a: CapacityArgs) -> Result<bool> {
+    if a.disaggregated {
+        return super::disagg::capacity(&a);
+    }
     let shard = a.scale_out.shard()?;
     if a.scale_out.jsonl && (a.json || a.csv || a.svg.is_some()) {
         return Err(Error::flag("--jsonl", "choose one output: --jsonl, --json, --csv or --svg"));

@@ -35,7 +35,12 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         return Err(Error::flag("--decode", "the step is empty: give --decode N or --prefill N"));
     }
     let catalog = a.deployment.catalog()?;
-    let p = a.deployment.resolve(&catalog)?;
+    // A disaggregated deployment: the decode pool's step, and the KV transfer before it.
+    let pd = a.deployment.disaggregated(&catalog)?;
+    let p = match &pd {
+        Some(d) => d.decode.clone(),
+        None => a.deployment.resolve(&catalog)?,
+    };
     // A step holds at most the engine's running-sequence cap and contexts within the model's window
     // (counted in 64 bits: --decode 4294967295 plus a prefill is not 0 sequences).
     let seqs = a.decode as u64 + u64::from(a.prefill > 0);
@@ -127,6 +132,9 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         }
         if let Some(k) = &p.engine.kv_offload {
             v["kv_offload"] = offload_json(k, p.engine.block_size_tokens, a.prefill_start);
+        }
+        if let Some(d) = &pd {
+            v["kv_transfer"] = super::disagg::transfer_json(d, a.context.max(a.prefill_start + a.prefill));
         }
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
@@ -331,6 +339,9 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             num(compute_s * 1e3, 4),
         )?;
         outln!("  host link: {}", k.link_source)?;
+    }
+    if let Some(d) = &pd {
+        out!("{}", super::disagg::transfer_text(d, a.context.max(a.prefill_start + a.prefill)))?;
     }
     outln!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method))?;
     Ok(())

@@ -27,6 +27,7 @@ mod batch;
 mod calibrate;
 mod capacity;
 mod catalog;
+mod disagg;
 mod explain;
 mod mixed;
 mod plan;
@@ -318,6 +319,36 @@ pub struct ProfileArgs {
     /// GPU's host link (PCIe, NVLink-C2C on GB200/GB300) instead of recomputing; 0: off
     #[arg(long, help_heading = "Engine", allow_negative_numbers = true)]
     pub kv_offload_gb: Option<f64>,
+    /// Disaggregated prefill/decode: prefill workers (with --decode-workers; src/cli/disagg.rs).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_workers: Option<u32>,
+    /// GPUs per prefill worker (tensor parallelism); default --tp.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_tp: Option<u32>,
+    /// Expert-parallel size of a prefill worker: 1 (off) or its TP (experts whole per GPU).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_ep: Option<u32>,
+    /// Attention data-parallel ranks of a prefill worker (1 only, until attention-DP lands).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_attention_dp: Option<u32>,
+    /// The prefill workers' GPU; default --gpu.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_gpu: Option<String>,
+    /// Decode workers (with --prefill-workers).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_workers: Option<u32>,
+    /// GPUs per decode worker (tensor parallelism); default --tp.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_tp: Option<u32>,
+    /// Expert-parallel size of a decode worker: 1 (off) or its TP.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_ep: Option<u32>,
+    /// Attention data-parallel ranks of a decode worker (1 only, until attention-DP lands).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_attention_dp: Option<u32>,
+    /// The decode workers' GPU; default --gpu.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_gpu: Option<String>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -464,6 +495,7 @@ impl ProfileArgs {
             ("--kv-offload-gb", self.kv_offload_gb.is_some()),
         ]
         .into_iter()
+        .chain(self.pd_flag_list())
         .filter_map(|(flag, given)| given.then_some(flag))
         .collect()
     }
@@ -513,6 +545,12 @@ impl ProfileArgs {
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
+        if let Some(flag) = self.pd_flags().next() {
+            return Err(Error::flag(
+                flag,
+                "a disaggregated deployment runs in simulate, capacity --disaggregated and explain only",
+            ));
+        }
         if let Some(gb) = self.kv_offload_gb {
             capsim::profile::offload::check_gb(gb).map_err(|msg| Error::flag("--kv-offload-gb", msg))?;
         }

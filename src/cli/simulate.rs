@@ -209,6 +209,8 @@ pub struct Prepared {
     pub slo: capsim::metrics::RequestSlo,
     pub seed: u64,
     pub horizon_s: f64,
+    /// A disaggregated deployment (`--prefill-*`, `--decode-*`); `profile` is then its decode pool's.
+    pub pd: Option<Box<capsim::profile::disagg::Disaggregated>>,
 }
 
 pub fn prepare(a: &SimulateArgs) -> Result<Prepared> {
@@ -218,21 +220,33 @@ pub fn prepare(a: &SimulateArgs) -> Result<Prepared> {
         }
     }
     let catalog = a.profile.catalog()?;
-    let p = a.profile.resolve(&catalog)?;
+    let pd = a.profile.disaggregated(&catalog)?.map(Box::new);
+    let p = match &pd {
+        Some(d) => d.decode.clone(),
+        None => a.profile.resolve(&catalog)?,
+    };
     let w = workload_of(a)?;
     w.check_context(p.arch.max_context, &p.arch.name)?;
+    if let Some(d) = &pd {
+        super::disagg::check_pools_fit(d, &w)?;
+    }
     if !(a.horizon.is_finite() && a.horizon > 0.0) {
         return Err(Error::flag("--horizon", "must be a positive number of seconds"));
     }
     let slo = goodput_slo(a.goodput_ttft_s, a.goodput_itl_ms, a.goodput_e2e_s)?;
-    capsim::memory::check(&capsim::sim::memory_estimate(&p, &w, 1), 1, "this simulation")?;
-    Ok(Prepared { profile: p, workload: w, slo, seed: a.seed, horizon_s: a.horizon })
+    let replicas = pd.as_ref().map_or(1, |d| d.prefill_workers + d.decode_workers);
+    capsim::memory::check(&capsim::sim::memory_estimate(&p, &w, replicas), 1, "this simulation")?;
+    Ok(Prepared { profile: p, workload: w, slo, seed: a.seed, horizon_s: a.horizon, pd })
 }
 
 impl Prepared {
     pub fn run(&self) -> (capsim::sim::SimOutput, Summary) {
         let (p, w) = (&self.profile, &self.workload);
-        let out = simulate(p, w, self.seed, SimOptions { horizon_s: self.horizon_s, ..Default::default() });
+        let opts = SimOptions { horizon_s: self.horizon_s, ..Default::default() };
+        let out = match &self.pd {
+            Some(d) => capsim::sim::simulate_disaggregated(d, w, self.seed, opts),
+            None => simulate(p, w, self.seed, opts),
+        };
         let s = summarize(&out, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, &self.slo);
         (out, s)
     }
@@ -245,6 +259,9 @@ impl Prepared {
         obj.insert("scenario".into(), scenario_json(&self.profile, &self.workload, self.seed));
         obj.insert("kv_capacity".into(), serde_json::to_value(self.profile.kv_capacity()).expect("kv serializes"));
         obj.insert("kv_series".into(), serde_json::to_value(&out.series).expect("series serializes"));
+        if let (Some(d), Some(r)) = (&self.pd, &out.disagg) {
+            super::disagg::insert_json(obj, d, r);
+        }
         v
     }
 }
@@ -281,7 +298,10 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             p.engine.block_size_tokens,
             a.seed
         )?;
-        out!("{}", kv_capacity_text(p))?;
+        match (&prep.pd, &out.disagg) {
+            (Some(d), Some(r)) => out!("{}", super::disagg::pools_text(d, r))?,
+            _ => out!("{}", kv_capacity_text(p))?,
+        }
         outln!()?;
         out!("{}", summary_table(&s))?;
     }

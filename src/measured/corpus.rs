@@ -68,6 +68,20 @@ impl Client {
     }
 }
 
+/// One pool of a disaggregated deployment as its source states it (aic-e2e `prefill_*`/`decode_*`
+/// columns; InferenceX metadata.json `prefill`/`decode` blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PoolLayout {
+    pub workers: u32,
+    pub tensor_parallel: u32,
+    pub attention_dp: u32,
+    pub moe_tp: u32,
+    pub moe_ep: u32,
+    /// The engine's batch size per worker where stated (aic-e2e `*_batch_size`: the benchmark's
+    /// max_batch_size of that pool).
+    pub batch_size: Option<u32>,
+}
+
 /// One measured load point of the corpus, as its file states it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CorpusPoint {
@@ -100,6 +114,8 @@ pub struct CorpusPoint {
     pub moe_ep: u32,
     /// Prefill and decode on separate workers.
     pub disaggregated: bool,
+    /// The prefill and decode pools of a disaggregated point (None otherwise).
+    pub pools: Option<(PoolLayout, PoolLayout)>,
     /// Speculative decoding (`mtp`), None when off.
     pub spec_decoding: Option<String>,
     pub isl: u32,
@@ -145,8 +161,18 @@ struct AicRow {
     attention_dp_size: String,
     moe_tp_size: String,
     moe_ep_size: String,
+    prefill_batch_size: String,
+    prefill_num_workers: String,
     prefill_tp_size: String,
+    prefill_attention_dp_size: String,
+    prefill_moe_tp_size: String,
+    prefill_moe_ep_size: String,
+    decode_batch_size: String,
+    decode_num_workers: String,
     decode_tp_size: String,
+    decode_attention_dp_size: String,
+    decode_moe_tp_size: String,
+    decode_moe_ep_size: String,
     silicon_ttft_ms: String,
     silicon_tpot_ms: String,
 }
@@ -220,6 +246,56 @@ pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
         } else {
             count("tp_size", &r.tp_size, None)?
         };
+        let pools = if disaggregated {
+            let pool = |side: &str, cols: [&str; 6]| -> Result<PoolLayout> {
+                let c = |i: usize, default: Option<u32>| {
+                    count(
+                        &format!(
+                            "{side}_{}",
+                            ["batch_size", "num_workers", "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"]
+                                [i]
+                        ),
+                        cols[i],
+                        default,
+                    )
+                };
+                let batch = c(0, Some(0))?;
+                Ok(PoolLayout {
+                    workers: c(1, Some(0))?,
+                    tensor_parallel: c(2, Some(1))?.max(1),
+                    attention_dp: c(3, Some(1))?.max(1),
+                    moe_tp: c(4, Some(1))?,
+                    moe_ep: c(5, Some(1))?,
+                    batch_size: (batch > 0).then_some(batch),
+                })
+            };
+            Some((
+                pool(
+                    "prefill",
+                    [
+                        &r.prefill_batch_size,
+                        &r.prefill_num_workers,
+                        &r.prefill_tp_size,
+                        &r.prefill_attention_dp_size,
+                        &r.prefill_moe_tp_size,
+                        &r.prefill_moe_ep_size,
+                    ],
+                )?,
+                pool(
+                    "decode",
+                    [
+                        &r.decode_batch_size,
+                        &r.decode_num_workers,
+                        &r.decode_tp_size,
+                        &r.decode_attention_dp_size,
+                        &r.decode_moe_tp_size,
+                        &r.decode_moe_ep_size,
+                    ],
+                )?,
+            ))
+        } else {
+            None
+        };
         let (isl, osl) = (count("isl", &r.isl, None)?, count("osl", &r.osl, None)?);
         if isl == 0 || osl == 0 {
             return Err(err(if isl == 0 { "isl" } else { "osl" }, "must be at least 1 token".into()));
@@ -240,10 +316,14 @@ pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
             kv_dtype: None,
             tensor_parallel: tp.max(1),
             pipeline_parallel: count("pp_size", &r.pp_size, Some(1))?.max(1),
-            attention_dp: count("attention_dp_size", &r.attention_dp_size, Some(1))?.max(1),
+            // A disaggregated row's attention-DP is its pools' (its own column is blank).
+            attention_dp: count("attention_dp_size", &r.attention_dp_size, Some(1))?
+                .max(pools.map_or(1, |(p, d)| p.attention_dp.max(d.attention_dp)))
+                .max(1),
             moe_tp: count("moe_tp_size", &r.moe_tp_size, Some(1))?,
             moe_ep: count("moe_ep_size", &r.moe_ep_size, Some(1))?,
             disaggregated,
+            pools,
             spec_decoding: None,
             isl,
             osl,
@@ -295,11 +375,25 @@ pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, 
     let spec = m.opt_string("spec_decoding")?.filter(|s| s != "none");
     let kv = m.opt_string("kv_cache_dtype")?;
     let official = m.opt_bool("official")?.unwrap_or(true);
-    let (tp, ep, dpa) = if disaggregated {
-        let decode =
-            mv.get("decode").ok_or_else(|| m.err("decode", "a disaggregated deployment needs a decode block"))?;
-        let d = Doc { src: &meta_file, line: 1, v: decode };
-        (count32(&d, "tp")?.unwrap_or(1), count32(&d, "ep")?.unwrap_or(1), d.opt_bool("dp_attention")?.unwrap_or(false))
+    let pool = |key: &str| -> Result<PoolLayout> {
+        let v =
+            mv.get(key).ok_or_else(|| m.err(key, "a disaggregated deployment needs a prefill and a decode block"))?;
+        let d = Doc { src: &meta_file, line: 1, v };
+        let tp = count32(&d, "tp")?.unwrap_or(1).max(1);
+        let ep = count32(&d, "ep")?.unwrap_or(1).max(1);
+        Ok(PoolLayout {
+            workers: count32(&d, "workers")?.unwrap_or(0),
+            tensor_parallel: tp,
+            attention_dp: if d.opt_bool("dp_attention")?.unwrap_or(false) { tp } else { 1 },
+            moe_tp: if ep > 1 { 1 } else { tp },
+            moe_ep: ep,
+            batch_size: None,
+        })
+    };
+    let pools = if disaggregated { Some((pool("prefill")?, pool("decode")?)) } else { None };
+    let (tp, ep, dpa) = if let Some((p, d)) = pools {
+        // The decode pool's layout, attention-DP if either pool runs it.
+        (d.tensor_parallel, d.moe_ep, p.attention_dp > 1 || d.attention_dp > 1)
     } else {
         let tp = count32(&m, "tp")?.ok_or_else(|| m.err("tp", "required for a single-node deployment"))?;
         (tp, count32(&m, "ep")?.unwrap_or(1), m.opt_bool("dp_attention")?.unwrap_or(false))
@@ -349,10 +443,11 @@ pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, 
             kv_dtype: kv.clone(),
             tensor_parallel: tp.max(1),
             pipeline_parallel: 1,
-            attention_dp: if dpa { tp.max(1) } else { 1 },
+            attention_dp: if dpa { pools.map_or(tp, |(p, d)| p.attention_dp.max(d.attention_dp)).max(1) } else { 1 },
             moe_tp: if ep > 1 { 1 } else { tp.max(1) },
             moe_ep: ep.max(1),
             disaggregated,
+            pools,
             spec_decoding: spec.clone(),
             isl,
             osl,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 mod advice;
+pub mod disagg;
 mod engine;
 pub mod offload;
 mod parallel;

@@ -10,6 +10,7 @@
 
 mod arrivals;
 mod autoscale;
+mod disagg;
 mod drive;
 mod engine;
 mod fastforward;
@@ -28,6 +29,7 @@ mod trtllm;
 mod vllm;
 
 pub use autoscale::{simulate_autoscaled, AutoscaleBucket, AutoscaleOutput, ScaleSample};
+pub use disagg::{simulate_disaggregated, DisaggReport, PoolOutput};
 pub use drive::{simulate, simulate_fleet, simulate_observed, Routing};
 pub use engine::StepView;
 pub use gaps::GapHistogram;

@@ -107,6 +107,8 @@ pub struct SimOutput {
     pub ttfts_s: Vec<f64>,
     /// KV offload's tally (None without `--kv-offload-gb`).
     pub offload: Option<super::offload::OffloadStats>,
+    /// A disaggregated run's pools and KV transfers (sim/disagg.rs); None for one engine or a fleet.
+    pub disagg: Option<Box<super::disagg::DisaggReport>>,
 }
 
 /// A request on its way to a replica: sent, and when its engine will see it.
@@ -122,6 +124,9 @@ pub(super) struct Arrived {
     content: Content,
     /// What prefix-aware routing keys on (a conversation, a trace's first block).
     pub(super) route_key: Option<u64>,
+    /// Prompt tokens whose KV arrives with the request (a disaggregated decode worker's hand-over,
+    /// sim/disagg.rs): admitted with them computed. 0 otherwise.
+    pub(super) kv_ready: u32,
 }
 
 impl Arrived {
@@ -136,7 +141,29 @@ impl Arrived {
             class: s.class,
             content: s.content,
             route_key: s.route_key,
+            kv_ready: 0,
         }
+    }
+    /// A prefilled request handed to a decode worker at `at` with the KV of `kv_ready` prompt tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn handoff(
+        id: u32,
+        at: u64,
+        client: u32,
+        class: u16,
+        input: u32,
+        output: u32,
+        kv_ready: u32,
+    ) -> Arrived {
+        Arrived { id, send: at, enqueued: 0, client, input, output, class, content: None, route_key: None, kv_ready }
+    }
+    /// The client this request answers to, and its output length.
+    pub(super) fn client_output(&self) -> (u32, u32) {
+        (self.client, self.output)
+    }
+    /// Make this a prefill-only request (one output token: a disaggregated prefill worker's share).
+    pub(super) fn prefill_only(&mut self) {
+        self.output = 1;
     }
 }
 
@@ -269,6 +296,7 @@ impl<'a> Replica<'a> {
                 prefix_evictions: 0,
                 ttfts_s: Vec::new(),
                 offload: None,
+                disagg: None,
             },
             now: 0,
             inbox: VecDeque::new(),
@@ -297,6 +325,14 @@ impl<'a> Replica<'a> {
     /// Requests sent to it that its engine has not seen yet (in the front-end).
     pub(super) fn inbox_len(&self) -> usize {
         self.inbox.len()
+    }
+
+    /// No front-end (a disaggregated decode worker: the request was tokenized and admitted by the
+    /// router and the prefill worker before it).
+    pub(super) fn without_frontend(mut self) -> Self {
+        self.serial_ns = 0;
+        self.overhead_ns = 0;
+        self
     }
 
     fn busy(&self) -> bool {
@@ -343,6 +379,7 @@ impl<'a> Replica<'a> {
             let r = &mut eng.reqs[idx as usize];
             let measured = self.window.contains(a.id, a.send);
             r.start(a.id, a.client, a.class, a.send, a.enqueued, a.input, a.output, measured);
+            r.computed = a.kv_ready;
             if eng.cache.is_some() {
                 if let Some(hashes) = a.content.take() {
                     r.hashes = hashes;

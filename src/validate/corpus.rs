@@ -10,7 +10,7 @@
 //! deployment).
 
 use super::Row;
-use crate::calibrate::corpus::{fit, profile_for};
+use crate::calibrate::corpus::{fit, profile_for, profile_for_deployment};
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::experiment::{predict_cached, ExperimentUnknowns, ReplayCache};
@@ -116,13 +116,27 @@ fn replay(
         .map(|e| {
             let profile = profile_for(catalog, &catalog.hardware, model, e, in_sample, true);
             let cache = ReplayCache::default();
+            // A disaggregated experiment: both pools' profiles, one replay on sim/disagg.rs.
+            let pd = e.pd.as_ref().map(|x| disaggregated(catalog, model, e, x, in_sample));
+            let pd_summary = match (&pd, e.points.first()) {
+                (Some(Ok(d)), Some(p)) => crate::experiment::disaggregated_summary(d, p),
+                _ => None,
+            };
+            let profile = match pd {
+                Some(Err(err)) => Err(err),
+                _ => profile,
+            };
             e.points
                 .iter()
                 .map(|p| {
-                    let predicted = profile
-                        .as_ref()
-                        .ok()
-                        .and_then(|pr| predict_cached(pr, p, &ExperimentUnknowns::default(), &[], &cache));
+                    let predicted = if e.pd.is_some() {
+                        pd_summary.as_ref().and_then(|s| crate::experiment::metric_of_point(s, p))
+                    } else {
+                        profile
+                            .as_ref()
+                            .ok()
+                            .and_then(|pr| predict_cached(pr, p, &ExperimentUnknowns::default(), &[], &cache))
+                    };
                     let error_pct = predicted.map(|v| (v / p.value - 1.0) * 100.0);
                     let row = Row {
                         report: p.report.clone(),
@@ -155,6 +169,23 @@ fn replay(
         .into_iter()
         .flatten()
         .collect()
+}
+
+/// A disaggregated experiment's deployment: each pool's profile from the learned model.
+fn disaggregated(
+    catalog: &Catalog,
+    model: &LearnedModel,
+    e: &Experiment,
+    x: &crate::corpus::PdExperiment,
+    in_sample: bool,
+) -> crate::error::Result<crate::profile::disagg::Disaggregated> {
+    let pool = |d| profile_for_deployment(catalog, &catalog.hardware, model, e, d, in_sample, true);
+    Ok(crate::profile::disagg::Disaggregated::new(
+        pool(&x.prefill)?,
+        pool(&x.decode)?,
+        x.prefill_workers,
+        x.decode_workers,
+    ))
 }
 
 /// The feature set of a large experiment, as its protocols' rows name it (`disaggregated+mtp`).

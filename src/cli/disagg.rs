@@ -1,0 +1,428 @@
+//! The disaggregated prefill/decode flags of [`ProfileArgs`] (`--prefill-*`, `--decode-*`) resolved
+//! into a [`Disaggregated`] deployment: each pool a profile of its own, from the deployment's flags
+//! with the pool's GPU, tensor parallelism and expert layout.
+
+use super::ProfileArgs;
+use capsim::catalog::Catalog;
+use capsim::error::{Error, Result};
+use capsim::profile::disagg::{Disaggregated, PoolSpec, MAX_WORKERS};
+use capsim::profile::Profile;
+use capsim::workload::Workload;
+
+/// Which pool, for flag names.
+#[derive(Clone, Copy)]
+enum Side {
+    Prefill,
+    Decode,
+}
+
+impl Side {
+    fn flag(self, name: &str) -> String {
+        match self {
+            Side::Prefill => format!("--prefill-{name}"),
+            Side::Decode => format!("--decode-{name}"),
+        }
+    }
+}
+
+impl ProfileArgs {
+    /// The disaggregated flags and whether each was given.
+    pub fn pd_flag_list(&self) -> [(&'static str, bool); 10] {
+        [
+            ("--prefill-workers", self.prefill_workers.is_some()),
+            ("--prefill-tp", self.prefill_tp.is_some()),
+            ("--prefill-ep", self.prefill_ep.is_some()),
+            ("--prefill-attention-dp", self.prefill_attention_dp.is_some()),
+            ("--prefill-gpu", self.prefill_gpu.is_some()),
+            ("--decode-workers", self.decode_workers.is_some()),
+            ("--decode-tp", self.decode_tp.is_some()),
+            ("--decode-ep", self.decode_ep.is_some()),
+            ("--decode-attention-dp", self.decode_attention_dp.is_some()),
+            ("--decode-gpu", self.decode_gpu.is_some()),
+        ]
+    }
+    /// The disaggregated flags given.
+    pub fn pd_flags(&self) -> impl Iterator<Item = &'static str> {
+        self.pd_flag_list().into_iter().filter_map(|(f, given)| given.then_some(f))
+    }
+    /// The two pools as stated (None: no disaggregated flag given). Both worker counts are required
+    /// once any `--prefill-*` or `--decode-*` flag is given.
+    pub fn pool_specs(&self) -> Result<Option<(PoolSpec, PoolSpec)>> {
+        let Some(first) = self.pd_flags().next() else { return Ok(None) };
+        let workers = |flag: &str, n: Option<u32>| -> Result<u32> {
+            match n {
+                None => Err(Error::flag(
+                    flag,
+                    format!(
+                        "a disaggregated deployment (given {first}) needs both --prefill-workers and --decode-workers"
+                    ),
+                )),
+                Some(n) if n == 0 || n > MAX_WORKERS => {
+                    Err(Error::flag(flag, format!("must be in 1..={MAX_WORKERS} workers, got {n}")))
+                }
+                Some(n) => Ok(n),
+            }
+        };
+        let p = PoolSpec {
+            workers: workers("--prefill-workers", self.prefill_workers)?,
+            tp: self.prefill_tp,
+            ep: self.prefill_ep,
+            attention_dp: self.prefill_attention_dp,
+            gpu: self.prefill_gpu.clone(),
+        };
+        let d = PoolSpec {
+            workers: workers("--decode-workers", self.decode_workers)?,
+            tp: self.decode_tp,
+            ep: self.decode_ep,
+            attention_dp: self.decode_attention_dp,
+            gpu: self.decode_gpu.clone(),
+        };
+        Ok(Some((p, d)))
+    }
+    /// These flags without the disaggregated ones (the deployment each pool starts from).
+    pub fn without_pd(&self) -> ProfileArgs {
+        ProfileArgs {
+            prefill_workers: None,
+            prefill_tp: None,
+            prefill_ep: None,
+            prefill_attention_dp: None,
+            prefill_gpu: None,
+            decode_workers: None,
+            decode_tp: None,
+            decode_ep: None,
+            decode_attention_dp: None,
+            decode_gpu: None,
+            ..self.clone()
+        }
+    }
+    /// One pool's profile: the deployment's flags with the pool's GPU, TP and expert layout; an error
+    /// names the pool's flag.
+    fn pool_profile(&self, catalog: &Catalog, spec: &PoolSpec, side: Side) -> Result<Profile> {
+        let mut a = self.without_pd();
+        if let Some(tp) = spec.tp {
+            if tp == 0 {
+                return Err(Error::flag(&side.flag("tp"), "must be at least 1 GPU"));
+            }
+            a.tp = Some(tp);
+        }
+        if let Some(g) = &spec.gpu {
+            a.gpu = Some(g.clone());
+        }
+        if let Some(dp) = spec.attention_dp {
+            match dp {
+                0 => return Err(Error::flag(&side.flag("attention-dp"), "must be at least 1")),
+                1 => {}
+                n => {
+                    return Err(Error::flag(
+                        &side.flag("attention-dp"),
+                        format!("{n} attention data-parallel ranks: lands with attention-DP (only 1 for now)"),
+                    ))
+                }
+            }
+        }
+        // The pool's TP as resolved (its own flag, --tp, or the profile's) decides what --*-ep can say.
+        let base = a.resolve(catalog).map_err(|e| rename_flag(e, side))?;
+        if let Some(ep) = spec.ep {
+            let tp = base.tensor_parallel;
+            a.expert_parallel = match ep {
+                0 => return Err(Error::flag(&side.flag("ep"), "must be at least 1")),
+                1 => false,
+                n if n == tp => true,
+                n => {
+                    return Err(Error::flag(
+                        &side.flag("ep"),
+                        format!(
+                            "expert-parallel size {n}: only 1 (off) or the pool's TP ({tp}, experts whole per GPU) for now; other sizes land with attention-DP"
+                        ),
+                    ))
+                }
+            };
+            if a.expert_parallel && base.arch.moe.is_none() {
+                return Err(Error::flag(&side.flag("ep"), format!("{} has no experts to spread", base.arch.name)));
+            }
+            return a.resolve(catalog).map_err(|e| rename_flag(e, side));
+        }
+        Ok(base)
+    }
+    /// The disaggregated deployment the flags state, None without `--prefill-*`/`--decode-*` flags.
+    pub fn disaggregated(&self, catalog: &Catalog) -> Result<Option<Disaggregated>> {
+        let Some((p, d)) = self.pool_specs()? else { return Ok(None) };
+        let prefill = self.pool_profile(catalog, &p, Side::Prefill)?;
+        let decode = self.pool_profile(catalog, &d, Side::Decode)?;
+        if prefill.arch.name != decode.arch.name {
+            return Err(Error::flag("--decode-gpu", "both pools must serve the same model"));
+        }
+        Ok(Some(Disaggregated::new(prefill, decode, p.workers, d.workers)))
+    }
+}
+
+/// A pool's error from the shared flags named by the pool's own flag where it came from there.
+fn rename_flag(e: Error, side: Side) -> Error {
+    match e {
+        Error::Input { at, msg } if at.source == "command line" => {
+            let flag = match at.field.as_deref() {
+                Some("--gpu") => side.flag("gpu"),
+                Some("--tp") => side.flag("tp"),
+                Some(f) => f.to_string(),
+                None => return Error::Input { at, msg },
+            };
+            Error::flag(&flag, msg)
+        }
+        other => other,
+    }
+}
+
+/// The workload's shortest request must fit each pool alone: its prompt (and first token) the
+/// prefill worker's KV, its whole sequence the decode worker's, which holds it to the end; else no
+/// request could run, refused naming the pool's flag (longer requests that do not fit are rejected
+/// one by one, as an engine rejects them).
+pub fn check_pools_fit(d: &Disaggregated, w: &Workload) -> Result<()> {
+    use capsim::workload::Arrivals;
+    let (input, output) = match &w.spec.arrivals {
+        Arrivals::Trace { records } => records
+            .iter()
+            .map(|r| (r.input_tokens, r.output_tokens))
+            .min_by_key(|&(i, o)| i as u64 + o as u64)
+            .unwrap_or((1, 1)),
+        _ => w
+            .spec
+            .classes
+            .iter()
+            .map(|c| (c.input.min() + c.system_prompt_tokens, c.output.min()))
+            .min_by_key(|&(i, o)| i as u64 + o as u64)
+            .unwrap_or((1, 1)),
+    };
+    for (p, side, tokens) in
+        [(&d.prefill, Side::Prefill, input as u64 + 1), (&d.decode, Side::Decode, input as u64 + output as u64)]
+    {
+        let e = &p.engine;
+        let blocks = tokens.div_ceil(e.block_size_tokens as u64) + e.per_seq_reserved_blocks as u64;
+        if blocks > e.kv_capacity_blocks() {
+            return Err(Error::flag(
+                &side.flag("tp"),
+                format!(
+                    "a {} worker ({} x {}, {}) holds KV for {} tokens, and the workload's longest request needs {} (prompt {}{}): no room for one request; give the pool more GPUs (--{}-tp) or another GPU (--{}-gpu)",
+                    match side { Side::Prefill => "prefill", Side::Decode => "decode" },
+                    p.tensor_parallel,
+                    p.gpu.name,
+                    p.engine.kind.as_str(),
+                    e.kv_capacity_tokens,
+                    tokens,
+                    input,
+                    match side { Side::Prefill => String::from(" + 1"), Side::Decode => format!(" + output {output}") },
+                    match side { Side::Prefill => "prefill", Side::Decode => "decode" },
+                    match side { Side::Prefill => "prefill", Side::Decode => "decode" },
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `simulate --json`'s disaggregated keys: "disaggregated" (the deployment: each pool's workers,
+/// GPU, TP, expert layout, engine and KV capacity, the link), "pools" ({"prefill", "decode"}: each
+/// pool's [`capsim::metrics::PoolSummary`]) and "kv_transfer_s" (Stats of each request's transfer,
+/// the wait for the link included, with "max").
+pub fn insert_json(
+    obj: &mut serde_json::Map<String, serde_json::Value>,
+    d: &Disaggregated,
+    r: &capsim::sim::DisaggReport,
+) {
+    use serde_json::json;
+    let pool = |p: &Profile, workers: u32| {
+        json!({
+            "workers": workers,
+            "gpu": p.gpu.name,
+            "tensor_parallel": p.tensor_parallel,
+            "expert_parallel": p.expert_parallel,
+            "engine": p.engine.kind.as_str(),
+            "kv_capacity_tokens": p.engine.kv_capacity_tokens,
+        })
+    };
+    obj.insert(
+        "disaggregated".into(),
+        json!({
+            "prefill": pool(&d.prefill, d.prefill_workers),
+            "decode": pool(&d.decode, d.decode_workers),
+            "gpus": d.gpus(),
+            "kv_link": d.link,
+        }),
+    );
+    let (pre, dec) = pools(r);
+    obj.insert("pools".into(), json!({"prefill": pre, "decode": dec}));
+    let mut t = r.kv_transfer_s.clone();
+    let max = t.iter().copied().fold(f64::NAN, f64::max);
+    let mut v = serde_json::to_value(capsim::metrics::Stats::of(&mut t)).expect("stats serialize");
+    v.as_object_mut().expect("object").insert("max".into(), json!(max));
+    obj.insert("kv_transfer_s".into(), v);
+}
+
+fn pools(r: &capsim::sim::DisaggReport) -> (capsim::metrics::PoolSummary, capsim::metrics::PoolSummary) {
+    (capsim::metrics::pool_summary(&r.prefill, r.end_ns), capsim::metrics::pool_summary(&r.decode, r.end_ns))
+}
+
+/// The table's lines for a disaggregated run: the deployment and each pool's figures.
+pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport) -> String {
+    use capsim::report::num;
+    let mut t = r.kv_transfer_s.clone();
+    let ts = capsim::metrics::Stats::of(&mut t);
+    let mut out = format!(
+        "disaggregated: {} GPUs; KV link {} GB/s per GPU + {} ms per transfer ({})\n",
+        d.gpus(),
+        num(d.link.bw_bytes_s / 1e9, 4),
+        num(d.link.latency_s * 1e3, 3),
+        d.link.source
+    );
+    let (pre, dec) = pools(r);
+    for (name, p, s, workers) in
+        [("prefill", &d.prefill, &pre, d.prefill_workers), ("decode", &d.decode, &dec, d.decode_workers)]
+    {
+        out.push_str(&format!(
+            "  {name:<8}{workers} x {} TP{}{} {}: KV {} tokens; busy {:.1}%, queue wait mean {} s (max {} s, {} waiting at most), KV mean / max {:.1}% / {:.1}%, preemptions {}\n",
+            p.gpu.name,
+            p.tensor_parallel,
+            if p.expert_parallel { " EP" } else { "" },
+            p.engine.kind.as_str(),
+            p.engine.kv_capacity_tokens,
+            s.utilization * 100.0,
+            num(s.queue_wait_s.mean, 4),
+            num(s.queue_wait_s_max, 4),
+            s.max_waiting,
+            s.kv_util_mean * 100.0,
+            s.kv_util_max * 100.0,
+            s.preemptions
+        ));
+    }
+    out.push_str(&format!(
+        "  KV transfer s: mean {}, p50 {}, p99 {}\n",
+        num(ts.mean, 4),
+        num(ts.p50, 4),
+        num(ts.p99, 4)
+    ));
+    out
+}
+
+/// `capacity --disaggregated`: the cheapest split meeting the SLOs at --target-rate, its neighbours
+/// and every split tried. True when a split meets them.
+pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
+    use capsim::report::{num, table};
+    let rate = a.target_rate.ok_or_else(|| {
+        Error::flag("--disaggregated", "sizes the pools for an open-loop rate: give --target-rate R (requests/s)")
+    })?;
+    if !(rate.is_finite() && rate > 0.0 && rate <= capsim::workload::MAX_RATE_PER_S) {
+        return Err(Error::flag(
+            "--target-rate",
+            format!("must be a positive rate up to 1e6, got {}", capsim::error::fmt_num(rate)),
+        ));
+    }
+    for (flag, given) in
+        [("--gpus", a.gpus.is_some()), ("--svg", a.svg.is_some()), ("--csv", a.csv), ("--jsonl", a.scale_out.jsonl)]
+    {
+        if given {
+            return Err(Error::flag(flag, "not with --disaggregated"));
+        }
+    }
+    if a.max_replicas == 0 || a.max_replicas > MAX_WORKERS {
+        return Err(Error::flag(
+            "--max-replicas",
+            format!("with --disaggregated: workers per pool, in 1..={MAX_WORKERS}"),
+        ));
+    }
+    let q = super::capacity::question(a)?;
+    let catalog = a.profile.catalog()?;
+    let mut pa = a.profile.clone();
+    // The worker counts are what is searched: the pools' shapes alone matter here.
+    pa.prefill_workers = Some(1);
+    pa.decode_workers = Some(1);
+    let base = pa.disaggregated(&catalog)?.expect("worker counts set");
+    let w = q.template.at(capsim::workload::LoadAxis::Rate, rate)?;
+    w.check_context(base.decode.arch.max_context, &base.decode.arch.name)?;
+    check_pools_fit(&base, &w)?;
+    let pb = super::progress_bar(0, "simulations");
+    let tick = || pb.inc(1);
+    let ans = capsim::capacity::disagg::size_disaggregated(&base, &q, rate, a.max_replicas, &tick)?;
+    pb.finish_and_clear();
+    if a.json {
+        let v = serde_json::json!({
+            "disaggregated": ans,
+            "prefill": {"gpu": base.prefill.gpu.name, "tensor_parallel": base.prefill.tensor_parallel, "expert_parallel": base.prefill.expert_parallel},
+            "decode": {"gpu": base.decode.gpu.name, "tensor_parallel": base.decode.tensor_parallel, "expert_parallel": base.decode.expert_parallel},
+            "slos": q.slos.iter().map(|s| serde_json::json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
+            "seed": q.seed,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
+        return Ok(ans.best.is_some());
+    }
+    let row = |c: &capsim::capacity::disagg::PdCandidate| {
+        let mut r = vec![
+            c.prefill_workers.to_string(),
+            c.decode_workers.to_string(),
+            c.gpus.to_string(),
+            c.meets_slo.to_string(),
+        ];
+        r.extend(c.slo_values.iter().map(|(_, v)| num(*v, 4)));
+        r.extend([
+            format!("{:.2}", c.prefill_utilization),
+            format!("{:.2}", c.decode_utilization),
+            c.unfinished.to_string(),
+        ]);
+        r
+    };
+    let mut headers: Vec<String> = ["prefill", "decode", "gpus", "meets_slo"].map(String::from).to_vec();
+    headers.extend(q.slos.iter().map(|s| s.name()));
+    headers.extend(["prefill_busy", "decode_busy", "unfinished"].map(String::from));
+    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+    outln!(
+        "disaggregated at {} requests/s: prefill workers of {} x {}, decode workers of {} x {}; KV link {}",
+        num(rate, 4),
+        base.prefill.tensor_parallel,
+        base.prefill.gpu.name,
+        base.decode.tensor_parallel,
+        base.decode.gpu.name,
+        base.link.source
+    )?;
+    match &ans.best {
+        Some(b) => {
+            outln!("cheapest: {} prefill + {} decode workers = {} GPUs", b.prefill_workers, b.decode_workers, b.gpus)?;
+            outln!("\nit and its neighbours (one worker fewer or more in a pool):")?;
+            let rows: Vec<Vec<String>> = std::iter::once(b).chain(ans.neighbours.iter()).map(row).collect();
+            out!("{}", table(&h, &rows))?;
+        }
+        None => outln!("no split up to {} workers per pool meets the SLOs", a.max_replicas)?,
+    }
+    outln!("\nevery split tried:")?;
+    out!("{}", table(&h, &ans.tried.iter().map(row).collect::<Vec<_>>()))?;
+    Ok(ans.best.is_some())
+}
+
+/// `explain`'s KV transfer of one prompt of `tokens` tokens (JSON "kv_transfer": link path,
+/// bandwidth per GPU, latency, bytes per decode GPU, seconds).
+pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
+    serde_json::json!({
+        "prompt_tokens": tokens,
+        "link": d.link,
+        "bytes_per_decode_gpu": tokens as f64 * d.link.bytes_per_token_per_gpu,
+        "transfer_s": d.transfer_s(tokens),
+    })
+}
+
+/// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens.
+pub fn transfer_text(d: &Disaggregated, tokens: u32) -> String {
+    use capsim::report::num;
+    format!(
+        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a decode worker's): a {tokens}-token prompt moves {} MB to each decode GPU in {} ms = {} ms latency + {} MB / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
+        d.prefill_workers,
+        d.prefill.gpu.name,
+        d.prefill.tensor_parallel,
+        d.decode_workers,
+        d.decode.gpu.name,
+        d.decode.tensor_parallel,
+        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        num(d.transfer_s(tokens) * 1e3, 4),
+        num(d.link.latency_s * 1e3, 3),
+        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        num(d.link.bw_bytes_s / 1e9, 4),
+        d.link.path,
+        d.link.source
+    )
+}

@@ -1,0 +1,148 @@
+//! A disaggregated prefill/decode deployment: a pool of prefill workers and a pool of decode workers,
+//! each a [`Profile`] of its own (GPU, tensor parallelism, expert layout, engine, KV pool), and the
+//! link the KV cache moves over between them. sim/disagg.rs simulates it.
+//!
+//! The flow, as NVIDIA Dynamo runs it with vLLM's NixlConnector (and SGLang's PD with Mooncake in
+//! the same shape): the router sends a request to a prefill worker, which prefills it (chunked, as
+//! its engine does) with max_tokens = 1; the request then goes to a decode worker, which allocates
+//! blocks for the prompt and reads the prefill worker's KV over NIXL (an RDMA read, the request
+//! waiting while the engine's other requests keep decoding: the transfer blocks the request, not
+//! the engine); once the KV is there the decode worker recomputes the prompt's last token (vLLM's
+//! scheduler lowers a fully loaded prompt's computed tokens by one to get its logits), which gives
+//! the first token the client sees, and decodes the rest. So TTFT = prefill queue and compute +
+//! transfer + the decode worker's queue + one decode-sized step.
+//!
+//! Sources: ai-dynamo/aiconfigurator generator/builders/k8s_builder.py launches both pools'
+//! vLLM workers with `--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'`;
+//! its backend_templates/*/run.sh.j2 start `dynamo.frontend` with `--router-mode kv` only when the
+//! KV router is asked for, and generator/dynamo_features.py normalizes an unset router mode to
+//! `round-robin`: Dynamo's default routing, which capsim uses for both pools (the KV-aware router is
+//! not simulated). vLLM's NixlConnector and its scheduler's `_update_waiting_for_remote_kv` (the
+//! last prompt token recomputed) and Dynamo's disaggregated flow are cited as read in their
+//! repositories' docs (docs/architecture/disagg_serving.md in ai-dynamo/dynamo); the snapshots are
+//! above this workplace's fetch limit, so those two are not re-read here (ENGINES.md says so).
+
+use super::Profile;
+use crate::catalog::gpu::LinkKind;
+use serde::Serialize;
+
+/// One pool as the user states it (`--prefill-*`, `--decode-*`): None keeps the deployment's own.
+/// `ep` and `attention_dp` are carried for expert parallelism beyond TP and attention data
+/// parallelism; today only ep = 1 (off) or ep = tp (vLLM's --enable-expert-parallel) and
+/// attention_dp = 1 can be expressed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PoolSpec {
+    pub workers: u32,
+    pub tp: Option<u32>,
+    pub ep: Option<u32>,
+    pub attention_dp: Option<u32>,
+    pub gpu: Option<String>,
+}
+
+/// Per-transfer latency of one KV move (s): the decode worker's NIXL read request, its completion
+/// notification and the hand-over of the request from the prefill response to the decode worker
+/// through the router. An assumption (UCX RDMA round trips are tens of microseconds; the
+/// request's hop through the frontend about a millisecond), stated as such in ENGINES.md.
+pub const KV_TRANSFER_LATENCY_S: f64 = 1e-3;
+
+/// Which link the KV moves over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkPath {
+    /// Both pools inside one NVLink (or xGMI) domain: the GPU's own link.
+    ScaleUp,
+    /// Between nodes: the RDMA NIC of each GPU (InfiniBand or RoCE).
+    Network,
+}
+
+/// The KV link between the pools: each decode GPU reads its share of the prompt's KV over its own
+/// link in parallel with the others.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KvLink {
+    pub path: LinkPath,
+    /// Bandwidth per GPU, one direction, bytes/s.
+    pub bw_bytes_s: f64,
+    pub latency_s: f64,
+    /// KV bytes one decode GPU receives per prompt token (its share under the decode pool's tensor
+    /// parallelism, MLA's latent whole on every GPU).
+    pub bytes_per_token_per_gpu: f64,
+    /// Why this link and figure.
+    pub source: String,
+}
+
+/// A resolved disaggregated deployment.
+#[derive(Debug, Clone)]
+pub struct Disaggregated {
+    pub prefill: Profile,
+    pub decode: Profile,
+    pub prefill_workers: u32,
+    pub decode_workers: u32,
+    pub link: KvLink,
+}
+
+/// Cap on the workers of a pool (a bound on the work of one run).
+pub const MAX_WORKERS: u32 = 4096;
+
+impl Disaggregated {
+    /// The deployment of two resolved pools. The link: the GPUs' NVLink (xGMI) when both pools use
+    /// the same GPU and all their GPUs fit one link domain (an HGX node of 8, a GB200 NVL72 rack of
+    /// 72); else the scale-out network, the slower of the two GPUs' NICs (models/gpus.toml
+    /// scale_out_bw_gb_s).
+    pub fn new(prefill: Profile, decode: Profile, prefill_workers: u32, decode_workers: u32) -> Disaggregated {
+        let gpus = prefill_workers as u64 * prefill.tensor_parallel as u64
+            + decode_workers as u64 * decode.tensor_parallel as u64;
+        let same = prefill.gpu.name == decode.gpu.name;
+        let fabric = matches!(decode.gpu.link, LinkKind::Nvlink | LinkKind::Xgmi);
+        let (path, bw, source) = if same && fabric && gpus <= decode.gpu.link_domain_gpus as u64 {
+            (
+                LinkPath::ScaleUp,
+                decode.gpu.link_bw_gb_s * 1e9,
+                format!(
+                    "{} GPUs within one {}-GPU link domain of {}: {} GB/s per GPU ({})",
+                    gpus, decode.gpu.link_domain_gpus, decode.gpu.name, decode.gpu.link_bw_gb_s, decode.gpu.link_source
+                ),
+            )
+        } else {
+            let (p, d) = (prefill.gpu.scale_out_bw_bytes_s(), decode.gpu.scale_out_bw_bytes_s());
+            let slower = if p < d { &prefill.gpu } else { &decode.gpu };
+            let why = if !same {
+                "the pools use different GPUs".to_string()
+            } else {
+                format!("{gpus} GPUs exceed one {}-GPU link domain", decode.gpu.link_domain_gpus)
+            };
+            (
+                LinkPath::Network,
+                p.min(d),
+                format!(
+                    "{why}: scale-out network, {} GB/s per GPU ({})",
+                    slower.scale_out_bw_bytes_s() / 1e9,
+                    slower.scale_out_source.as_deref().unwrap_or(
+                        "no figure in the catalog: one ConnectX-7 NDR 400 Gb/s per GPU assumed (catalog::gpu::DEFAULT_SCALE_OUT_BW_GB_S)"
+                    )
+                ),
+            )
+        };
+        let a = &decode.arch;
+        let kv_dtype = decode.file.model.kv_dtype;
+        let tp = decode.tensor_parallel;
+        let bytes_per_token_per_gpu = a.kv_bytes_per_token(kv_dtype) * a.kv_replication(tp) / tp as f64;
+        let link = KvLink { path, bw_bytes_s: bw, latency_s: KV_TRANSFER_LATENCY_S, bytes_per_token_per_gpu, source };
+        Disaggregated { prefill, decode, prefill_workers, decode_workers, link }
+    }
+    /// GPUs in all: workers x tensor-parallel degree, both pools.
+    pub fn gpus(&self) -> u64 {
+        self.prefill_workers as u64 * self.prefill.tensor_parallel as u64
+            + self.decode_workers as u64 * self.decode.tensor_parallel as u64
+    }
+    /// Seconds one prompt's KV takes on an idle link: latency + bytes per decode GPU / bandwidth.
+    /// Sliding-window layers move at most their window.
+    pub fn transfer_s(&self, prompt_tokens: u32) -> f64 {
+        let a = &self.decode.arch;
+        let tp = self.decode.tensor_parallel;
+        let kv_dtype = self.decode.file.model.kv_dtype;
+        let sliding = a.sliding_kv_bytes_per_token(kv_dtype) * a.kv_replication(tp) / tp as f64
+            * (prompt_tokens as u64).min(a.sliding_window) as f64;
+        self.link.latency_s
+            + (prompt_tokens as f64 * self.link.bytes_per_token_per_gpu + sliding) / self.link.bw_bytes_s
+    }
+}
