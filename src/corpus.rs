@@ -507,6 +507,8 @@ pub fn express(
                 Ok(Deployment {
                     tensor_parallel: l.tensor_parallel,
                     expert_parallel: ep,
+                    // The pool's own layout: experts whole over its TP GPUs at most (checked above).
+                    parallel: crate::profile::Parallel::plain(),
                     settings: pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
                     ..deployment.clone()
                 })
