@@ -563,7 +563,10 @@ fn markdown(
            (calibration/corpus, `capsim calibrate --corpus`) transfers to a GPU, a model or an engine it was not fitted on\n\
            is measured over about 3,800 corpus points in [validation/corpus.md](validation/corpus.md)\n\
            (`capsim validate --protocol corpus-all --markdown validation/corpus.md`: corpus-in-sample, leave-one-gpu-out,\n\
-           leave-one-model-out, leave-one-engine-out).\n\n";
+           leave-one-model-out, leave-one-engine-out). The corpus's large deployments (disaggregated prefill/decode,\n\
+           speculative decoding, attention data parallelism, wide expert parallelism), predicted by the model learned on the\n\
+           plain points only, are in [validation/large.md](validation/large.md) (`capsim validate --protocol corpus-large\n\
+           --markdown validation/large.md`: large-in-sample, large-leave-one-gpu-out; targets TTFT <= 25%, TPOT <= 15%).\n\n";
     let per_protocol: Vec<Result<Vec<Row>>> =
         Protocol::ALL.par_iter().map(|&p| validate::run(p, points, metas, catalog, None, None)).collect();
     for (p, rows) in Protocol::ALL.into_iter().zip(per_protocol) {

@@ -37,13 +37,16 @@ fn every_point_is_replayed_or_refused_with_a_reason() {
     assert_eq!(counts.iter().map(|c| c.1).sum::<usize>(), e.refused.len());
     assert!(e.refused.iter().any(|(_, r)| *r == Refusal::Disaggregated));
     // Issue 25: MTP points are expressed with their launch's drafted tokens (SGLang on NVIDIA: 2, on
-    // AMD: 3; TensorRT-LLM: 3), the aggregated ones without attention DP replayed.
+    // AMD: 3; TensorRT-LLM: 3, 1 under attention DP).
     let mtp: Vec<_> = e.experiments.iter().filter_map(|x| x.deployment.speculative.as_ref().map(|s| (x, s))).collect();
     assert!(mtp.len() > 50, "{} MTP points expressed", mtp.len());
     for (x, s) in &mtp {
         assert_eq!(x.point.spec_decoding.as_deref(), Some("mtp"));
-        let k = match (x.engine, x.gpu.starts_with("MI")) {
-            (capsim::profile::EngineKind::Sglang, false) => 2,
+        // TensorRT-LLM's MTP launches under attention DP draft 1 token (InferenceX's scripts).
+        let adp = x.point.attention_dp > 1;
+        let k = match (x.engine, x.gpu.starts_with("MI"), adp) {
+            (capsim::profile::EngineKind::Sglang, false, _) => 2,
+            (capsim::profile::EngineKind::Trtllm, _, true) => 1,
             _ => 3,
         };
         assert_eq!(s.tokens, k, "{}", x.point.id);
