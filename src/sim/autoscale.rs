@@ -13,6 +13,7 @@
 //! output.
 
 use super::arrivals::{shares_content, Pending};
+use super::drive::Events;
 use super::engine::StepView;
 use super::gaps::GapHistogram;
 use super::run::{cache_block, Arrived, MeasureWindow, Replica, SimOptions};
@@ -24,7 +25,7 @@ use crate::units::SimTime;
 use crate::workload::Workload;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 /// Where a replica is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,8 +210,7 @@ pub fn simulate_autoscaled(
     }
     books.bill(0, policy.initial_replicas as i64);
     let mut starting: VecDeque<usize> = VecDeque::new();
-    let mut key: Vec<u64> = vec![u64::MAX; slots.len()];
-    let mut events: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+    let mut events = Events::new(slots.len());
     // (time, desired) of recent evaluations, for scale-down stabilization.
     let mut recent: VecDeque<(u64, u32)> = VecDeque::new();
     let mut out = AutoscaleOutput {
@@ -233,13 +233,7 @@ pub fn simulate_autoscaled(
     let mut finished: Vec<(u64, u32, bool)> = Vec::new();
     let mut now = 0u64;
     loop {
-        while let Some(&Reverse((t, i))) = events.peek() {
-            if key[i as usize] == t {
-                break;
-            }
-            events.pop();
-        }
-        let t_rep = events.peek().map(|&Reverse((t, _))| t);
+        let t_rep = events.peek().map(|(t, _)| t);
         let t_send = arr.peek_send();
         if t_send.is_none() && t_rep.is_none() {
             break;
@@ -273,7 +267,7 @@ pub fn simulate_autoscaled(
                         }
                         None => {
                             slots.push(Slot { rep: new_replica(), state, outstanding: 0 });
-                            key.push(u64::MAX);
+                            events.add();
                             slots.len() - 1
                         }
                     };
@@ -301,11 +295,10 @@ pub fn simulate_autoscaled(
                 .expect("min_replicas >= 1 keeps a replica ready");
             slots[k].outstanding += 1;
             slots[k].rep.accept(a);
-            reschedule(&slots[k].rep, k, &mut key, &mut events);
+            events.reschedule(&slots[k].rep, k);
             continue;
         }
-        let i = events.pop().map(|Reverse((_, i))| i as usize).expect("a replica event is due");
-        key[i] = u64::MAX;
+        let i = events.take().expect("a replica event is due");
         finished.clear();
         let limit = [t_send, Some(next_eval), t_ready, Some(horizon_ns)].into_iter().flatten().min();
         let slot = &mut slots[i];
@@ -329,7 +322,7 @@ pub fn simulate_autoscaled(
             free.push(i);
             books.bill(slot.rep.now.max(now), -1);
         }
-        reschedule(&slots[i].rep, i, &mut key, &mut events);
+        events.reschedule(&slots[i].rep, i);
         if !progressed {
             break;
         }
@@ -348,16 +341,6 @@ pub fn simulate_autoscaled(
     out.replica_seconds = books.replica_ns as f64 * 1e-9;
     out.buckets = books.buckets;
     out
-}
-
-fn reschedule(r: &Replica, i: usize, key: &mut [u64], events: &mut BinaryHeap<Reverse<(u64, u32)>>) {
-    let t = r.next_event().unwrap_or(u64::MAX);
-    if t != key[i] {
-        key[i] = t;
-        if t != u64::MAX {
-            events.push(Reverse((t, i as u32)));
-        }
-    }
 }
 
 /// One evaluation of the policy at `t_ns`: the metric over ready replicas, the HPA's desired count

@@ -17,14 +17,13 @@
 //! sees no difference).
 
 use super::arrivals::{shares_content, Pending};
+use super::drive::Events;
 use super::engine::StepView;
 use super::run::{cache_block, Arrived, MeasureWindow, Replica, SimOptions, SimOutput};
 use super::RequestRecord;
 use crate::profile::disagg::Disaggregated;
 use crate::units::SimTime;
 use crate::workload::Workload;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 /// One pool's raw figures over a run (crate::metrics::pool_summary summarizes them).
 #[derive(Debug, Clone, Default)]
@@ -69,8 +68,6 @@ struct PrefillSide {
     cached: u32,
 }
 
-const NO_EVENT: u64 = u64::MAX;
-
 /// Simulate a disaggregated deployment. Pure: the same (deployment, workload, seed, options) give the
 /// same output. The output's records are the requests the decode pool finished, with their send
 /// time, prefill-side queueing and both sides' preemptions; `disagg` holds each pool's figures.
@@ -93,8 +90,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
             }))
             .collect();
     let mut arr = Pending::new(w, seed, cache_block(&d.prefill, shares));
-    let mut key = vec![NO_EVENT; reps.len()];
-    let mut events: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(reps.len() * 2);
+    let mut events = Events::new(reps.len());
     let mut sides: Vec<PrefillSide> = Vec::with_capacity(planned as usize);
     let mut link_free = vec![0u64; nd];
     let mut report = DisaggReport::default();
@@ -102,23 +98,8 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut finished: Vec<(u64, u32, bool)> = Vec::new();
     let mut done: Vec<RequestRecord> = Vec::new();
-    let reschedule = |r: &Replica, i: usize, key: &mut [u64], events: &mut BinaryHeap<Reverse<(u64, u32)>>| {
-        let t = r.next_event().unwrap_or(NO_EVENT);
-        if t != key[i] {
-            key[i] = t;
-            if t != NO_EVENT {
-                events.push(Reverse((t, i as u32)));
-            }
-        }
-    };
     loop {
-        while let Some(&Reverse((t, i))) = events.peek() {
-            if key[i as usize] == t {
-                break;
-            }
-            events.pop();
-        }
-        let next = events.peek().map(|&Reverse((t, i))| (t, i as usize));
+        let next = events.peek();
         if let Some(send) = arr.peek_send() {
             if next.is_none_or(|(t, _)| send <= t) {
                 let mut a = Arrived::new(sent, arr.pop());
@@ -136,7 +117,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
                 let k = (sent % np as u64) as usize;
                 last_send = a.send;
                 reps[k].accept(a);
-                reschedule(&reps[k], k, &mut key, &mut events);
+                events.reschedule(&reps[k], k);
                 sent += 1;
                 outstanding_at_last_send = sent - completed;
                 continue;
@@ -146,8 +127,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
         if t >= horizon_ns {
             break;
         }
-        events.pop();
-        key[i] = NO_EVENT;
+        events.take();
         finished.clear();
         // A fast-forward stops before the next send and the horizon; a decode worker's also before
         // the earliest a prefill worker can hand it a request (its next step's start). When sends
@@ -156,9 +136,9 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
         let limit = fast.then(|| {
             let l = arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns);
             if !sends_fixed {
-                key.iter().copied().fold(l, u64::min)
+                events.keys().iter().copied().fold(l, u64::min)
             } else if i >= np {
-                key[..np].iter().copied().fold(l, u64::min)
+                events.keys()[..np].iter().copied().fold(l, u64::min)
             } else {
                 l
             }
@@ -168,7 +148,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
             &mut |at, client, rejected| finished.push((at, client, rejected)),
             limit,
         );
-        reschedule(&reps[i], i, &mut key, &mut events);
+        events.reschedule(&reps[i], i);
         if i < np {
             for &(at, client, rejected) in &finished {
                 if rejected {
@@ -193,7 +173,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
                 let kv_ready = rec.input_tokens - 1;
                 let a = Arrived::handoff(rec.id, at, side.client, rec.class, rec.input_tokens, side.output, kv_ready);
                 reps[np + k].accept(a);
-                reschedule(&reps[np + k], np + k, &mut key, &mut events);
+                events.reschedule(&reps[np + k], np + k);
             }
             reps[i].out.records = recs;
         } else {

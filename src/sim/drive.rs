@@ -124,16 +124,60 @@ fn drive_independent<'a>(
 }
 
 /// No next event (an idle replica with an empty inbox).
-const NO_EVENT: u64 = u64::MAX;
+pub(super) const NO_EVENT: u64 = u64::MAX;
 
-/// Replica `i`'s next event into the heap, unless the heap already holds it.
-fn reschedule(r: &Replica, i: usize, key: &mut [u64], events: &mut BinaryHeap<Reverse<(u64, u32)>>) {
-    let t = r.next_event().unwrap_or(NO_EVENT);
-    if t != key[i] {
-        key[i] = t;
-        if t != NO_EVENT {
-            events.push(Reverse((t, i as u32)));
+/// The replicas' next events, earliest first and the lowest index among equals (as a linear scan
+/// would choose), in O(log K): `key[i]` is replica i's current next event, and heap entries that no
+/// longer match it are skipped. A replica's next event never moves back in time. Shared by every
+/// loop over several replicas (this file, sim/disagg.rs, sim/mixed.rs, sim/autoscale.rs).
+pub(super) struct Events {
+    key: Vec<u64>,
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+}
+
+impl Events {
+    pub(super) fn new(replicas: usize) -> Events {
+        Events { key: vec![NO_EVENT; replicas], heap: BinaryHeap::with_capacity(replicas * 2) }
+    }
+
+    /// One more replica, with no event yet.
+    pub(super) fn add(&mut self) {
+        self.key.push(NO_EVENT);
+    }
+
+    /// Replica `i`'s next event into the heap, unless the heap already holds it.
+    pub(super) fn reschedule(&mut self, r: &Replica, i: usize) {
+        let t = r.next_event().unwrap_or(NO_EVENT);
+        if t != self.key[i] {
+            self.key[i] = t;
+            if t != NO_EVENT {
+                self.heap.push(Reverse((t, i as u32)));
+            }
         }
+    }
+
+    /// The earliest (time, replica), stale entries dropped.
+    pub(super) fn peek(&mut self) -> Option<(u64, usize)> {
+        while let Some(&Reverse((t, i))) = self.heap.peek() {
+            if self.key[i as usize] == t {
+                return Some((t, i as usize));
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Take the earliest event (its replica is about to act): the replica returned by [`Events::peek`].
+    pub(super) fn take(&mut self) -> Option<usize> {
+        self.peek()?;
+        let Reverse((_, i)) = self.heap.pop().expect("peeked");
+        self.key[i as usize] = NO_EVENT;
+        Some(i as usize)
+    }
+
+    /// Every replica's current next event (NO_EVENT: none), by index.
+    pub(super) fn keys(&self) -> &[u64] {
+        &self.key
     }
 }
 
@@ -220,21 +264,12 @@ fn drive<F: FnMut(&StepView)>(
     let mut arr = Pending::new(w, seed, cache_block);
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send) = (0u64, 0u64, 0u64, 0u64);
     let mut finished: Vec<(u64, u32, bool)> = Vec::new();
-    // The replica that acts next, from a heap of (next event, index) keyed as a linear scan would
-    // choose (earliest, then lowest index): `key[i]` is replica i's current next event and entries
-    // that no longer match it are skipped. A replica's next event never moves back in time.
-    let mut key: Vec<u64> = vec![NO_EVENT; reps.len()];
-    let mut events: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::with_capacity(reps.len() * 2);
+    // The replica that acts next (Events: earliest, then lowest index).
+    let mut events = Events::new(reps.len());
     let mut least = LeastOutstanding::new(reps.len(), routing != Routing::RoundRobin);
     let mut sticky: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     loop {
-        while let Some(&Reverse((t, i))) = events.peek() {
-            if key[i as usize] == t {
-                break;
-            }
-            events.pop();
-        }
-        let next = events.peek().map(|&Reverse((t, i))| (t, i as usize));
+        let next = events.peek();
         // Requests sent no later than that are routed first.
         if let Some(send) = arr.peek_send() {
             if next.is_none_or(|(t, _)| send <= t) {
@@ -255,7 +290,7 @@ fn drive<F: FnMut(&StepView)>(
                     },
                 };
                 reps[k].accept(a);
-                reschedule(&reps[k], k, &mut key, &mut events);
+                events.reschedule(&reps[k], k);
                 sent += 1;
                 last_send = send;
                 outstanding_at_last_send = sent - completed;
@@ -266,14 +301,13 @@ fn drive<F: FnMut(&StepView)>(
         if t >= horizon_ns {
             break;
         }
-        events.pop();
-        key[i] = NO_EVENT;
+        events.take();
         finished.clear();
         // A fast-forward stops before the next send (it may be routed here) and the horizon.
         let limit = fast.then(|| arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns));
         let progressed =
             reps[i].advance(observer, &mut |at, client, rejected| finished.push((at, client, rejected)), limit);
-        reschedule(&reps[i], i, &mut key, &mut events);
+        events.reschedule(&reps[i], i);
         completed += finished.len() as u64;
         for &(at, client, rejected) in &finished {
             arr.on_finish(at, client, rejected);

@@ -12,14 +12,13 @@
 //! output reports each pool's share of the traffic and latency so a user sees what it gave.
 
 use super::arrivals::{shares_content, Pending};
+use super::drive::Events;
 use super::engine::StepView;
 use super::run::{cache_block, Arrived, MeasureWindow, Replica, SimOptions, SimOutput};
 use super::step::{BatchShape, StepModel};
 use crate::profile::Profile;
 use crate::units::SimTime;
 use crate::workload::Workload;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 /// The reference batch of a pool's speed.
 pub const SPEED_BATCH: u32 = 32;
@@ -57,17 +56,10 @@ pub fn simulate_mixed(pools: &[(&Profile, u32)], w: &Workload, seed: u64, opts: 
         }
     }
     let mut outstanding = vec![0u64; reps.len()];
-    let mut key = vec![u64::MAX; reps.len()];
-    let mut events: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
+    let mut events = Events::new(reps.len());
     let (mut sent, mut finished) = (0u64, Vec::new());
     loop {
-        while let Some(&Reverse((t, i))) = events.peek() {
-            if key[i as usize] == t {
-                break;
-            }
-            events.pop();
-        }
-        let next = events.peek().map(|&Reverse((t, i))| (t, i as usize));
+        let next = events.peek();
         if let Some(send) = arr.peek_send() {
             if next.is_none_or(|(t, _)| send <= t) {
                 let a = Arrived::new(sent, arr.pop());
@@ -79,7 +71,7 @@ pub fn simulate_mixed(pools: &[(&Profile, u32)], w: &Workload, seed: u64, opts: 
                     .expect("at least one replica");
                 outstanding[k] += 1;
                 reps[k].accept(a);
-                reschedule(&reps[k], k, &mut key, &mut events);
+                events.reschedule(&reps[k], k);
                 sent += 1;
                 continue;
             }
@@ -88,8 +80,7 @@ pub fn simulate_mixed(pools: &[(&Profile, u32)], w: &Workload, seed: u64, opts: 
         if t >= horizon_ns {
             break;
         }
-        events.pop();
-        key[i] = u64::MAX;
+        events.take();
         finished.clear();
         let limit = Some(arr.peek_send().unwrap_or(u64::MAX).min(horizon_ns));
         let progressed =
@@ -98,7 +89,7 @@ pub fn simulate_mixed(pools: &[(&Profile, u32)], w: &Workload, seed: u64, opts: 
             arr.on_finish(at, client, rejected);
             outstanding[i] -= 1;
         }
-        reschedule(&reps[i], i, &mut key, &mut events);
+        events.reschedule(&reps[i], i);
         if !progressed {
             break;
         }
@@ -132,14 +123,4 @@ pub fn simulate_mixed(pools: &[(&Profile, u32)], w: &Workload, seed: u64, opts: 
         o.requests_sent = o.records.len() as u64 + o.requests_rejected + o.requests_unfinished;
     }
     outs
-}
-
-fn reschedule(r: &Replica, i: usize, key: &mut [u64], events: &mut BinaryHeap<Reverse<(u64, u32)>>) {
-    let t = r.next_event().unwrap_or(u64::MAX);
-    if t != key[i] {
-        key[i] = t;
-        if t != u64::MAX {
-            events.push(Reverse((t, i as u32)));
-        }
-    }
 }
