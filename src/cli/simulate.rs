@@ -359,24 +359,10 @@ fn write_per_request(
         header.extend(["gpu_cached_tokens", "host_cached_tokens"]);
     }
     w.write_record(&header)?;
+    let mut row: Vec<String> = Vec::with_capacity(header.len());
     for r in records {
-        if let Some(host) = &host {
-            w.write_record([
-                r.id.to_string(),
-                r.class.to_string(),
-                r.input_tokens.to_string(),
-                r.output_tokens.to_string(),
-                format!("{:.9}", r.arrival.secs()),
-                format!("{:.9}", r.queue_wait_s()),
-                format!("{:.9}", r.ttft_s()),
-                format!("{:.9}", r.e2e_s()),
-                r.preemptions.to_string(),
-                r.cached_tokens.to_string(),
-                host.get(&r.id).copied().unwrap_or(0).to_string(),
-            ])?;
-            continue;
-        }
-        w.write_record([
+        row.clear();
+        row.extend([
             r.id.to_string(),
             r.class.to_string(),
             r.input_tokens.to_string(),
@@ -386,7 +372,12 @@ fn write_per_request(
             format!("{:.9}", r.ttft_s()),
             format!("{:.9}", r.e2e_s()),
             r.preemptions.to_string(),
-        ])?;
+        ]);
+        if let Some(host) = &host {
+            row.push(r.cached_tokens.to_string());
+            row.push(host.get(&r.id).copied().unwrap_or(0).to_string());
+        }
+        w.write_record(&row)?;
     }
     w.into_inner().map_err(|e| e.into_error())?.into_inner().map_err(|e| e.into_error())?;
     Ok(())
