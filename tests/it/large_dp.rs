@@ -14,6 +14,11 @@ fn capsim(args: &[&str]) -> Output {
 /// Qwen3-Coder-30B-A3B (MoE: 48 layers, 128 experts, top-8) on H200s with `gpu` keys added and the
 /// given costs; bandwidth and FLOP/s as given (1e30: the matmuls and reads take no time).
 fn profile(gpu: &str, engine: &str, step_s: f64, per_seq_s: f64, bw: f64) -> Profile {
+    profile_of("vllm", gpu, engine, step_s, per_seq_s, bw)
+}
+
+/// [`profile`] under the engine `kind`.
+fn profile_of(kind: &str, gpu: &str, engine: &str, step_s: f64, per_seq_s: f64, bw: f64) -> Profile {
     let text = format!(
         r#"
 name = "dp"
@@ -25,7 +30,7 @@ kv_dtype = "bf16"
 name = "H200 SXM"
 {gpu}
 [engine]
-kind = "vllm"
+kind = "{kind}"
 {engine}
 [coefficients]
 step_overhead_s = {step_s}
@@ -203,34 +208,7 @@ fn trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout() {
     use capsim::workload::{Arrivals, LengthDist, Workload};
     // Steps of exactly 10 ms (TensorRT-LLM, 2 ranks); a closed loop of 5 clients with outputs of 5 to
     // 40 tokens, so requests finish one by one and their successors arrive alone.
-    let trt = |balance: &str| {
-        let text = format!(
-            r#"
-name = "trt"
-[model]
-name = "Qwen3-Coder-30B-A3B-Instruct"
-weight_dtype = "fp8"
-kv_dtype = "bf16"
-[gpu]
-name = "H200 SXM"
-tensor_parallel = 2
-attention_dp = 2
-[engine]
-kind = "trtllm"
-{balance}
-[coefficients]
-step_overhead_s = 0.01
-per_seq_overhead_s = 0.0
-bandwidth_eff_bytes_s = 1e30
-matmul_flops_eff_s = 1e30
-attention_flops_eff_s = 1e30
-request_overhead_s = 0.0
-[provenance]
-method = "test"
-"#
-        );
-        ProfileFile::parse("test", &text).unwrap().resolve("test", &Catalog::builtin()).unwrap()
-    };
+    let trt = |balance: &str| profile_of("trtllm", "tensor_parallel = 2\nattention_dp = 2", balance, 0.01, 0.0, 1e30);
     let mut w = Workload::fixed(
         Arrivals::ClosedLoop { clients: 5, think_time_s: 0.0, think_exponential: false },
         100,
