@@ -83,14 +83,11 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
     let sum = |o: &SimOutput| summarize(o, 0, 0, w.spec.warmup_s, &slo);
     let mut all = outs[0].clone();
     for o in &outs[1..] {
-        all.records.extend_from_slice(&o.records);
-        all.requests_rejected += o.requests_rejected;
-        all.requests_unfinished += o.requests_unfinished;
-        all.end = all.end.max(o.end);
-        all.itl_gaps.merge(&o.itl_gaps);
-        all.prefill_tokens += o.prefill_tokens;
-        all.decode_tokens += o.decode_tokens;
+        all.absorb(o.clone());
     }
+    // Each pool's busy time is its replicas' mean: the fleet's is the mean over every replica.
+    let replicas: u64 = specs.iter().map(|s| s.replicas as u64).sum();
+    all.busy_ns = outs.iter().zip(&specs).map(|(o, s)| o.busy_ns * s.replicas as u64).sum::<u64>() / replicas.max(1);
     all.records.sort_by_key(|r| r.id);
     all.requests_sent = all.records.len() as u64 + all.requests_rejected + all.requests_unfinished;
     let fleet = summarize(&all, w.spec.warmup_requests, w.spec.cooldown_requests, w.spec.warmup_s, &slo);

@@ -101,20 +101,9 @@ pub fn simulate_mixed(pools: &[(&Profile, u32)], w: &Workload, seed: u64, opts: 
             outs.push(o);
             continue;
         }
-        let m = &mut outs[k];
-        m.records.extend(o.records);
-        m.requests_rejected += o.requests_rejected;
-        m.requests_unfinished += o.requests_unfinished;
-        m.steps += o.steps;
-        m.preemptions += o.preemptions;
-        m.end = m.end.max(o.end);
-        m.busy_ns += o.busy_ns;
-        m.kv_util_max = m.kv_util_max.max(o.kv_util_max);
-        m.max_waiting = m.max_waiting.max(o.max_waiting);
-        m.prefill_tokens += o.prefill_tokens;
-        m.decode_tokens += o.decode_tokens;
-        m.itl_gaps.merge(&o.itl_gaps);
-        m.prefix_evictions += o.prefix_evictions;
+        let busy_ns = o.busy_ns;
+        outs[k].absorb(o);
+        outs[k].busy_ns += busy_ns;
     }
     for (k, o) in outs.iter_mut().enumerate() {
         let n = pools[k].1.max(1) as u64;

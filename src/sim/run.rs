@@ -111,6 +111,30 @@ pub struct SimOutput {
     pub disagg: Option<Box<super::disagg::DisaggReport>>,
 }
 
+impl SimOutput {
+    /// Add another replica's output to this one, to read a pool or a fleet as one output: records
+    /// appended, counts added, maxima kept, token gaps and offload tallies merged, the later end.
+    /// Busy time is one replica's and is left as it is: the caller says how replicas combine.
+    pub fn absorb(&mut self, o: SimOutput) {
+        let mut records = o.records;
+        self.records.append(&mut records);
+        self.requests_rejected += o.requests_rejected;
+        self.requests_unfinished += o.requests_unfinished;
+        self.steps += o.steps;
+        self.preemptions += o.preemptions;
+        self.end = self.end.max(o.end);
+        self.kv_util_max = self.kv_util_max.max(o.kv_util_max);
+        self.max_waiting = self.max_waiting.max(o.max_waiting);
+        self.prefill_tokens += o.prefill_tokens;
+        self.decode_tokens += o.decode_tokens;
+        self.itl_gaps.merge(&o.itl_gaps);
+        self.prefix_evictions += o.prefix_evictions;
+        if let Some(x) = &o.offload {
+            self.offload.get_or_insert_with(Default::default).add(x);
+        }
+    }
+}
+
 /// A request on its way to a replica: sent, and when its engine will see it.
 #[derive(Clone)]
 pub(super) struct Arrived {
