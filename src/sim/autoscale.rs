@@ -280,7 +280,7 @@ pub fn simulate_autoscaled(
                 shrink(&mut slots, &mut starting, &mut free, &mut books, current - desired, t_next);
             }
             out.replicas_max = out.replicas_max.max(books.held);
-            out.timeline.push(ScaleSample { t_s: t_next as f64 * 1e-9, ..sample });
+            out.timeline.push(sample);
             next_eval += interval_ns;
             continue;
         }
@@ -327,10 +327,9 @@ pub fn simulate_autoscaled(
             break;
         }
     }
-    for s in &mut slots {
+    for s in slots {
         if s.state != State::Gone {
-            let rep = std::mem::replace(&mut s.rep, new_replica());
-            let o = rep.finish();
+            let o = s.rep.finish();
             out.requests_unfinished += o.requests_unfinished;
             now = now.max(o.end.0);
         }
@@ -407,7 +406,7 @@ fn evaluate(
         let held = recent.iter().map(|&(_, d)| d).max().unwrap_or(desired);
         desired = held.min(current).max(desired);
     }
-    ScaleSample { t_s: 0.0, ready, starting: starting_n, draining, metric, desired, outstanding }
+    ScaleSample { t_s: t_ns as f64 * 1e-9, ready, starting: starting_n, draining, metric, desired, outstanding }
 }
 
 /// Remove `n` replicas at `t_ns`: those still starting first (the latest asked for), then ready
