@@ -154,7 +154,38 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// without a measured `device_memory_bytes`.
 pub const DEVICE_MEMORY_SHARE: f64 = 0.99;
 
+/// Share of the dense tensor peak that a serving engine's GEMM kernels reach on a GPU, per input
+/// dtype (FP8, NVFP4, BF16): the median over aiconfigurator's measured GEMM tables (TensorRT-LLM
+/// 1.3.0rc20, m 1024-8192, n and k 4096-16384; ai-dynamo/aiconfigurator, Apache-2.0), as read in
+/// stop 30's analysis (capsim's closing note of 2026-11). A kernel benchmark exists before anyone
+/// serves on a GPU, so the learned GEMM share is learned relative to it and a GPU nobody served on
+/// starts from its own kernels, not from another GPU's share of peak.
+const GEMM_REFERENCE_SHARE: [(&str, [f64; 3]); 4] = [
+    ("H100", [0.577, f64::NAN, 0.779]),
+    ("H200", [0.589, f64::NAN, 0.788]),
+    ("B200", [0.475, 0.362, 0.657]),
+    ("GB200", [0.423, 0.337, 0.621]),
+];
+
 impl GpuSpec {
+    /// The reference GEMM share of peak for matmuls with `dtype` weights ([`GEMM_REFERENCE_SHARE`]):
+    /// the GPU's own where its family was measured, else the mean of the measured GPUs' for the
+    /// precision the matmul runs in (a stated judgement for GPUs without kernel tables).
+    pub fn gemm_reference_share(&self, dtype: Dtype) -> f64 {
+        let col = match dtype {
+            Dtype::Fp8 if self.runs_natively(Dtype::Fp8) => 0,
+            Dtype::Nvfp4 | Dtype::Mxfp4 if self.runs_natively(dtype) => 1,
+            _ => 2,
+        };
+        let family = self.name.split_whitespace().next().unwrap_or("");
+        if let Some((_, v)) = GEMM_REFERENCE_SHARE.iter().find(|(f, _)| *f == family) {
+            if v[col].is_finite() {
+                return v[col];
+            }
+        }
+        let known: Vec<f64> = GEMM_REFERENCE_SHARE.iter().map(|(_, v)| v[col]).filter(|x| x.is_finite()).collect();
+        known.iter().sum::<f64>() / known.len() as f64
+    }
     /// Total memory as the engine sees it: the measured device figure, else the marketed size read
     /// as GiB times [`DEVICE_MEMORY_SHARE`].
     pub fn memory_bytes(&self) -> f64 {

@@ -242,7 +242,13 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         vec![
             "host: step overhead".into(),
             num(ms(parts.overhead_s), 4),
-            format!("scheduler CPU time and kernel launches per step ({} layers)", p.arch.n_layers),
+            match p.arch.n_moe_layers() {
+                0 => format!("scheduler CPU time and kernel launches per step ({} layers)", p.arch.n_layers),
+                m => format!(
+                    "scheduler CPU time and kernel launches per step ({} layers, {m} of them MoE: routing, top-k, permutation, grouped-GEMM launches)",
+                    p.arch.n_layers
+                ),
+            },
         ],
         vec![
             "host: per sequence".into(),

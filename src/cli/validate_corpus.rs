@@ -117,12 +117,13 @@ fn markdown_head(ex: &capsim::corpus::Expressed) -> String {
         "capsim can express is replayed through the simulator as its client ran it: a closed loop at the\n",
         "concurrency; InferenceX's lengths uniform in [int(0.8 L), L] and 10 x concurrency requests; the NVIDIA\n",
         "rows, whose client is not stated, with fixed lengths (outputs up to 2% short, a stand-in for a real\n",
-        "server's timing noise) and 10 requests per client, an assumption. A held-out GPU, model or engine is\n",
+        "server's timing noise) and as many requests per client as the step model fitted for that source (the\n",
+        "source does not state it and the first round is a burst; prior 10). A held-out GPU, model or engine is\n",
         "predicted by the step model learned on every other point (`capsim calibrate --corpus`), so it gets no\n",
-        "offset of its own and no deployment residual; a benchmark client's own per-request cost, fitted on that\n",
-        "client's other points, is added to its replays. Error = predicted / measured - 1; the band is the\n",
-        "learned model's ±1 sigma for the quantity that dominates the metric (TPOT: HBM share; TTFT: GEMM\n",
-        "share), widened by the spread of every level the deployment lacks.\n\n",
+        "offset of its own and no deployment residual; a benchmark client's own per-request cost and request\n",
+        "count, fitted on that client's other points, are used in its replays. Error = predicted / measured - 1;\n",
+        "the band is the learned model's ±1 sigma for the quantity that dominates the metric (TPOT: HBM share;\n",
+        "TTFT: GEMM throughput), widened by the spread of every level the deployment lacks.\n\n",
     ));
     t += &format!(
         "{} points replayed, {} not expressible yet:\n\n| reason | points |\n| --- | --- |\n",

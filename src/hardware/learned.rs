@@ -14,18 +14,22 @@ use crate::units::Dtype;
 use serde::{Deserialize, Serialize};
 
 /// The learned quantities, in this order everywhere (`global`, offsets, spreads).
-pub const PARAMS: [&str; 8] = [
+pub const PARAMS: [&str; 9] = [
     "bandwidth_frac",
-    "gemm_frac",
+    "gemm_rel_reference",
     "grouped_gemm_rel",
     "attention_frac",
     "step_overhead_per_layer_s",
     "per_seq_overhead_s",
     "request_overhead_s",
     "expert_spread",
+    "moe_overhead_per_layer_s",
 ];
 pub const N_PARAMS: usize = PARAMS.len();
 pub const BW: usize = 0;
+/// The dense GEMMs' throughput relative to the GPU's kernel-benchmark share of peak
+/// (crate::catalog::GpuSpec::gemm_reference_share), not a share of the peak itself: a GPU's own
+/// kernels are known before anyone serves on it.
 pub const GEMM: usize = 1;
 pub const GROUPED: usize = 2;
 pub const ATTN: usize = 3;
@@ -34,10 +38,14 @@ pub const PER_SEQ: usize = 5;
 pub const REQUEST: usize = 6;
 /// MoE: share of the experts a batch's tokens route among (crate::profile::Coefficients::expert_spread).
 pub const SPREAD: usize = 7;
+/// Host and launch cost per MoE layer on top of every layer's (routing, top-k, permutation and the
+/// grouped GEMMs' fixed cost): a dense model has none, so one learned on MoE models does not carry
+/// to it.
+pub const MOE_OVERHEAD: usize = 8;
 
 /// Whether a parameter is a share (at most 1).
 pub fn is_share(i: usize) -> bool {
-    i <= ATTN || i == SPREAD
+    i == BW || i == GROUPED || i == ATTN || i == SPREAD
 }
 
 /// Level kinds, from the broadest. A GPU nobody measured still has a vendor and usually a
@@ -74,6 +82,9 @@ pub struct ClientCost {
     pub client: String,
     pub points: usize,
     pub overhead_s: f64,
+    /// Requests each client sent (closed-loop rounds): stated by the source, or fitted where the
+    /// source leaves it unknown (the first round is a burst, so it decides part of a mean TTFT).
+    pub requests_per_client: f64,
 }
 
 /// The fit's quality, as the calibration measured it.
@@ -241,6 +252,17 @@ impl LearnedModel {
         for (i, d) in m.deployments.iter().enumerate() {
             if !(d.decode_log.is_finite() && d.prefill_log.is_finite()) {
                 return Err(bad(&format!("deployments[{i}]"), "residuals must be finite".into()));
+            }
+        }
+        for (i, c) in m.clients.iter().enumerate() {
+            if !(c.overhead_s.is_finite() && c.overhead_s >= 0.0) {
+                return Err(bad(&format!("clients[{i}].overhead_s"), format!("must be >= 0 s, got {}", c.overhead_s)));
+            }
+            if !(c.requests_per_client.is_finite() && (1.0..=1e6).contains(&c.requests_per_client)) {
+                return Err(bad(
+                    &format!("clients[{i}].requests_per_client"),
+                    format!("must be from 1 to 1000000, got {}", c.requests_per_client),
+                ));
             }
         }
         super::check_sigma_log(m.residual_sigma_log).map_err(|msg| bad("residual_sigma_log", msg))?;

@@ -555,10 +555,10 @@ pub fn coefficients_from_learned(
     let (dec, pre) = l.residual.unwrap_or((0.0, 0.0));
     let (d, p) = (dec.exp(), pre.exp());
     let c = Coefficients {
-        step_overhead_s: v[OVERHEAD] * arch.n_layers as f64 * d,
+        step_overhead_s: (v[OVERHEAD] * arch.n_layers as f64 + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64) * d,
         per_seq_overhead_s: v[PER_SEQ] * d,
         bandwidth_eff_bytes_s: v[BW] / d * gpu.hbm_bandwidth_bytes_s(),
-        matmul_flops_eff_s: v[GEMM] / p * gpu.dense_flops_s(weight_dtype),
+        matmul_flops_eff_s: v[GEMM] / p * gpu.dense_flops_s(weight_dtype) * gpu.gemm_reference_share(weight_dtype),
         attention_flops_eff_s: v[ATTN] / p * gpu.dense_flops_s(Dtype::Bf16),
         request_overhead_s: v[REQUEST],
         mem_compute_overlap: shared.mem_compute_overlap.value.clamp(0.0, 1.0),

@@ -47,7 +47,7 @@ impl Client {
         match self {
             Client::InferenceX => "InferenceX client: lengths uniform in [0.8, 1.0] x ISL/OSL, 10 x concurrency requests",
             Client::NvidiaInternal | Client::NvidiaGapAnalysis => {
-                "client not stated: a closed loop at the concurrency, 10 requests per client, fixed lengths (outputs up to 2% short: \
+                "client not stated: a closed loop at the concurrency, requests per client fitted (prior 10), fixed lengths (outputs up to 2% short: \
                  timing noise) assumed"
             }
         }

@@ -5,12 +5,12 @@
 //! `corpus-in-sample` predicts every point from the model learned on all of them, with its
 //! deployment's own residual.
 //!
-//! A benchmark client's own per-request cost is a property of its measurements: a replay of that
-//! client's point adds the cost fitted on that client's other points (never onto a user's
-//! deployment).
+//! A benchmark client's own per-request cost and request count are properties of its measurements: a
+//! replay of that client's point adds the cost, and sends the requests per client, fitted on that
+//! client's other points (never onto a user's deployment).
 
 use super::Row;
-use crate::calibrate::corpus::{fit, profile_for, profile_for_deployment};
+use crate::calibrate::corpus::{fit, profile_for, profile_for_deployment, replay_points};
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::experiment::{predict_cached, ExperimentUnknowns, ReplayCache};
@@ -116,9 +116,10 @@ fn replay(
         .map(|e| {
             let profile = profile_for(catalog, &catalog.hardware, model, e, in_sample, true);
             let cache = ReplayCache::default();
+            let points = replay_points(model, e);
             // A disaggregated experiment: both pools' profiles, one replay on sim/disagg.rs.
             let pd = e.pd.as_ref().map(|x| disaggregated(catalog, model, e, x, in_sample));
-            let pd_summary = match (&pd, e.points.first()) {
+            let pd_summary = match (&pd, points.first()) {
                 (Some(Ok(d)), Some(p)) => crate::experiment::disaggregated_summary(d, p),
                 _ => None,
             };
@@ -126,7 +127,7 @@ fn replay(
                 Some(Err(err)) => Err(err),
                 _ => profile,
             };
-            e.points
+            points
                 .iter()
                 .map(|p| {
                     let predicted = if e.pd.is_some() {

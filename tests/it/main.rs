@@ -19,6 +19,7 @@ mod large_dp;
 mod large_offload;
 mod large_pd;
 mod large_spec;
+mod learned_structure;
 mod measured;
 mod models_corpus;
 mod physics;

@@ -202,11 +202,13 @@ fn another_model_takes_its_own_precision_and_the_shared_model() {
         .unwrap();
     assert_eq!(l8f.file.model.weight_dtype, Dtype::Fp8, "--precision wins");
     // The dense model's GEMMs run at the dense share of the peak, not at one MoE fit's blend: the
-    // learned model's GEMM share for its GPU, engine, dtype and model (or the shared model's).
+    // learned model's GEMM throughput for its GPU, engine, dtype and model, relative to the GPU's
+    // kernel-benchmark share of peak (or the shared model's share).
     let shared = &c.hardware;
     let gemm = match &c.learned {
         Some(m) => {
             m.lookup(&l8.gpu.name, "vllm", Dtype::Bf16, &l8.arch.name, None).values[capsim::hardware::learned::GEMM]
+                * l8.gpu.gemm_reference_share(Dtype::Bf16)
         }
         None => shared.dense_gemm_frac.value,
     };

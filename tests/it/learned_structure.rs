@@ -1,0 +1,100 @@
+//! Issue 23: the learned step model's structure. A GPU's GEMM throughput is learned relative to its
+//! own kernel benchmark; a dense model pays no MoE layer's fixed cost; the NVIDIA rows' request
+//! count is an unknown of their source, fitted and used in their replays; the closed form the lab
+//! and the fit share is the one the fit minimized.
+
+use capsim::calibrate::corpus::{closed_form, fit_with, replay_points};
+use capsim::catalog::Catalog;
+use capsim::hardware::learned::{LearnedModel, MOE_OVERHEAD, OVERHEAD};
+use capsim::measured::corpus::Client;
+use capsim::units::Dtype;
+
+#[test]
+fn the_gemm_reference_share_is_the_gpus_own_kernels() {
+    let c = Catalog::builtin();
+    let share = |g: &str, d: Dtype| c.gpu(g).unwrap().gemm_reference_share(d);
+    assert_eq!(share("H100 SXM", Dtype::Fp8), 0.577);
+    assert_eq!(share("B200", Dtype::Nvfp4), 0.362);
+    assert_eq!(share("GB200", Dtype::Bf16), 0.621);
+    // Hopper has no FP4 tensor cores: 4-bit weights run at the BF16 rate, so the BF16 kernels' share.
+    assert_eq!(share("H200 SXM", Dtype::Nvfp4), 0.788);
+    // A GPU without kernel tables takes the mean of the measured GPUs' share for its precision.
+    let fp8_mean = (0.577 + 0.589 + 0.475 + 0.423) / 4.0;
+    approx::assert_relative_eq!(share("MI300X", Dtype::Fp8), fp8_mean, max_relative = 1e-12);
+    // The variants of a family share its kernels (H100 PCIe is an H100).
+    assert_eq!(share("H100 PCIe", Dtype::Fp8), 0.577);
+}
+
+#[test]
+fn a_dense_model_pays_no_moe_layer_overhead() {
+    let c = Catalog::builtin();
+    let m = c.learned.as_ref().expect("a learned model ships");
+    let gpu = c.gpu("H200 SXM").unwrap();
+    let step_overhead = |model: &str| {
+        let arch = c.model(model).unwrap();
+        let l = m.lookup(&gpu.name, "vllm", Dtype::Fp8, &arch.name, None);
+        let (coef, _) = capsim::hardware::coefficients_from_learned(&l, &c.hardware, &arch, gpu, Dtype::Fp8);
+        (coef.step_overhead_s, l.values, arch)
+    };
+    let (dense, v, arch) = step_overhead("Llama-3.1-70B");
+    assert_eq!(arch.n_moe_layers(), 0);
+    approx::assert_relative_eq!(dense, v[OVERHEAD] * arch.n_layers as f64, max_relative = 1e-12);
+    let (moe, v, arch) = step_overhead("DeepSeek-R1");
+    assert!(arch.n_moe_layers() > 50);
+    approx::assert_relative_eq!(
+        moe,
+        v[OVERHEAD] * arch.n_layers as f64 + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64,
+        max_relative = 1e-12
+    );
+    assert!(v[MOE_OVERHEAD] > 0.0);
+}
+
+#[test]
+fn nvidia_rows_replay_with_the_fitted_requests_per_client() {
+    let c = Catalog::builtin();
+    let mut m: LearnedModel = c.learned.clone().expect("a learned model ships");
+    for k in &mut m.clients {
+        k.requests_per_client = 3.0;
+    }
+    let ex = capsim::corpus::load(&c, None).unwrap();
+    let nvidia = ex.plain().into_iter().find(|e| e.point.client == Client::NvidiaInternal).unwrap();
+    let conc = nvidia.point.concurrency as u64;
+    let points = replay_points(&m, nvidia);
+    assert_eq!(points.len(), nvidia.points.len());
+    for p in &points {
+        assert_eq!(p.run.as_ref().unwrap().requests, 3 * conc, "fitted requests per client x clients");
+    }
+    // InferenceX states its count (10 x concurrency): its replay keeps it whatever the fit says.
+    let ix = ex.plain().into_iter().find(|e| e.point.client == Client::InferenceX).unwrap();
+    for p in replay_points(&m, ix) {
+        assert_eq!(p.run.unwrap().requests, 10 * ix.point.concurrency as u64);
+    }
+    // The shipped model's fitted counts are reported and InferenceX's is its stated 10.
+    let shipped = c.learned.as_ref().unwrap();
+    let of = |k: &str| shipped.clients.iter().find(|c| c.client == k).unwrap().requests_per_client;
+    approx::assert_relative_eq!(of("inferencex"), 10.0, max_relative = 1e-3);
+    assert!((1.0..=100.0).contains(&of("nvidia-internal")), "{}", of("nvidia-internal"));
+    // A file with an impossible count is refused with the key.
+    let mut bad = shipped.clone();
+    bad.clients[0].requests_per_client = 0.5;
+    let e = LearnedModel::parse("learned.toml", &bad.to_toml()).unwrap_err().to_string();
+    assert!(e.contains("clients[0].requests_per_client"), "{e}");
+}
+
+/// The closed form that `closed_form` evaluates for any experiment (the lab's held-out stand-in)
+/// is, for a fitted experiment with its residual, exactly the prediction the fit minimized.
+#[test]
+fn the_closed_form_of_a_fit_is_what_it_minimized() {
+    let c = Catalog::builtin();
+    let ex = capsim::corpus::load(&c, None).unwrap();
+    let some: Vec<_> =
+        ex.plain().into_iter().filter(|e| e.engine.as_str() == "trtllm" && e.gpu == "H100 SXM").collect();
+    assert!(some.len() > 50);
+    let f = fit_with(&c, &some, "test", 0).unwrap();
+    assert_eq!(f.predictions.len(), some.len());
+    for (k, ttft, tpot) in &f.predictions {
+        let (t, p) = closed_form(&c, &f.model, some[*k], true).unwrap();
+        approx::assert_relative_eq!(t, *ttft, max_relative = 1e-9);
+        approx::assert_relative_eq!(p, *tpot, max_relative = 1e-9);
+    }
+}
