@@ -31,6 +31,7 @@ mod disagg;
 mod explain;
 mod mixed;
 mod plan;
+mod plan_day;
 mod report;
 mod shard;
 mod simulate;

@@ -4,6 +4,7 @@
 //! router), priced and powered from the price table (capsim::plan).
 
 use super::capacity::{self, CapacityArgs, Outcome};
+use capsim::catalog::{Catalog, GpuSpec};
 use capsim::error::{Error, Result};
 use capsim::plan::{fleet_power_w, PriceTable};
 use capsim::report::{num, table};
@@ -29,22 +30,23 @@ pub struct PlanArgs {
     /// Consider no fleet of more GPUs than this.
     #[arg(long, default_value_t = 64, help_heading = "Plan")]
     pub max_gpus: u32,
+    /// Over a rate curve (--workload with a rate schedule, or --trace; no --target-rate): also plan
+    /// the fleet this autoscaling policy scales (its min and max replicas, the max capped by
+    /// --max-gpus), beside the fixed fleet that holds the curve.
+    #[arg(long, help_heading = "Plan")]
+    pub autoscale: Option<PathBuf>,
+    /// Over a rate curve: the SLO must hold in every bucket of this many seconds (by send time).
+    /// Default: the --autoscale policy's bucket_s, else 3600.
+    #[arg(long, help_heading = "Plan")]
+    pub bucket_s: Option<f64>,
+    /// Over a trace: its peak rate is its busiest window of this many seconds (the starting point
+    /// of the fixed fleet's search).
+    #[arg(long, default_value_t = 300.0, help_heading = "Plan")]
+    pub peak_window_s: f64,
 }
 
-/// A plan: one pool of one deployment.
-struct Plan {
-    gpu: String,
-    tp: u32,
-    replicas: u32,
-    gpus: u32,
-    cost_per_hour: f64,
-    row: serde_json::Value,
-    power_kw: f64,
-    /// Offered rate over the fleet's SLO capacity (replicas x one replica's rate within the SLO).
-    utilization: f64,
-}
-
-pub fn run(a: PlanArgs) -> Result<()> {
+/// Flags of capacity that a plan does not take, and the plan's own bounds.
+pub(super) fn check_flags(a: &PlanArgs) -> Result<()> {
     let c = &a.capacity;
     for (flag, given) in [
         ("--svg", c.svg.is_some()),
@@ -63,31 +65,84 @@ pub fn run(a: PlanArgs) -> Result<()> {
     if c.max_replicas != 512 {
         return Err(Error::flag("--max-replicas", "does not apply to plan: bound the fleet with --max-gpus"));
     }
-    let Some(gpus) = c.gpus.clone() else {
+    if a.max_gpus == 0 || a.max_gpus > 100_000 {
+        return Err(Error::flag("--max-gpus", format!("must be in 1..=100000, got {}", a.max_gpus)));
+    }
+    if let Some(tps) = &a.tps {
+        if let Some(bad) = tps.iter().find(|&&t| t == 0 || t > 64) {
+            return Err(Error::flag("--tps", format!("each degree must be in 1..=64, got {bad}")));
+        }
+    }
+    Ok(())
+}
+
+/// The price table: --price-file, else the built-in one.
+pub(super) fn prices(a: &PlanArgs) -> Result<PriceTable> {
+    match &a.price_file {
+        Some(path) => PriceTable::parse(&path.display().to_string(), &capsim::error::read_file(path)?),
+        None => Ok(PriceTable::builtin()),
+    }
+}
+
+/// The GPU types asked about, each priced before anything runs.
+pub(super) fn gpus(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable) -> Result<Vec<String>> {
+    let Some(gpus) = a.capacity.gpus.clone() else {
         return Err(Error::flag(
             "--gpus",
             "plan needs the GPU types to consider, e.g. --gpus \"H100 SXM,H200 SXM,B200\"",
         ));
     };
-    let Some(rate) = c.target_rate else {
-        return Err(Error::flag("--target-rate", "plan needs the rate the fleet must serve (requests/s)"));
-    };
-    if a.max_gpus == 0 || a.max_gpus > 100_000 {
-        return Err(Error::flag("--max-gpus", format!("must be in 1..=100000, got {}", a.max_gpus)));
-    }
-    let prices = match &a.price_file {
-        Some(path) => PriceTable::parse(&path.display().to_string(), &capsim::error::read_file(path)?)?,
-        None => PriceTable::builtin(),
-    };
-    let catalog = c.profile.catalog()?;
-    // Every GPU priced before anything runs.
     for g in &gpus {
         let spec = catalog.gpu(g)?;
         prices.get(&spec.name)?;
     }
-    if let Some(tps) = &a.tps {
-        if let Some(bad) = tps.iter().find(|&&t| t == 0 || t > 64) {
-            return Err(Error::flag("--tps", format!("each degree must be in 1..=64, got {bad}")));
+    Ok(gpus)
+}
+
+/// The tensor-parallel degrees considered on a GPU: --tps, else --tp, else 1, 2, 4 and 8 within its
+/// NVLink domain.
+pub(super) fn tps_of(a: &PlanArgs, spec: &GpuSpec) -> Vec<u32> {
+    match (&a.tps, a.capacity.profile.tp) {
+        (Some(t), _) => t.clone(),
+        (None, Some(t)) => vec![t],
+        (None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= spec.link_domain_gpus.max(1)).collect(),
+    }
+}
+
+/// A plan: one pool of one deployment.
+struct Plan {
+    gpu: String,
+    tp: u32,
+    replicas: u32,
+    gpus: u32,
+    cost_per_hour: f64,
+    row: serde_json::Value,
+    power_kw: f64,
+    /// Offered rate over the fleet's SLO capacity (replicas x one replica's rate within the SLO).
+    utilization: f64,
+}
+
+pub fn run(a: PlanArgs) -> Result<()> {
+    let c = &a.capacity;
+    check_flags(&a)?;
+    let prices = prices(&a)?;
+    let catalog = c.profile.catalog()?;
+    let gpus = gpus(&a, &catalog, &prices)?;
+    let Some(rate) = c.target_rate else {
+        if c.workload.workload.is_some() || c.workload.trace.is_some() {
+            return super::plan_day::run(&a, &catalog, &prices, &gpus);
+        }
+        return Err(Error::flag(
+            "--target-rate",
+            "plan needs the rate the fleet must serve (requests/s), or a rate curve: --workload with a rate schedule, or --trace",
+        ));
+    };
+    for (flag, given) in [("--autoscale", a.autoscale.is_some()), ("--bucket-s", a.bucket_s.is_some())] {
+        if given {
+            return Err(Error::flag(
+                flag,
+                "applies to a plan over a rate curve (--workload or --trace, no --target-rate)",
+            ));
         }
     }
     let pb = super::progress_bar(0, "simulations");
@@ -97,12 +152,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     for g in &gpus {
         let spec = catalog.gpu(g)?.clone();
         let price = prices.get(&spec.name)?.clone();
-        let tps: Vec<u32> = match (&a.tps, c.profile.tp) {
-            (Some(t), _) => t.clone(),
-            (None, Some(t)) => vec![t],
-            (None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= spec.link_domain_gpus.max(1)).collect(),
-        };
-        for tp in tps {
+        for tp in tps_of(&a, &spec) {
             let mut ca = c.clone();
             ca.gpus = Some(vec![g.clone()]);
             ca.profile.tp = Some(tp);

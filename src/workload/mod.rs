@@ -272,6 +272,15 @@ impl RateSchedule {
         }
         Ok(())
     }
+    /// The highest rate of a segment that starts before `until_s` (the end of the sending period):
+    /// the peak a fixed fleet must hold (capsim plan over a curve).
+    pub fn peak_rate(&self, until_s: f64) -> f64 {
+        self.segments.iter().filter(|&&(t, _)| t < until_s || t == 0.0).map(|&(_, r)| r).fold(0.0, f64::max)
+    }
+    /// When the expected number of arrivals reaches `n` (infinite when the schedule never gets there).
+    pub fn expected_time_of(&self, n: f64) -> f64 {
+        self.invert(n)
+    }
     pub fn mean_rate(&self, horizon_s: f64) -> f64 {
         self.cumulative(horizon_s) / horizon_s.max(1e-12)
     }
