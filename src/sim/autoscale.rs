@@ -65,8 +65,8 @@ pub struct AutoscaleBucket {
     /// Most replicas held at once (starting, serving or draining).
     pub replicas_max: u32,
     /// Replica-seconds spent stepping (an engine with work), the busy share of the power model
-    /// (crate::plan): each advance of a replica is counted in the bucket where it starts, at most one
-    /// policy period (`interval_s`) from where it ends.
+    /// (crate::plan): advances stop at bucket edges, so only a step that straddles an edge is
+    /// counted wholly in the bucket where it starts.
     pub busy_replica_seconds: f64,
     /// Output tokens of the requests completed (sent in the bucket).
     pub output_tokens: u64,
@@ -313,7 +313,10 @@ pub fn simulate_autoscaled(
         }
         let i = events.take().expect("a replica event is due");
         finished.clear();
-        let limit = [t_send, Some(next_eval), t_ready, Some(horizon_ns)].into_iter().flatten().min();
+        // Each advance stops at the next bucket's start too, so a replica's busy time lands in the
+        // bucket it was spent in (but for the one step that straddles the edge).
+        let bucket_end = (t_next / books.bucket_ns).saturating_add(1).saturating_mul(books.bucket_ns);
+        let limit = [t_send, Some(next_eval), t_ready, Some(horizon_ns), Some(bucket_end)].into_iter().flatten().min();
         let slot = &mut slots[i];
         let busy_before_ns = slot.rep.out.busy_ns;
         let progressed =

@@ -94,3 +94,155 @@ fn no_plan_within_max_gpus_exits_3() {
     assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("not a plan"));
 }
+
+/// A short day: 5 requests/s for 10 minutes, 30/s for 10 minutes, then 10/s, each bucket 10 minutes.
+const CURVE: &str = "requests = 30000\n[arrivals]\nkind = \"open_loop\"\nprocess = \"poisson\"\nrate = { segments = [[0.0, 5.0], [600.0, 30.0], [1200.0, 10.0]] }\n[[classes]]\nweight = 1.0\nname = \"chat\"\ninput = { dist = \"fixed\", value = 2000 }\noutput = { dist = \"fixed\", value = 200 }\n";
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("capsim-it-plan-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn day_args<'a>(curve: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    // The plan's flags less the lengths, which the curve's file gives.
+    let mut args: Vec<&str> =
+        Q.iter().copied().filter(|a| !["--input-len", "2000", "--output-len", "200"].contains(a)).collect();
+    args.extend(["--gpus", "H100 SXM", "--tps", "1", "--workload", curve, "--bucket-s", "600"]);
+    args.extend(extra);
+    args
+}
+
+/// Each bucket's TTFT p95 and TPOT p95 of `capsim simulate --autoscale` with a policy pinned at
+/// `replicas`: the plan's answer checked through another command than the plan's own search.
+fn simulate_pinned(dir: &std::path::Path, curve: &str, replicas: u64) -> Vec<(f64, f64)> {
+    let pol = dir.join(format!("pinned-{replicas}.toml"));
+    std::fs::write(
+        &pol,
+        format!("min_replicas = {replicas}\nmax_replicas = {replicas}\nmetric = \"outstanding\"\ntarget = 1.0\ninterval_s = 600.0\nprovisioning_s = 0.0\nstorage_gb_s = 1.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\nbucket_s = 600.0\n"),
+    )
+    .unwrap();
+    let o = capsim(&[
+        "simulate",
+        "--model",
+        "Llama-3.1-8B-Instruct",
+        "--gpu",
+        "H100 SXM",
+        "--workload",
+        curve,
+        "--autoscale",
+        pol.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["requests_lost"], 0, "{v}");
+    v["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["ttft_s"]["p95"].as_f64().unwrap(), b["tpot_ms"]["p95"].as_f64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_plan_over_a_daily_curve_meets_the_slo_every_bucket_and_one_replica_fewer_misses_one() {
+    let dir = temp_dir("day");
+    let curve = dir.join("day.toml");
+    std::fs::write(&curve, CURVE).unwrap();
+    let c = curve.to_str().unwrap();
+    let o = capsim(&day_args(c, &["--json"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["peak_rate"], 30.0, "the schedule's highest segment");
+    let plan = &v["plans"][0];
+    assert_eq!(plan["kind"], "fixed");
+    assert_eq!(plan["slo_met"], true, "{plan}");
+    let k = plan["pools"][0]["replicas"].as_u64().unwrap();
+    assert!(k > 1, "30 requests/s of 2,000 in / 200 out needs more than one H100: {plan}");
+    assert_eq!(plan["one_replica_fewer"]["slo_met"], false, "{plan}");
+    // Cost: replicas x price x hours of the span; per million output tokens over the 30,000 x 200.
+    let price = 2.99;
+    let hours = plan["span_s"].as_f64().unwrap() / 3600.0;
+    let cost = plan["cost"].as_f64().unwrap();
+    assert!((cost - k as f64 * price * hours).abs() < 1e-6 * cost, "{plan}");
+    let per_m = plan["cost_per_million_output_tokens"].as_f64().unwrap();
+    assert!((per_m - cost / 6.0).abs() < 1e-9 * per_m, "{per_m} vs {cost} / 6M tokens");
+    // Energy between all idle and all busy (70 W and 700 W an H100 in models/prices.toml).
+    let gpu_h = plan["gpu_hours"].as_f64().unwrap();
+    let e = plan["energy_kwh"].as_f64().unwrap();
+    assert!(e >= gpu_h * 0.07 - 1e-9 && e <= gpu_h * 0.7 + 1e-9, "{e} kWh over {gpu_h} GPU-hours");
+    // The same answer through simulate: k replicas meet both limits in every bucket, k - 1 miss one.
+    let limits = (1.0, 30.0);
+    let meets = |b: &[(f64, f64)]| b.iter().all(|&(t, p)| t <= limits.0 && p <= limits.1);
+    let at_k = simulate_pinned(&dir, c, k);
+    assert_eq!(at_k.len(), plan["buckets"].as_array().unwrap().len());
+    assert!(meets(&at_k), "{k} replicas: {at_k:?}");
+    let fewer = simulate_pinned(&dir, c, k - 1);
+    assert!(!meets(&fewer), "{} replicas: {fewer:?}", k - 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_daily_plan_refuses_bad_curves_policies_prices_and_slos_by_name() {
+    let dir = temp_dir("bad");
+    let curve = dir.join("negative.toml");
+    std::fs::write(&curve, CURVE.replace("[600.0, 30.0]", "[600.0, -30.0]")).unwrap();
+    let c = curve.to_str().unwrap();
+    let o = capsim(&day_args(c, &[]));
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("negative.toml") && e.contains("rate") && e.contains("-30"), "{e}");
+    let good = dir.join("day.toml");
+    std::fs::write(&good, CURVE).unwrap();
+    let g = good.to_str().unwrap();
+    let pol = dir.join("policy.toml");
+    std::fs::write(&pol, "min_replicas = 5\nmax_replicas = 2\nmetric = \"outstanding\"\ntarget = 8.0\nprovisioning_s = 1.0\nstorage_gb_s = 1.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\n").unwrap();
+    let o = capsim(&day_args(g, &["--autoscale", pol.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("policy.toml") && e.contains("min_replicas") && e.contains("max_replicas"), "{e}");
+    let prices = dir.join("prices.toml");
+    std::fs::write(&prices, "date = \"2026-11-26\"\ncurrency = \"EUR\"\n[[gpu]]\nname = \"B200\"\nprice_per_hour = 5.0\nidle_w = 100\nbusy_w = 1000\n").unwrap();
+    let o = capsim(&day_args(g, &["--price-file", prices.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("prices.toml") && e.contains("H100 SXM"), "{e}");
+    let mut args = day_args(g, &[]);
+    args.extend(["--slo", "e2e_p95_s=20"]);
+    let e = String::from_utf8_lossy(&capsim(&args).stderr).to_string();
+    assert!(e.contains("--slo") && e.contains("e2e_p95_s"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_daily_plan_beyond_max_gpus_exits_3_and_an_autoscaled_plan_is_judged_per_bucket() {
+    let dir = temp_dir("max");
+    let curve = dir.join("day.toml");
+    std::fs::write(&curve, CURVE).unwrap();
+    let c = curve.to_str().unwrap();
+    let o = capsim(&day_args(c, &["--max-gpus", "1"]));
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("not a plan"));
+    // A policy that scales from 1 to 8 replicas, a minute and a half to start one: the peak's first
+    // bucket waits for the new replicas, so it is listed with slo_met false and its buckets say which.
+    let pol = dir.join("policy.toml");
+    std::fs::write(&pol, "min_replicas = 1\nmax_replicas = 8\nmetric = \"outstanding\"\ntarget = 24.0\nprovisioning_s = 60.0\nstorage_gb_s = 2.0\nengine_start_s = 20.0\ncuda_graph_capture_s = 10.0\n").unwrap();
+    let o = capsim(&day_args(c, &["--autoscale", pol.to_str().unwrap(), "--json"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let plans = v["plans"].as_array().unwrap();
+    let auto = plans.iter().find(|p| p["kind"] == "autoscaled").expect("an autoscaled plan");
+    let fixed = plans.iter().find(|p| p["kind"] == "fixed").expect("a fixed plan");
+    let buckets = auto["buckets"].as_array().unwrap();
+    let failed = buckets.iter().filter(|b| b["slo_met"] == false).count();
+    assert_eq!(auto["buckets_failed"].as_u64().unwrap() as usize, failed);
+    assert_eq!(auto["slo_met"], failed == 0);
+    assert!(auto["replicas_max"].as_u64().unwrap() <= 8 && auto["scale_ups"].as_u64().unwrap() > 0, "{auto}");
+    // Plans meeting the SLO come first, each group cheapest first.
+    let key: Vec<(u8, f64)> =
+        plans.iter().map(|p| (u8::from(p["slo_met"] == false), p["cost_per_hour"].as_f64().unwrap())).collect();
+    assert!(key.windows(2).all(|w| w[0].0 < w[1].0 || (w[0].0 == w[1].0 && w[0].1 <= w[1].1)), "{key:?}");
+    assert_eq!(fixed["slo_met"], true);
+    std::fs::remove_dir_all(&dir).ok();
+}
