@@ -32,6 +32,7 @@ mod explain;
 mod mixed;
 mod plan;
 mod plan_day;
+mod plan_mixed;
 mod report;
 mod shard;
 mod simulate;

@@ -1,7 +1,9 @@
 //! `capsim plan`: the cheapest fleet meeting the SLO at a target rate, over the GPUs and
 //! tensor-parallel degrees asked about, with the runner-ups. Each candidate deployment is sized by
 //! capacity's fleet search (the fewest replicas meeting the SLO, simulated jointly behind the
-//! router), priced and powered from the price table (capsim::plan).
+//! router), priced and powered from the price table (capsim::plan). Two other questions share the
+//! flags: over a rate curve instead of a rate (plan_day.rs), and new replicas beside pools already
+//! owned (--existing, plan_mixed.rs).
 
 use super::capacity::{self, CapacityArgs, Outcome};
 use capsim::catalog::{Catalog, GpuSpec};
@@ -15,8 +17,8 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct PlanArgs {
     /// The deployment, workload and question flags of `capsim capacity`: --gpus (required: the GPU
-    /// types to consider), --target-rate (required), --slo or --preset, --routing,
-    /// --requests-per-replica, --seeds.
+    /// types to consider), --target-rate (or a rate curve: --workload with a rate schedule, or
+    /// --trace), --slo or --preset, --routing, --requests-per-replica, --seeds.
     #[command(flatten)]
     pub capacity: CapacityArgs,
     /// Tensor-parallel degrees to consider (default: --tp if given, else 1, 2, 4 and 8 where the
@@ -30,6 +32,11 @@ pub struct PlanArgs {
     /// Consider no fleet of more GPUs than this.
     #[arg(long, default_value_t = 64, help_heading = "Plan")]
     pub max_gpus: u32,
+    /// A pool already owned, GPU[:tp=N][:replicas=N] (repeatable): each plan adds the fewest
+    /// replicas of one GPU type of --gpus to these pools, the mixed fleet simulated behind the
+    /// weighted least-outstanding router at --target-rate.
+    #[arg(long, help_heading = "Plan")]
+    pub existing: Vec<String>,
     /// Over a rate curve (--workload with a rate schedule, or --trace; no --target-rate): also plan
     /// the fleet this autoscaling policy scales (its min and max replicas, the max capped by
     /// --max-gpus), beside the fixed fleet that holds the curve.
@@ -144,6 +151,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 "applies to a plan over a rate curve (--workload or --trace, no --target-rate)",
             ));
         }
+    }
+    if !a.existing.is_empty() {
+        return super::plan_mixed::run(&a, &catalog, &prices, &gpus, rate);
     }
     let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);

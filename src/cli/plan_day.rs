@@ -34,6 +34,12 @@ struct DayPlan {
 
 pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]) -> Result<()> {
     let c = &a.capacity;
+    if !a.existing.is_empty() {
+        return Err(Error::flag(
+            "--existing",
+            "mixed-GPU plans serve a --target-rate; plans over a curve are of one GPU type",
+        ));
+    }
     if c.preset.is_some() {
         return Err(Error::flag(
             "--preset",
@@ -335,7 +341,7 @@ fn print_text(
     for p in plans.iter().filter(|p| p.kind == "fixed") {
         if let Some(f) = p.extra.get("one_replica_fewer").filter(|f| !f.is_null()) {
             outln!(
-                "{} x{}: {} replicas miss the SLO in {} of {} buckets",
+                "one replica fewer, {} x{} x {}: misses the SLO in {} of {} buckets",
                 p.gpu,
                 p.tp,
                 f["replicas"],

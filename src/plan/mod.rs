@@ -4,6 +4,7 @@
 //! rate curve (a day), [`day`] checks each fleet by simulating the whole curve.
 
 pub mod day;
+pub mod mixed;
 
 use crate::error::{toml_error, Error, Result};
 use serde::{Deserialize, Serialize};

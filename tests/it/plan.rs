@@ -246,3 +246,80 @@ fn a_daily_plan_beyond_max_gpus_exits_3_and_an_autoscaled_plan_is_judged_per_buc
     assert_eq!(fixed["slo_met"], true);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The fleet's TTFT p95 and TPOT p95 from `capsim simulate --pool` (its own path, same seed).
+fn simulate_pools(pools: &[String], requests: u64) -> (f64, f64) {
+    let mut args: Vec<String> = ["simulate", "--model", "Llama-3.1-8B-Instruct", "--rate", "60", "--input-len", "2000"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for p in pools {
+        args.extend(["--pool".to_string(), p.clone()]);
+    }
+    args.extend(["--output-len", "200", "--requests", &requests.to_string(), "--json"].map(String::from));
+    let o = Command::new(env!("CARGO_BIN_EXE_capsim")).args(&args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    (v["fleet"]["ttft_s"]["p95"].as_f64().unwrap(), v["fleet"]["tpot_ms"]["p95"].as_f64().unwrap())
+}
+
+#[test]
+fn a_mixed_plan_adds_the_fewest_new_replicas_to_an_owned_pool_cheapest_first() {
+    let args: Vec<&str> = Q
+        .iter()
+        .copied()
+        .chain([
+            "--existing",
+            "H100 SXM:replicas=2",
+            "--gpus",
+            "B200,H100 SXM",
+            "--tps",
+            "1",
+            "--target-rate",
+            "60",
+            "--json",
+        ])
+        .collect();
+    let o = capsim(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let plans = v["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 2, "{v}");
+    let costs: Vec<f64> = plans.iter().map(|p| p["cost_per_hour"].as_f64().unwrap()).collect();
+    assert!(costs[0] <= costs[1], "cheapest first: {costs:?}");
+    let price = |gpu: &str| if gpu == "B200" { 5.49 } else { 2.99 };
+    for p in plans {
+        let pools = p["pools"].as_array().unwrap();
+        assert_eq!(
+            (pools[0]["gpu"].as_str(), pools[0]["replicas"].as_u64(), &pools[0]["existing"]),
+            (Some("H100 SXM"), Some(2), &serde_json::json!(true))
+        );
+        let n = p["new_replicas"].as_u64().unwrap();
+        assert!(n >= 1, "two H100s alone do not serve 60 requests/s: {p}");
+        let new = &pools[1];
+        let gpu = new["gpu"].as_str().unwrap();
+        assert_eq!(new["replicas"].as_u64().unwrap(), n);
+        assert!((p["cost_per_hour"].as_f64().unwrap() - (2.0 * 2.99 + n as f64 * price(gpu))).abs() < 1e-9, "{p}");
+        assert_eq!(p["slo_met"], true);
+        assert_eq!(p["one_replica_fewer"]["meets_slo"], false, "{p}");
+        // Checked through simulate --pool: the same fleet, the same run, the same figures.
+        let requests = 1500 * (2 + n);
+        let (ttft, tpot) = simulate_pools(&["H100 SXM:replicas=2".into(), format!("{gpu}:replicas={n}")], requests);
+        assert!(ttft <= 1.0 && tpot <= 30.0, "{gpu} + {n}: {ttft} s, {tpot} ms");
+        assert_eq!(p["slo_values"][0]["value"].as_f64().unwrap(), ttft);
+        assert_eq!(p["slo_values"][1]["value"].as_f64().unwrap(), tpot);
+        if n > 1 && p["one_replica_fewer"]["stability"] == "stable" {
+            let (t, q) =
+                simulate_pools(&["H100 SXM:replicas=2".into(), format!("{gpu}:replicas={}", n - 1)], requests - 1500);
+            assert!(t > 1.0 || q > 30.0, "{gpu} + {}: {t} s, {q} ms", n - 1);
+        }
+    }
+    let bad: Vec<&str> = Q
+        .iter()
+        .copied()
+        .chain(["--existing", "H100 SXM:replicas=0", "--gpus", "B200", "--target-rate", "60"])
+        .collect();
+    let o = capsim(&bad);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--existing"), "{}", String::from_utf8_lossy(&o.stderr));
+}

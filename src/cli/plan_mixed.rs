@@ -1,0 +1,242 @@
+//! `capsim plan --target-rate R --existing "H100 SXM:replicas=4" --gpus "B200,H200 SXM"`: mixed-GPU
+//! plans. Each GPU type and tensor-parallel degree of --gpus is a candidate new pool; the plan is the
+//! fewest replicas of it that, beside the pools already owned, serve the rate within the SLO
+//! (capsim::plan::mixed, the fleet simulated jointly behind the weighted least-outstanding router).
+//! Plans are priced with every pool's GPUs (the owned ones run and draw power too), cheapest first.
+
+use super::mixed::{parse_pool, PoolSpec};
+use super::plan::{tps_of, PlanArgs};
+use capsim::catalog::Catalog;
+use capsim::error::{Error, Result};
+use capsim::plan::mixed::{size_mixed, MixedAnswer};
+use capsim::plan::{fleet_power_w, GpuPrice, PriceTable};
+use capsim::profile::Profile;
+use capsim::report::{num, table};
+use capsim::workload::LoadAxis;
+use serde_json::json;
+
+struct MixedPlan {
+    gpu: String,
+    tp: u32,
+    new_replicas: u32,
+    gpus: u32,
+    cost_per_hour: f64,
+    json: serde_json::Value,
+}
+
+/// `--existing` values as pools (errors name --existing).
+fn existing_pools(a: &PlanArgs) -> Result<Vec<PoolSpec>> {
+    a.existing
+        .iter()
+        .map(|s| {
+            parse_pool(s).map_err(|e| match e {
+                Error::Input { msg, .. } => Error::flag("--existing", msg),
+                other => other,
+            })
+        })
+        .collect()
+}
+
+pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String], rate: f64) -> Result<()> {
+    let c = &a.capacity;
+    let q = super::capacity::question(c)?;
+    if let Some(n) = c.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
+        return Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}")));
+    }
+    let specs = existing_pools(a)?;
+    // The owned pools: each must run and be priced, or the plan cannot be costed.
+    let mut owned: Vec<(Profile, u32, GpuPrice)> = Vec::new();
+    for s in &specs {
+        let mut pa = c.profile.clone();
+        pa.gpu = Some(s.gpu.clone());
+        pa.tp = s.tp;
+        let p = pa.resolve(catalog)?;
+        if !q.template.is_trace() {
+            capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
+        }
+        let price = prices.get(&p.gpu.name)?.clone();
+        owned.push((p, s.replicas, price));
+    }
+    let owned_gpus: u32 = owned.iter().map(|(p, n, _)| n * p.tensor_parallel).sum();
+    if owned_gpus > a.max_gpus {
+        return Err(Error::flag(
+            "--max-gpus",
+            format!("the --existing pools hold {owned_gpus} GPUs, more than --max-gpus {}", a.max_gpus),
+        ));
+    }
+    let owned_cost: f64 = owned.iter().map(|(p, n, pr)| (n * p.tensor_parallel) as f64 * pr.price_per_hour).sum();
+    let existing: Vec<(&Profile, u32)> = owned.iter().map(|(p, n, _)| (p, *n)).collect();
+    let turns = q.template.conversation.as_ref().map_or(1.0, |c| c.turns.mean());
+    let tok_h = rate * turns * q.template.at(LoadAxis::Rate, rate).map_or(0.0, |w| w.mean_output_tokens()) * 3600.0;
+    let pb = super::progress_bar(0, "simulations");
+    let tick = || pb.inc(1);
+    let mut plans: Vec<MixedPlan> = Vec::new();
+    let mut refused: Vec<serde_json::Value> = Vec::new();
+    for g in gpus {
+        let spec = catalog.gpu(g)?.clone();
+        let price = prices.get(&spec.name)?.clone();
+        for tp in tps_of(a, &spec) {
+            let refuse = |reason: String| json!({"gpu": spec.name, "tensor_parallel": tp, "reason": reason});
+            let mut pa = c.profile.clone();
+            pa.gpu = Some(g.clone());
+            pa.tp = Some(tp);
+            let p = match pa.resolve(catalog) {
+                Ok(p) => p,
+                Err(e) => {
+                    refused.push(refuse(e.to_string()));
+                    continue;
+                }
+            };
+            if !q.template.is_trace() {
+                capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
+            }
+            pb.set_message(format!("+ {} x{tp}", spec.name));
+            let max_new = (a.max_gpus - owned_gpus) / tp;
+            let ans = size_mixed(&existing, &p, &q, rate, c.requests_per_replica, max_new, &tick)?;
+            let Some(n) = ans.new_replicas else {
+                refused.push(refuse(format!(
+                    "no mixed fleet with up to {max_new} new replicas ({} GPUs in all) meets the SLO",
+                    owned_gpus + max_new * tp
+                )));
+                continue;
+            };
+            let cost = owned_cost + (n * tp) as f64 * price.price_per_hour;
+            let json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h);
+            plans.push(MixedPlan {
+                gpu: spec.name.clone(),
+                tp,
+                new_replicas: n,
+                gpus: owned_gpus + n * tp,
+                cost_per_hour: cost,
+                json,
+            });
+        }
+    }
+    pb.finish_and_clear();
+    plans.sort_by(|x, y| {
+        x.cost_per_hour
+            .total_cmp(&y.cost_per_hour)
+            .then(x.gpus.cmp(&y.gpus))
+            .then(x.gpu.cmp(&y.gpu))
+            .then(x.tp.cmp(&y.tp))
+    });
+    if c.json {
+        let v = json!({
+            "capsim_version": env!("CARGO_PKG_VERSION"),
+            "target_rate": rate,
+            "max_gpus": a.max_gpus,
+            "routing": "weighted-least-outstanding",
+            "existing": owned.iter().map(|(p, n, _)| json!({"gpu": p.gpu.name, "tp": p.tensor_parallel, "replicas": n})).collect::<Vec<_>>(),
+            "prices": {"source": prices.source, "date": prices.date, "currency": prices.currency},
+            "plans": plans.iter().map(|p| p.json.clone()).collect::<Vec<_>>(),
+            "refused": refused,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
+    } else {
+        let owned_text: Vec<String> =
+            owned.iter().map(|(p, n, _)| format!("{} x{} x {n}", p.gpu.name, p.tensor_parallel)).collect();
+        outln!(
+            "mixed plans for {} requests/s within the SLO beside {}, cheapest first (prices: {}, {} {}):",
+            num(rate, 4),
+            owned_text.join(" + "),
+            prices.source,
+            prices.currency,
+            prices.date
+        )?;
+        let rows: Vec<Vec<String>> = plans
+            .iter()
+            .map(|p| {
+                let j = &p.json;
+                let shares: Vec<String> = j["pools"]
+                    .as_array()
+                    .map(|ps| {
+                        ps.iter()
+                            .map(|x| format!("{:.0}%", x["requests_share"].as_f64().unwrap_or(0.0) * 100.0))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                vec![
+                    p.gpu.clone(),
+                    p.tp.to_string(),
+                    p.new_replicas.to_string(),
+                    p.gpus.to_string(),
+                    num(p.cost_per_hour, 4),
+                    j["cost_per_million_output_tokens"].as_f64().map_or("-".into(), |v| num(v, 4)),
+                    j["power_kw"].as_f64().map_or("-".into(), |v| num(v, 4)),
+                    shares.join(" / "),
+                ]
+            })
+            .collect();
+        out!(
+            "{}",
+            table(
+                &[
+                    "new gpu",
+                    "tp",
+                    "new replicas",
+                    "gpus",
+                    "cost/hour",
+                    "cost/M output tokens",
+                    "power kW",
+                    "requests per pool"
+                ],
+                &rows
+            )
+        )?;
+        for r in &refused {
+            outln!(
+                "not a plan: + {} x{}: {}",
+                r["gpu"].as_str().unwrap_or(""),
+                r["tensor_parallel"],
+                r["reason"].as_str().unwrap_or("")
+            )?;
+        }
+    }
+    if plans.is_empty() {
+        return Err(Error::NoAnswer(format!("no mixed plan within --max-gpus {} meets the SLO", a.max_gpus)));
+    }
+    Ok(())
+}
+
+/// A plan's JSON: the pools (owned first, then the new one), its cost, power and the search.
+fn plan_json(
+    owned: &[(Profile, u32, GpuPrice)],
+    new: (&Profile, u32, &GpuPrice),
+    ans: &MixedAnswer,
+    cost_per_hour: f64,
+    tok_h: f64,
+) -> serde_json::Value {
+    let (p, n, price) = new;
+    let at = ans.candidate(n).expect("the answer was simulated");
+    let mut pools: Vec<serde_json::Value> = Vec::new();
+    let mut power_w = 0.0;
+    let mut members: Vec<(&Profile, u32, &GpuPrice, bool)> = owned.iter().map(|(p, k, pr)| (p, *k, pr, true)).collect();
+    if n > 0 {
+        members.push((p, n, price, false));
+    }
+    for (i, (pp, k, pr, existing)) in members.iter().enumerate() {
+        let gpus = k * pp.tensor_parallel;
+        let busy = at.busy_share.get(i).copied().unwrap_or(0.0);
+        power_w += fleet_power_w(pr, gpus, busy);
+        pools.push(json!({
+            "gpu": pp.gpu.name, "tp": pp.tensor_parallel, "replicas": k, "gpus": gpus, "existing": existing,
+            "requests_share": at.requests_share.get(i), "busy_share": busy,
+            "extrapolation": pp.retargeted_from.is_some(),
+        }));
+    }
+    let fewer = n.checked_sub(1).and_then(|m| ans.candidate(m));
+    json!({
+        "pools": pools,
+        "gpus": members.iter().map(|(pp, k, _, _)| k * pp.tensor_parallel).sum::<u32>(),
+        "new_replicas": n,
+        "cost_per_hour": cost_per_hour,
+        "cost_per_million_output_tokens": if tok_h > 0.0 { cost_per_hour / (tok_h / 1e6) } else { f64::NAN },
+        "slo_met": at.meets_slo,
+        "slo_values": at.slo_values.iter().map(|(k, v)| json!({"name": k, "value": v})).collect::<Vec<_>>(),
+        "stability": at.stability,
+        "power_kw": power_w / 1e3,
+        "energy_kwh_per_day": power_w / 1e3 * 24.0,
+        "one_replica_fewer": fewer,
+        "search": {"requests_per_replica": ans.requests_per_replica, "candidates": ans.candidates},
+    })
+}
