@@ -8,7 +8,7 @@
 use super::capacity::{self, CapacityArgs, Outcome};
 use capsim::catalog::{Catalog, GpuSpec};
 use capsim::error::{Error, Result};
-use capsim::plan::{fleet_power_w, PriceTable};
+use capsim::plan::{fleet_power_w, PriceTable, ReplicaBand};
 use capsim::report::{num, table};
 use clap::Args;
 use serde_json::json;
@@ -127,6 +127,27 @@ struct Plan {
     power_kw: f64,
     /// Offered rate over the fleet's SLO capacity (replicas x one replica's rate within the SLO).
     utilization: f64,
+    band: ReplicaBand,
+    price_per_gpu_hour: f64,
+}
+
+/// A band of replicas as JSON, with the cost per hour of each end.
+pub(super) fn band_json(b: &ReplicaBand, gpus_per_replica: u32, price_per_gpu_hour: f64) -> serde_json::Value {
+    let cost = |k: Option<u32>| k.map(|k| (k * gpus_per_replica) as f64 * price_per_gpu_hour);
+    json!({
+        "replicas": {"low": b.low, "high": b.high},
+        "cost_per_hour": {"low": cost(b.low), "high": cost(b.high)},
+        "from_sigmas": b.from_sigmas,
+    })
+}
+
+/// "4", or "4 (3 to 5)" with a band, "4 (3 to -)" when the slow end finds no fleet.
+pub(super) fn band_text(k: u32, b: &ReplicaBand) -> String {
+    if b.low == Some(k) && b.high == Some(k) {
+        return k.to_string();
+    }
+    let end = |x: Option<u32>| x.map_or("-".to_string(), |x| x.to_string());
+    format!("{k} ({} to {})", end(b.low), end(b.high))
 }
 
 pub fn run(a: PlanArgs) -> Result<()> {
@@ -193,6 +214,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
             // rate, so a one-replica plan counts as fully used (its power an upper bound).
             let utilization = (rate / (k as f64 * ans.single_replica_rate)).clamp(0.0, 1.0);
             let n = k * tp;
+            let (p0, fq) = (&prep.profiles[0], prep.fleet.as_ref().expect("a fleet question"));
+            let band = ReplicaBand::find(k, &[p0], |sign| {
+                Ok(capsim::capacity::size_fleet(&capsim::capacity::perturbed(p0, sign), &prep.q, fq, &tick)?.replicas)
+            })?;
             plans.push(Plan {
                 gpu: spec.name.clone(),
                 tp,
@@ -202,6 +227,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 power_kw: fleet_power_w(&price, n, utilization) / 1e3,
                 utilization,
                 row,
+                band,
+                price_per_gpu_hour: price.price_per_hour,
             });
         }
     }
@@ -226,6 +253,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 "energy_kwh_per_day": p.power_kw * 24.0,
                 "extrapolation": r["extrapolation"],
                 "one_replica_fewer": neighbour,
+                "band": band_json(&p.band, p.tp, p.price_per_gpu_hour),
                 "search": r["search"],
             })
         })
@@ -255,7 +283,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 vec![
                     p.gpu.clone(),
                     p.tp.to_string(),
-                    p.replicas.to_string(),
+                    band_text(p.replicas, &p.band),
                     p.gpus.to_string(),
                     num(p.cost_per_hour, 4),
                     j["cost_per_million_output_tokens"].as_f64().map_or("-".into(), |v| num(v, 4)),

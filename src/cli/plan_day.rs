@@ -10,13 +10,13 @@
 //! Plans are priced, powered and billed from the price table (not the policy's own price), listed
 //! cheapest per hour first among those meeting the SLO, then those that do not.
 
-use super::plan::{tps_of, PlanArgs};
+use super::plan::{band_json, band_text, tps_of, PlanArgs};
 use capsim::autoscale::AutoscalePolicy;
-use capsim::capacity::{size_fleet, FleetQuestion, Question, Routing, Slo};
+use capsim::capacity::{perturbed, size_fleet, FleetQuestion, Question, Routing, Slo};
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
 use capsim::plan::day::{check_day_slos, peak_rate, simulate_day, size_fixed_day, DayRun};
-use capsim::plan::PriceTable;
+use capsim::plan::{PriceTable, ReplicaBand};
 use capsim::report::{num, table};
 use capsim::workload::{LoadAxis, LoadTemplate};
 use serde_json::json;
@@ -29,6 +29,8 @@ struct DayPlan {
     /// The fixed fleet's replicas, or the autoscaled fleet's most held at once.
     replicas: u32,
     run: DayRun,
+    /// The fixed fleet's band of replicas from the profile's uncertainty.
+    band: Option<ReplicaBand>,
     extra: serde_json::Value,
 }
 
@@ -139,13 +141,18 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                         .iter()
                         .map(|(n, r)| json!({"replicas": n, "slo_met": r.slo_met, "buckets_failed": r.buckets_failed}))
                         .collect();
+                    let band = ReplicaBand::find(k, &[&p], |sign| {
+                        let pp = perturbed(&p, sign);
+                        Ok(size_fixed_day(&pp, &w, c.seed, &slos, bucket_s, &price, k, cap, &tick).replicas)
+                    })?;
                     plans.push(DayPlan {
                         kind: "fixed",
                         gpu: spec.name.clone(),
                         tp,
                         replicas: k,
                         run,
-                        extra: json!({"peak": peak_json, "one_replica_fewer": fewer, "tried": tried, "extrapolation": p.retargeted_from.is_some()}),
+                        band: Some(band),
+                        extra: json!({"peak": peak_json, "one_replica_fewer": fewer, "tried": tried, "extrapolation": p.retargeted_from.is_some(), "band": band_json(&band, tp, price.price_per_hour)}),
                     });
                 }
                 None => refused.push(refuse(format!(
@@ -164,12 +171,23 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                 pol.bucket_s = bucket_s;
                 let run = simulate_day(&p, &w, c.seed, &pol, &slos, &price);
                 tick();
+                // The band: the same policy over the curve with the profile one sigma faster and slower.
+                let band = (p.file.sigmas.is_some() || p.file.covariance.is_some()).then(|| {
+                    let [fast, slow] = [1.0, -1.0].map(|sign| simulate_day(&perturbed(&p, sign), &w, c.seed, &pol, &slos, &price));
+                    json!({
+                        "cost_per_hour": {"low": fast.cost_per_hour.min(run.cost_per_hour), "high": slow.cost_per_hour.max(run.cost_per_hour)},
+                        "replicas_max": {"low": fast.replicas_max, "high": slow.replicas_max},
+                        "slo_met": {"fast": fast.slo_met, "slow": slow.slo_met},
+                        "from_sigmas": true,
+                    })
+                });
                 plans.push(DayPlan {
                     kind: "autoscaled",
                     gpu: spec.name.clone(),
                     tp,
                     replicas: run.replicas_max,
-                    extra: json!({"min_replicas": pol.min_replicas, "max_replicas": pol.max_replicas, "peak": peak_json, "extrapolation": p.retargeted_from.is_some()}),
+                    band: None,
+                    extra: json!({"min_replicas": pol.min_replicas, "max_replicas": pol.max_replicas, "peak": peak_json, "extrapolation": p.retargeted_from.is_some(), "band": band}),
                     run,
                 });
             }
@@ -273,9 +291,9 @@ fn print_text(
         .iter()
         .map(|p| {
             let r = &p.run;
-            let replicas = match p.kind {
-                "autoscaled" => format!("<= {}", p.replicas),
-                _ => p.replicas.to_string(),
+            let replicas = match &p.band {
+                Some(b) => band_text(p.replicas, b),
+                None => format!("<= {}", p.replicas),
             };
             vec![
                 p.kind.to_string(),

@@ -5,11 +5,12 @@
 //! Plans are priced with every pool's GPUs (the owned ones run and draw power too), cheapest first.
 
 use super::mixed::{parse_pool, PoolSpec};
-use super::plan::{tps_of, PlanArgs};
+use super::plan::{band_json, band_text, tps_of, PlanArgs};
+use capsim::capacity::perturbed;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
 use capsim::plan::mixed::{size_mixed, MixedAnswer};
-use capsim::plan::{fleet_power_w, GpuPrice, PriceTable};
+use capsim::plan::{fleet_power_w, GpuPrice, PriceTable, ReplicaBand};
 use capsim::profile::Profile;
 use capsim::report::{num, table};
 use capsim::workload::LoadAxis;
@@ -22,6 +23,7 @@ struct MixedPlan {
     gpus: u32,
     cost_per_hour: f64,
     json: serde_json::Value,
+    band: ReplicaBand,
 }
 
 /// `--existing` values as pools (errors name --existing).
@@ -101,7 +103,26 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                 continue;
             };
             let cost = owned_cost + (n * tp) as f64 * price.price_per_hour;
-            let json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h);
+            let mut involved: Vec<&Profile> = owned.iter().map(|(p, _, _)| p).collect();
+            involved.push(&p);
+            // Every pool's profile moved the same way: the owned replicas are as uncertain as the new.
+            let band = ReplicaBand::find(n, &involved, |sign| {
+                let moved: Vec<Profile> = owned.iter().map(|(p, _, _)| perturbed(p, sign)).collect();
+                let ex: Vec<(&Profile, u32)> = moved.iter().zip(&owned).map(|(m, (_, k, _))| (m, *k)).collect();
+                Ok(size_mixed(&ex, &perturbed(&p, sign), &q, rate, c.requests_per_replica, max_new, &tick)?
+                    .new_replicas)
+            })?;
+            let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h);
+            let mut b = band_json(&band, tp, price.price_per_hour);
+            for end in ["low", "high"] {
+                // The owned pools cost the same at either end.
+                if let Some(x) = b["cost_per_hour"][end].as_f64() {
+                    b["cost_per_hour"][end] = json!(x + owned_cost);
+                }
+            }
+            b["new_replicas"] = b["replicas"].take();
+            b.as_object_mut().expect("object").remove("replicas");
+            json["band"] = b;
             plans.push(MixedPlan {
                 gpu: spec.name.clone(),
                 tp,
@@ -109,6 +130,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                 gpus: owned_gpus + n * tp,
                 cost_per_hour: cost,
                 json,
+                band,
             });
         }
     }
@@ -158,7 +180,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                 vec![
                     p.gpu.clone(),
                     p.tp.to_string(),
-                    p.new_replicas.to_string(),
+                    band_text(p.new_replicas, &p.band),
                     p.gpus.to_string(),
                     num(p.cost_per_hour, 4),
                     j["cost_per_million_output_tokens"].as_f64().map_or("-".into(), |v| num(v, 4)),

@@ -98,3 +98,38 @@ pub fn energy_kwh(price: &GpuPrice, gpus_per_replica: u32, replica_s: f64, busy_
     let busy = busy_replica_s.clamp(0.0, replica_s.max(0.0));
     gpus_per_replica as f64 * (price.idle_w * replica_s.max(0.0) + (price.busy_w - price.idle_w) * busy) / 3.6e6
 }
+
+/// A plan's band from the profile's uncertainty, as capacity's bands: the replicas the same search
+/// finds with the profile one sigma faster (`low`) and one sigma slower (`high`)
+/// (crate::capacity::perturbed), widened to hold the nominal answer; `high` is None where the slow
+/// profile needs more than the limit allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReplicaBand {
+    pub low: Option<u32>,
+    pub high: Option<u32>,
+    /// Whether any profile involved carries an uncertainty (a fit's sigmas or covariance); without
+    /// one the band is the nominal answer and nothing is searched.
+    pub from_sigmas: bool,
+}
+
+impl ReplicaBand {
+    /// `search(sign)` answers the question with every profile moved one sigma (`sign` +1 faster,
+    /// -1 slower); `nominal` is the plan's own answer.
+    pub fn find(
+        nominal: u32,
+        profiles: &[&crate::profile::Profile],
+        mut search: impl FnMut(f64) -> Result<Option<u32>>,
+    ) -> Result<ReplicaBand> {
+        let from_sigmas = profiles.iter().any(|p| p.file.sigmas.is_some() || p.file.covariance.is_some());
+        if !from_sigmas {
+            return Ok(ReplicaBand { low: Some(nominal), high: Some(nominal), from_sigmas });
+        }
+        let fast = search(1.0)?;
+        let slow = search(-1.0)?;
+        Ok(ReplicaBand {
+            low: Some(fast.map_or(nominal, |f| f.min(nominal))),
+            high: slow.map(|s| s.max(nominal)),
+            from_sigmas,
+        })
+    }
+}

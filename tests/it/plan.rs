@@ -50,11 +50,28 @@ fn the_cheapest_plan_meets_the_slo_and_one_replica_fewer_does_not() {
         for s in p["slo_values"].as_array().unwrap() {
             assert!(s["value"].as_f64().unwrap() <= s["limit"].as_f64().unwrap(), "{s}");
         }
+        assert_band(&p["band"]["replicas"], k, p);
     }
     assert!(
         plans.iter().any(|p| p["pools"][0]["replicas"].as_u64().unwrap() > 1),
         "the rate needs more than one replica somewhere: {v}"
     );
+    assert!(
+        plans
+            .iter()
+            .any(|p| p["band"]["from_sigmas"] == true && p["band"]["replicas"]["low"] != p["band"]["replicas"]["high"]),
+        "the profiles' sigmas give some plan a band wider than its answer: {v}"
+    );
+}
+
+/// The band from the profile's uncertainty holds the answer: the fast profile's count at most it,
+/// the slow one's at least it (or none within the limit), and the fitted sigmas widen it.
+fn assert_band(band: &serde_json::Value, k: u64, plan: &serde_json::Value) {
+    let low = band["low"].as_u64().unwrap();
+    assert!(low <= k, "{plan}");
+    if let Some(high) = band["high"].as_u64() {
+        assert!(high >= k, "{plan}");
+    }
 }
 
 #[test]
@@ -161,6 +178,7 @@ fn a_plan_over_a_daily_curve_meets_the_slo_every_bucket_and_one_replica_fewer_mi
     let k = plan["pools"][0]["replicas"].as_u64().unwrap();
     assert!(k > 1, "30 requests/s of 2,000 in / 200 out needs more than one H100: {plan}");
     assert_eq!(plan["one_replica_fewer"]["slo_met"], false, "{plan}");
+    assert_band(&plan["band"]["replicas"], k, plan);
     // Cost: replicas x price x hours of the span; per million output tokens over the 30,000 x 200.
     let price = 2.99;
     let hours = plan["span_s"].as_f64().unwrap() / 3600.0;
@@ -302,6 +320,7 @@ fn a_mixed_plan_adds_the_fewest_new_replicas_to_an_owned_pool_cheapest_first() {
         assert!((p["cost_per_hour"].as_f64().unwrap() - (2.0 * 2.99 + n as f64 * price(gpu))).abs() < 1e-9, "{p}");
         assert_eq!(p["slo_met"], true);
         assert_eq!(p["one_replica_fewer"]["meets_slo"], false, "{p}");
+        assert_band(&p["band"]["new_replicas"], n, p);
         // Checked through simulate --pool: the same fleet, the same run, the same figures.
         let requests = 1500 * (2 + n);
         let (ttft, tpot) = simulate_pools(&["H100 SXM:replicas=2".into(), format!("{gpu}:replicas={n}")], requests);
