@@ -342,3 +342,52 @@ fn a_mixed_plan_adds_the_fewest_new_replicas_to_an_owned_pool_cheapest_first() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--existing"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn a_curves_peak_is_its_highest_segment_or_a_traces_busiest_window() {
+    use capsim::plan::day::peak_rate;
+    use capsim::workload::{Arrivals, Process, RateSchedule, TraceRecord, Workload};
+    // A schedule: the 30/s segment is the peak while it is sent; cut before it, 5/s is.
+    let sched = || Arrivals::OpenLoop {
+        process: Process::Poisson,
+        rate: RateSchedule { segments: vec![(0.0, 5.0), (600.0, 30.0), (1200.0, 10.0)] },
+        burstiness: 1.0,
+    };
+    let w = Workload::fixed(sched(), 10, 10, Some(100_000)).unwrap();
+    assert_eq!(peak_rate(&w, 300.0).unwrap(), 30.0);
+    // 2,000 requests at 5/s take 400 s: the 30/s segment is never reached.
+    let w = Workload::fixed(sched(), 10, 10, Some(2000)).unwrap();
+    assert_eq!(peak_rate(&w, 300.0).unwrap(), 5.0);
+    // A trace: 2/s for 100 s, 10/s for 50 s, 2/s for 100 s, evenly spaced. The busiest 20 s holds
+    // 200 arrivals (10/s); the busiest 100 s holds the 500 of the burst and 100 of its sides.
+    let mut t = Vec::new();
+    let mut at = 0.0;
+    for (rate, n) in [(2.0, 200), (10.0, 500), (2.0, 200)] {
+        for _ in 0..n {
+            t.push(TraceRecord { arrival_s: at, input_tokens: 10, output_tokens: 10, hash_ids: vec![], session: None });
+            at += 1.0 / rate;
+        }
+    }
+    let w = Workload::trace(t, 0, 0).unwrap();
+    assert!((peak_rate(&w, 20.0).unwrap() - 10.0).abs() < 0.06, "{}", peak_rate(&w, 20.0).unwrap());
+    assert!((peak_rate(&w, 100.0).unwrap() - 6.0).abs() < 0.03, "{}", peak_rate(&w, 100.0).unwrap());
+}
+
+#[test]
+fn a_daily_plan_is_the_same_at_any_thread_count() {
+    let dir = temp_dir("threads");
+    let curve = dir.join("day.toml");
+    std::fs::write(&curve, CURVE).unwrap();
+    let c = curve.to_str().unwrap();
+    let run = |threads: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
+            .args(day_args(c, &["--json"]))
+            .env("RAYON_NUM_THREADS", threads)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    assert!(run("1") == run("3"), "the plan's JSON differs between 1 and 3 threads");
+    std::fs::remove_dir_all(&dir).ok();
+}
