@@ -81,7 +81,8 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
     if let Some(n) = c.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
         return Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}")));
     }
-    // The peak's steady state: the file's requests at a constant rate, runs that grow with the fleet.
+    // The peak's steady state: the file's requests at a constant rate, runs that grow with the fleet
+    // (a trace's requests stand in as their mean lengths here; the whole-curve runs replay it as is).
     let (mut template, _, _) = LoadTemplate::of_workload(&w);
     template.scaled_arrivals = None;
     template.requests = None;

@@ -113,6 +113,9 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                     .new_replicas)
             })?;
             let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h);
+            for (v, slo) in json["slo_values"].as_array_mut().into_iter().flatten().zip(&q.slos) {
+                v["limit"] = json!(slo.limit);
+            }
             let mut b = band_json(&band, tp, price.price_per_hour);
             for end in ["low", "high"] {
                 // The owned pools cost the same at either end.

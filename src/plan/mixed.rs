@@ -69,6 +69,9 @@ pub fn simulate_mixed_candidate(
         pools.push((new, new_replicas));
     }
     let replicas: u32 = pools.iter().map(|(_, n)| n).sum();
+    if replicas == 0 {
+        return Err(Error::flag("--existing", "a mixed fleet needs at least one replica"));
+    }
     crate::memory::check(
         &crate::sim::memory_estimate(new, &w, replicas),
         1,

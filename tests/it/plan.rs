@@ -211,6 +211,22 @@ fn a_daily_plan_refuses_bad_curves_policies_prices_and_slos_by_name() {
     assert_eq!(o.status.code(), Some(2));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("negative.toml") && e.contains("rate") && e.contains("-30"), "{e}");
+    // The daily form: 24 multiples of a peak, one of them negative.
+    let hourly = dir.join("hourly.toml");
+    let mut m = vec!["0.5"; 24];
+    m[13] = "-0.2";
+    std::fs::write(
+        &hourly,
+        CURVE.replace(
+            "segments = [[0.0, 5.0], [600.0, 30.0], [1200.0, 10.0]]",
+            &format!("peak = 30.0, hourly = [{}]", m.join(", ")),
+        ),
+    )
+    .unwrap();
+    let o = capsim(&day_args(hourly.to_str().unwrap(), &[]));
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("hourly.toml") && e.contains("rate.hourly[13]") && e.contains("-0.2"), "{e}");
     let good = dir.join("day.toml");
     std::fs::write(&good, CURVE).unwrap();
     let g = good.to_str().unwrap();
@@ -325,6 +341,7 @@ fn a_mixed_plan_adds_the_fewest_new_replicas_to_an_owned_pool_cheapest_first() {
         let requests = 1500 * (2 + n);
         let (ttft, tpot) = simulate_pools(&["H100 SXM:replicas=2".into(), format!("{gpu}:replicas={n}")], requests);
         assert!(ttft <= 1.0 && tpot <= 30.0, "{gpu} + {n}: {ttft} s, {tpot} ms");
+        assert_eq!(p["slo_values"][0]["limit"].as_f64().unwrap(), 1.0);
         assert_eq!(p["slo_values"][0]["value"].as_f64().unwrap(), ttft);
         assert_eq!(p["slo_values"][1]["value"].as_f64().unwrap(), tpot);
         if n > 1 && p["one_replica_fewer"]["stability"] == "stable" {
@@ -358,6 +375,23 @@ fn a_curves_peak_is_its_highest_segment_or_a_traces_busiest_window() {
     // 2,000 requests at 5/s take 400 s: the 30/s segment is never reached.
     let w = Workload::fixed(sched(), 10, 10, Some(2000)).unwrap();
     assert_eq!(peak_rate(&w, 300.0).unwrap(), 5.0);
+    // A daily curve as a file writes it: 24 multiples of the peak over a day of `day_s` seconds.
+    let mut hourly = [0.25; 24];
+    hourly[15] = 1.0;
+    let text = format!("peak = 40.0\nhourly = {hourly:?}\nday_s = 2400.0\n");
+    let r: RateSchedule = toml::from_str(&text).unwrap();
+    assert_eq!(r, RateSchedule::daily(40.0, &hourly, 2400.0));
+    assert_eq!((r.segments[15], r.segments[16].0), ((1500.0, 40.0), 1600.0));
+    let w = Workload::fixed(
+        Arrivals::OpenLoop { process: Process::Poisson, rate: r, burstiness: 1.0 },
+        10,
+        10,
+        Some(100_000),
+    )
+    .unwrap();
+    assert_eq!(peak_rate(&w, 300.0).unwrap(), 40.0);
+    let short: Result<RateSchedule, _> = toml::from_str("peak = 40.0\nhourly = [1.0, 0.5]\n");
+    assert!(short.unwrap_err().to_string().contains("24"));
     // A trace: 2/s for 100 s, 10/s for 50 s, 2/s for 100 s, evenly spaced. The busiest 20 s holds
     // 200 arrivals (10/s); the busiest 100 s holds the 500 of the burst and 100 of its sides.
     let mut t = Vec::new();
