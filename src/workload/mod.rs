@@ -269,7 +269,7 @@ impl TryFrom<RateScheduleFile> for RateSchedule {
                     return Err(format!("rate.hourly[{i}] must be a multiple of the peak in [0, 1], got {m}"));
                 }
                 let day_s = f.day_s.unwrap_or(86_400.0);
-                if !(day_s.is_finite() && day_s >= 24.0 && day_s <= MAX_TIME_S) {
+                if !(24.0..=MAX_TIME_S).contains(&day_s) {
                     return Err(format!("rate.day_s must be a number of seconds in [24, {MAX_TIME_S:e}], got {day_s}"));
                 }
                 Ok(RateSchedule::daily(peak, &hourly, day_s))
