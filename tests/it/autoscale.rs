@@ -277,3 +277,29 @@ fn the_autoscaled_report_gives_energy_and_an_html_day() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("energy"), "{}", String::from_utf8_lossy(&text.stdout));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_reporting_buckets_change_no_result() {
+    // Advances stop at bucket edges (so busy time lands in its bucket): the run itself must not
+    // change with the buckets' length.
+    let p = const_profile("vllm", 0.01, "max_num_seqs = 16");
+    let w = step_workload(100 + 40 * 200);
+    let run = |bucket: &str| {
+        let pol = policy("").clone();
+        let pol = capsim::autoscale::AutoscalePolicy { bucket_s: bucket.parse().unwrap(), ..pol };
+        simulate_autoscaled(&p, &w, 5, SimOptions::default(), &pol, &RequestSlo::default())
+    };
+    let (a, b) = (run("5.0"), run("1000000.0"));
+    assert!(a.buckets.len() > 40 && b.buckets.len() == 1);
+    assert_eq!(serde_json::to_string(&a.timeline).unwrap(), serde_json::to_string(&b.timeline).unwrap());
+    assert!(a.ttft == b.ttft && a.tpot == b.tpot);
+    assert_eq!(
+        (a.requests_completed, a.output_tokens, a.scale_ups, a.scale_downs),
+        (b.requests_completed, b.output_tokens, b.scale_ups, b.scale_downs)
+    );
+    assert!(
+        (a.replica_seconds - b.replica_seconds).abs() < 1e-6
+            && (a.busy_replica_seconds - b.busy_replica_seconds).abs() < 1e-6
+    );
+    assert_eq!(a.end_s, b.end_s);
+}
