@@ -358,6 +358,15 @@ fn a_mixed_plan_adds_the_fewest_new_replicas_to_an_owned_pool_cheapest_first() {
     let o = capsim(&bad);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--existing"), "{}", String::from_utf8_lossy(&o.stderr));
+    // One owned H100 and room for one more GPU: nothing serves 60 requests/s, exit 3.
+    let none: Vec<&str> = Q
+        .iter()
+        .copied()
+        .chain(["--existing", "H100 SXM:replicas=1", "--gpus", "B200", "--target-rate", "60", "--max-gpus", "2"])
+        .collect();
+    let o = capsim(&none);
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("not a plan"));
 }
 
 #[test]
