@@ -37,6 +37,10 @@ pub struct PlanArgs {
     /// weighted least-outstanding router at --target-rate.
     #[arg(long, help_heading = "Plan")]
     pub existing: Vec<String>,
+    /// At --target-rate: plans mixing two GPU types of --gpus (each pair, none owned: every count of
+    /// the first with the fewest replicas of the second), each type at its first TP that runs.
+    #[arg(long, help_heading = "Plan")]
+    pub mix: bool,
     /// Over a rate curve (--workload with a rate schedule, or --trace; no --target-rate): also plan
     /// the fleet this autoscaling policy scales (its min and max replicas, the max capped by
     /// --max-gpus), beside the fixed fleet that holds the curve.
@@ -172,6 +176,15 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 "applies to a plan over a rate curve (--workload or --trace, no --target-rate)",
             ));
         }
+    }
+    if a.mix {
+        if !a.existing.is_empty() {
+            return Err(Error::flag(
+                "--mix",
+                "mixes new pools; with --existing each plan adds one type to the owned pools",
+            ));
+        }
+        return super::plan_mixed::run_mix(&a, &catalog, &prices, &gpus, rate);
     }
     if !a.existing.is_empty() {
         return super::plan_mixed::run(&a, &catalog, &prices, &gpus, rate);

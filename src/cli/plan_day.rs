@@ -36,11 +36,13 @@ struct DayPlan {
 
 pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]) -> Result<()> {
     let c = &a.capacity;
-    if !a.existing.is_empty() {
-        return Err(Error::flag(
-            "--existing",
-            "mixed-GPU plans serve a --target-rate; plans over a curve are of one GPU type",
-        ));
+    for (flag, given) in [("--existing", !a.existing.is_empty()), ("--mix", a.mix)] {
+        if given {
+            return Err(Error::flag(
+                flag,
+                "mixed-GPU plans serve a --target-rate; plans over a curve are of one GPU type",
+            ));
+        }
     }
     if c.preset.is_some() {
         return Err(Error::flag(

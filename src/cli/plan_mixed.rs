@@ -3,6 +3,11 @@
 //! fewest replicas of it that, beside the pools already owned, serve the rate within the SLO
 //! (capsim::plan::mixed, the fleet simulated jointly behind the weighted least-outstanding router).
 //! Plans are priced with every pool's GPUs (the owned ones run and draw power too), cheapest first.
+//!
+//! `--mix` plans fleets of two new GPU types of --gpus: for each pair, every count of the first
+//! with the fewest replicas of the second beside it, until the first alone serves the rate (a pure
+//! fleet, the plain plan's answer). The cheapest mix of a pair is among these: any mix meeting the
+//! SLO costs at least as much as the same count of the first with the fewest of the second.
 
 use super::mixed::{parse_pool, PoolSpec};
 use super::plan::{band_json, band_text, tps_of, PlanArgs};
@@ -112,20 +117,11 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                 Ok(size_mixed(&ex, &perturbed(&p, sign), &q, rate, c.requests_per_replica, max_new, &tick)?
                     .new_replicas)
             })?;
-            let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h);
+            let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h, true);
             for (v, slo) in json["slo_values"].as_array_mut().into_iter().flatten().zip(&q.slos) {
                 v["limit"] = json!(slo.limit);
             }
-            let mut b = band_json(&band, tp, price.price_per_hour);
-            for end in ["low", "high"] {
-                // The owned pools cost the same at either end.
-                if let Some(x) = b["cost_per_hour"][end].as_f64() {
-                    b["cost_per_hour"][end] = json!(x + owned_cost);
-                }
-            }
-            b["new_replicas"] = b["replicas"].take();
-            b.as_object_mut().expect("object").remove("replicas");
-            json["band"] = b;
+            json["band"] = added_band_json(&band, tp, price.price_per_hour, owned_cost);
             plans.push(MixedPlan {
                 gpu: spec.name.clone(),
                 tp,
@@ -145,82 +141,32 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
             .then(x.gpu.cmp(&y.gpu))
             .then(x.tp.cmp(&y.tp))
     });
-    if c.json {
-        let v = json!({
-            "capsim_version": env!("CARGO_PKG_VERSION"),
-            "target_rate": rate,
-            "max_gpus": a.max_gpus,
-            "routing": "weighted-least-outstanding",
-            "existing": owned.iter().map(|(p, n, _)| json!({"gpu": p.gpu.name, "tp": p.tensor_parallel, "replicas": n})).collect::<Vec<_>>(),
-            "prices": {"source": prices.source, "date": prices.date, "currency": prices.currency},
-            "plans": plans.iter().map(|p| p.json.clone()).collect::<Vec<_>>(),
-            "refused": refused,
-        });
-        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
-    } else {
-        let owned_text: Vec<String> =
-            owned.iter().map(|(p, n, _)| format!("{} x{} x {n}", p.gpu.name, p.tensor_parallel)).collect();
-        outln!(
-            "mixed plans for {} requests/s within the SLO beside {}, cheapest first (prices: {}, {} {}):",
-            num(rate, 4),
-            owned_text.join(" + "),
-            prices.source,
-            prices.currency,
-            prices.date
-        )?;
-        let rows: Vec<Vec<String>> = plans
-            .iter()
-            .map(|p| {
-                let j = &p.json;
-                let shares: Vec<String> = j["pools"]
-                    .as_array()
-                    .map(|ps| {
-                        ps.iter()
-                            .map(|x| format!("{:.0}%", x["requests_share"].as_f64().unwrap_or(0.0) * 100.0))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                vec![
-                    p.gpu.clone(),
-                    p.tp.to_string(),
-                    band_text(p.new_replicas, &p.band),
-                    p.gpus.to_string(),
-                    num(p.cost_per_hour, 4),
-                    j["cost_per_million_output_tokens"].as_f64().map_or("-".into(), |v| num(v, 4)),
-                    j["power_kw"].as_f64().map_or("-".into(), |v| num(v, 4)),
-                    shares.join(" / "),
-                ]
-            })
-            .collect();
-        out!(
-            "{}",
-            table(
-                &[
-                    "new gpu",
-                    "tp",
-                    "new replicas",
-                    "gpus",
-                    "cost/hour",
-                    "cost/M output tokens",
-                    "power kW",
-                    "requests per pool"
-                ],
-                &rows
-            )
-        )?;
-        for r in &refused {
-            outln!(
-                "not a plan: + {} x{}: {}",
-                r["gpu"].as_str().unwrap_or(""),
-                r["tensor_parallel"],
-                r["reason"].as_str().unwrap_or("")
-            )?;
-        }
-    }
+    let owned_json: Vec<_> =
+        owned.iter().map(|(p, n, _)| json!({"gpu": p.gpu.name, "tp": p.tensor_parallel, "replicas": n})).collect();
+    let owned_text: Vec<String> =
+        owned.iter().map(|(p, n, _)| format!("{} x{} x {n}", p.gpu.name, p.tensor_parallel)).collect();
+    let title = format!("mixed plans for {} requests/s within the SLO beside {}", num(rate, 4), owned_text.join(" + "));
+    print_plans(a, prices, rate, &title, json!({"existing": owned_json}), &plans, &refused)?;
     if plans.is_empty() {
         return Err(Error::NoAnswer(format!("no mixed plan within --max-gpus {} meets the SLO", a.max_gpus)));
     }
     Ok(())
+}
+
+/// The band of the added pool's replicas, its cost per hour with the other pools' `base_cost` (the
+/// same at either end).
+fn added_band_json(band: &ReplicaBand, tp: u32, price_per_gpu_hour: f64, base_cost: f64) -> serde_json::Value {
+    let mut b = band_json(band, tp, price_per_gpu_hour);
+    for end in ["low", "high"] {
+        if let Some(x) = b["cost_per_hour"][end].as_f64() {
+            b["cost_per_hour"][end] = json!(x + base_cost);
+        }
+    }
+    b["new_replicas"] = b["replicas"].take();
+    if let Some(o) = b.as_object_mut() {
+        o.remove("replicas");
+    }
+    b
 }
 
 /// A plan's JSON: the pools (owned first, then the new one), its cost, power and the search.
@@ -230,12 +176,14 @@ fn plan_json(
     ans: &MixedAnswer,
     cost_per_hour: f64,
     tok_h: f64,
+    owned_existing: bool,
 ) -> serde_json::Value {
     let (p, n, price) = new;
     let at = ans.candidate(n).expect("the answer was simulated");
     let mut pools: Vec<serde_json::Value> = Vec::new();
     let mut power_w = 0.0;
-    let mut members: Vec<(&Profile, u32, &GpuPrice, bool)> = owned.iter().map(|(p, k, pr)| (p, *k, pr, true)).collect();
+    let mut members: Vec<(&Profile, u32, &GpuPrice, bool)> =
+        owned.iter().map(|(p, k, pr)| (p, *k, pr, owned_existing)).collect();
     if n > 0 {
         members.push((p, n, price, false));
     }
@@ -264,4 +212,180 @@ fn plan_json(
         "one_replica_fewer": fewer,
         "search": {"requests_per_replica": ans.requests_per_replica, "candidates": ans.candidates},
     })
+}
+
+/// Print the plans (JSON with `extra`'s keys, or a table), cheapest first as given.
+fn print_plans(
+    a: &PlanArgs,
+    prices: &PriceTable,
+    rate: f64,
+    title: &str,
+    extra: serde_json::Value,
+    plans: &[MixedPlan],
+    refused: &[serde_json::Value],
+) -> Result<()> {
+    if a.capacity.json {
+        let mut v = json!({
+            "capsim_version": env!("CARGO_PKG_VERSION"),
+            "target_rate": rate,
+            "max_gpus": a.max_gpus,
+            "routing": "weighted-least-outstanding",
+            "prices": {"source": prices.source, "date": prices.date, "currency": prices.currency},
+            "plans": plans.iter().map(|p| p.json.clone()).collect::<Vec<_>>(),
+            "refused": refused,
+        });
+        if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            for (k, x) in e {
+                o.insert(k.clone(), x.clone());
+            }
+        }
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
+        return Ok(());
+    }
+    outln!("{title}, cheapest first (prices: {}, {} {}):", prices.source, prices.currency, prices.date)?;
+    let rows: Vec<Vec<String>> = plans
+        .iter()
+        .map(|p| {
+            let j = &p.json;
+            let pools = j["pools"].as_array().cloned().unwrap_or_default();
+            let names: Vec<String> = pools
+                .iter()
+                .map(|x| {
+                    format!(
+                        "{} TP{} x{}{}",
+                        x["gpu"].as_str().unwrap_or(""),
+                        x["tp"],
+                        x["replicas"],
+                        if x["existing"] == true { " (owned)" } else { "" }
+                    )
+                })
+                .collect();
+            let shares: Vec<String> =
+                pools.iter().map(|x| format!("{:.0}%", x["requests_share"].as_f64().unwrap_or(0.0) * 100.0)).collect();
+            vec![
+                names.join(" + "),
+                format!("{} TP{}: {}", p.gpu, p.tp, band_text(p.new_replicas, &p.band)),
+                p.gpus.to_string(),
+                num(p.cost_per_hour, 4),
+                j["cost_per_million_output_tokens"].as_f64().map_or("-".into(), |v| num(v, 4)),
+                j["power_kw"].as_f64().map_or("-".into(), |v| num(v, 4)),
+                shares.join(" / "),
+            ]
+        })
+        .collect();
+    out!(
+        "{}",
+        table(
+            &["pools", "added (band)", "gpus", "cost/hour", "cost/M output tokens", "power kW", "requests per pool"],
+            &rows
+        )
+    )?;
+    for r in refused {
+        outln!(
+            "not a plan: + {} x{}: {}",
+            r["gpu"].as_str().unwrap_or(""),
+            r["tensor_parallel"],
+            r["reason"].as_str().unwrap_or("")
+        )?;
+    }
+    Ok(())
+}
+
+/// `--mix`: fleets of two GPU types of --gpus, none owned (see the module's note).
+pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String], rate: f64) -> Result<()> {
+    let c = &a.capacity;
+    let q = super::capacity::question(c)?;
+    if let Some(n) = c.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
+        return Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}")));
+    }
+    if gpus.len() < 2 {
+        return Err(Error::flag("--mix", "mixes two GPU types: give at least two in --gpus"));
+    }
+    // One deployment per GPU type: its first tensor-parallel degree that runs.
+    let mut decks: Vec<(Profile, GpuPrice)> = Vec::new();
+    let mut refused: Vec<serde_json::Value> = Vec::new();
+    for g in gpus {
+        let spec = catalog.gpu(g)?.clone();
+        let price = prices.get(&spec.name)?.clone();
+        let mut found = false;
+        for tp in tps_of(a, &spec) {
+            let mut pa = c.profile.clone();
+            pa.gpu = Some(g.clone());
+            pa.tp = Some(tp);
+            match pa.resolve(catalog) {
+                Ok(p) if !found => {
+                    if !q.template.is_trace() {
+                        capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
+                    }
+                    decks.push((p, price.clone()));
+                    found = true;
+                }
+                Ok(_) => {}
+                Err(e) => refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": e.to_string()})),
+            }
+        }
+    }
+    let turns = q.template.conversation.as_ref().map_or(1.0, |c| c.turns.mean());
+    let tok_h = rate * turns * q.template.at(LoadAxis::Rate, rate).map_or(0.0, |w| w.mean_output_tokens()) * 3600.0;
+    let pb = super::progress_bar(0, "simulations");
+    let tick = || pb.inc(1);
+    let mut plans: Vec<MixedPlan> = Vec::new();
+    for i in 0..decks.len() {
+        for j in i + 1..decks.len() {
+            let ((pa, pra), (pb_, prb)) = (&decks[i], &decks[j]);
+            let (ta, tb) = (pa.tensor_parallel, pb_.tensor_parallel);
+            pb.set_message(format!("{} + {}", pa.gpu.name, pb_.gpu.name));
+            let mut k = 1u32;
+            while k * ta < a.max_gpus {
+                let max_new = (a.max_gpus - k * ta) / tb;
+                let ans = size_mixed(&[(pa, k)], pb_, &q, rate, c.requests_per_replica, max_new, &tick)?;
+                match ans.new_replicas {
+                    // The first type alone serves the rate: more of it mixes nothing.
+                    Some(0) => break,
+                    Some(n) => {
+                        let band = ReplicaBand::find(n, &[pa, pb_], |sign| {
+                            let moved = perturbed(pa, sign);
+                            Ok(size_mixed(
+                                &[(&moved, k)],
+                                &perturbed(pb_, sign),
+                                &q,
+                                rate,
+                                c.requests_per_replica,
+                                max_new,
+                                &tick,
+                            )?
+                            .new_replicas)
+                        })?;
+                        let cost = (k * ta) as f64 * pra.price_per_hour + (n * tb) as f64 * prb.price_per_hour;
+                        let owned = [(pa.clone(), k, pra.clone())];
+                        let mut json = plan_json(&owned, (pb_, n, prb), &ans, cost, tok_h, false);
+                        for (v, slo) in json["slo_values"].as_array_mut().into_iter().flatten().zip(&q.slos) {
+                            v["limit"] = json!(slo.limit);
+                        }
+                        json["band"] =
+                            added_band_json(&band, tb, prb.price_per_hour, (k * ta) as f64 * pra.price_per_hour);
+                        plans.push(MixedPlan {
+                            gpu: pb_.gpu.name.clone(),
+                            tp: tb,
+                            new_replicas: n,
+                            gpus: k * ta + n * tb,
+                            cost_per_hour: cost,
+                            json,
+                            band,
+                        });
+                    }
+                    None => {}
+                }
+                k += 1;
+            }
+        }
+    }
+    pb.finish_and_clear();
+    plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then(x.gpus.cmp(&y.gpus)));
+    let title = format!("plans mixing two GPU types for {} requests/s within the SLO", num(rate, 4));
+    print_plans(a, prices, rate, &title, json!({"mix": true}), &plans, &refused)?;
+    if plans.is_empty() {
+        return Err(Error::NoAnswer(format!("no mix of two GPU types within --max-gpus {} meets the SLO", a.max_gpus)));
+    }
+    Ok(())
 }

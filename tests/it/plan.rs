@@ -434,3 +434,40 @@ fn a_daily_plan_is_the_same_at_any_thread_count() {
     assert!(run("1") == run("3"), "the plan's JSON differs between 1 and 3 threads");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn mixes_of_two_new_gpu_types_are_listed_cheapest_first_and_checked_through_simulate() {
+    let args: Vec<&str> = Q
+        .iter()
+        .copied()
+        .chain(["--mix", "--gpus", "H100 SXM,B200", "--tps", "1", "--target-rate", "60", "--json"])
+        .collect();
+    let o = capsim(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let plans = v["plans"].as_array().unwrap();
+    assert!(!plans.is_empty(), "{v}");
+    let costs: Vec<f64> = plans.iter().map(|p| p["cost_per_hour"].as_f64().unwrap()).collect();
+    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "cheapest first: {costs:?}");
+    for p in plans {
+        let pools = p["pools"].as_array().unwrap();
+        assert_eq!(pools.len(), 2, "{p}");
+        assert!(pools.iter().all(|x| x["existing"] == false && x["replicas"].as_u64().unwrap() >= 1), "{p}");
+        let (k, n) = (pools[0]["replicas"].as_u64().unwrap(), pools[1]["replicas"].as_u64().unwrap());
+        assert_eq!((pools[0]["gpu"].as_str(), pools[1]["gpu"].as_str()), (Some("H100 SXM"), Some("B200")));
+        assert!((p["cost_per_hour"].as_f64().unwrap() - (k as f64 * 2.99 + n as f64 * 5.49)).abs() < 1e-9, "{p}");
+        assert_eq!(p["slo_met"], true);
+        assert_eq!(p["one_replica_fewer"]["meets_slo"], false, "{p}");
+        assert_band(&p["band"]["new_replicas"], n, p);
+    }
+    // The cheapest mix through simulate --pool: the same fleet and run, the same figures.
+    let best = &plans[0];
+    let (k, n) = (best["pools"][0]["replicas"].as_u64().unwrap(), best["pools"][1]["replicas"].as_u64().unwrap());
+    let (ttft, tpot) =
+        simulate_pools(&[format!("H100 SXM:replicas={k}"), format!("B200:replicas={n}")], 1500 * (k + n));
+    assert!(ttft <= 1.0 && tpot <= 30.0, "{k} + {n}: {ttft} s, {tpot} ms");
+    assert_eq!(best["slo_values"][1]["value"].as_f64().unwrap(), tpot);
+    let one: Vec<&str> = Q.iter().copied().chain(["--mix", "--gpus", "B200", "--target-rate", "60"]).collect();
+    let e = String::from_utf8_lossy(&capsim(&one).stderr).to_string();
+    assert!(e.contains("--mix") && e.contains("two"), "{e}");
+}
