@@ -334,11 +334,11 @@ fn print_text(
     )?;
     if let Some(best) = plans.first().filter(|p| p.run.slo_met) {
         outln!(
-            "\nthe cheapest plan, {} {} x{} ({} replicas), bucket by bucket:",
+            "\nthe cheapest plan, {} {} TP{} x{}, bucket by bucket:",
             best.kind,
             best.gpu,
             best.tp,
-            best.replicas
+            if best.band.is_some() { best.replicas.to_string() } else { format!("{} at most", best.replicas) }
         )?;
         let names: Vec<String> =
             best.run.buckets.first().map(|b| b.slo_values.iter().map(|(n, _)| n.clone()).collect()).unwrap_or_default();
@@ -362,7 +362,7 @@ fn print_text(
     for p in plans.iter().filter(|p| p.kind == "fixed") {
         if let Some(f) = p.extra.get("one_replica_fewer").filter(|f| !f.is_null()) {
             outln!(
-                "one replica fewer, {} x{} x {}: misses the SLO in {} of {} buckets",
+                "one replica fewer, {} TP{} x{}: misses the SLO in {} of {} buckets",
                 p.gpu,
                 p.tp,
                 f["replicas"],

@@ -144,7 +144,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
     let owned_json: Vec<_> =
         owned.iter().map(|(p, n, _)| json!({"gpu": p.gpu.name, "tp": p.tensor_parallel, "replicas": n})).collect();
     let owned_text: Vec<String> =
-        owned.iter().map(|(p, n, _)| format!("{} x{} x {n}", p.gpu.name, p.tensor_parallel)).collect();
+        owned.iter().map(|(p, n, _)| format!("{} TP{} x{n}", p.gpu.name, p.tensor_parallel)).collect();
     let title = format!("mixed plans for {} requests/s within the SLO beside {}", num(rate, 4), owned_text.join(" + "));
     print_plans(a, prices, rate, &title, json!({"existing": owned_json}), &plans, &refused)?;
     if plans.is_empty() {
