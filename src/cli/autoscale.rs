@@ -1,11 +1,18 @@
 //! `capsim simulate --autoscale POLICY.toml`: the workload on a fleet whose replica count the policy
 //! changes over simulated time (capsim::sim::simulate_autoscaled), reported per bucket (an hour by
-//! default): requests, latency, SLO attainment, replicas and their cost.
+//! default): requests, latency, SLO attainment, replicas, their cost and energy, and with `--html`
+//! a page charting replicas and latency over the day.
+//!
+//! Energy is the utilization-dependent power model of capsim::plan (idle power while held, busy
+//! power while stepping) with the GPU's idle and busy watts from the built-in table
+//! (models/prices.toml); a GPU it does not list gets no energy figure.
 
 use super::goodput_slo;
 use super::simulate::{workload_of, SimulateArgs};
 use capsim::autoscale::AutoscalePolicy;
 use capsim::error::{Error, Result};
+use capsim::plan::{energy_kwh, GpuPrice, PriceTable};
+use capsim::report::day::{day_html, DayBucketRow, DayPage};
 use capsim::report::{num, table};
 use capsim::sim::{simulate_autoscaled, AutoscaleBucket, AutoscaleOutput, GapHistogram, SimOptions};
 use capsim::workload::Arrivals;
@@ -25,6 +32,9 @@ pub fn run(a: &SimulateArgs, policy_path: &Path) -> Result<()> {
                 "does not apply with --autoscale (an autoscaled fleet serves an open loop or a trace: --rate, a --workload schedule, --trace)",
             ));
         }
+    }
+    if let Some(path) = &a.html {
+        super::check_output_file("--html", path)?;
     }
     let text = capsim::error::read_file(policy_path)?;
     let policy = AutoscalePolicy::parse(&policy_path.display().to_string(), &text)?;
@@ -47,6 +57,13 @@ pub fn run(a: &SimulateArgs, policy_path: &Path) -> Result<()> {
     let gpus = p.tensor_parallel as f64;
     let gpu_hours = out.replica_seconds * gpus / 3600.0;
     let cost = policy.price_per_gpu_hour.map(|c| c * gpu_hours);
+    let power = PriceTable::builtin().get(&p.gpu.name).ok().cloned();
+    let energy =
+        power.as_ref().map(|pw| energy_kwh(pw, p.tensor_parallel, out.replica_seconds, out.busy_replica_seconds));
+    if let Some(path) = &a.html {
+        let page = page(a, p.name(), &policy, &out, gpus, power.as_ref(), energy, cost);
+        std::fs::write(path, day_html(&page)).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
+    }
     if a.json {
         let v = json!({
             "capsim_version": env!("CARGO_PKG_VERSION"),
@@ -64,19 +81,23 @@ pub fn run(a: &SimulateArgs, policy_path: &Path) -> Result<()> {
             "ttft_s": stats_s(&out.ttft),
             "tpot_ms": stats_ms(&out.tpot),
             "replica_hours": out.replica_seconds / 3600.0,
+            "busy_replica_hours": out.busy_replica_seconds / 3600.0,
             "gpu_hours": gpu_hours,
             "cost": cost,
+            "energy_kwh": energy,
+            "power": power.as_ref().map(|pw| json!({"source": capsim::plan::DEFAULT_PRICES_PATH, "idle_w_per_gpu": pw.idle_w, "busy_w_per_gpu": pw.busy_w})),
+            "output_tokens": out.output_tokens,
             "scale_ups": out.scale_ups,
             "scale_downs": out.scale_downs,
             "replicas_max": out.replicas_max,
             "end_s": out.end_s,
-            "buckets": out.buckets.iter().map(|b| bucket_json(b, gpus, policy.price_per_gpu_hour)).collect::<Vec<_>>(),
+            "buckets": out.buckets.iter().map(|b| bucket_json(b, p.tensor_parallel, policy.price_per_gpu_hour, power.as_ref())).collect::<Vec<_>>(),
             "timeline": out.timeline,
         });
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
-    out!("{}", text_report(p.name(), &policy, &out, gpus, cost))?;
+    out!("{}", text_report(p.name(), &policy, &out, p.tensor_parallel, cost, power.as_ref(), energy))?;
     Ok(())
 }
 
@@ -105,10 +126,11 @@ fn stats_ms(h: &GapHistogram) -> serde_json::Value {
     stats(h, 1e3)
 }
 
-fn bucket_json(b: &AutoscaleBucket, gpus: f64, price: Option<f64>) -> serde_json::Value {
+fn bucket_json(b: &AutoscaleBucket, tp: u32, price: Option<f64>, power: Option<&GpuPrice>) -> serde_json::Value {
     let mut v = serde_json::to_value(b).expect("bucket serializes");
     let o = v.as_object_mut().expect("object");
-    let gpu_hours = b.replica_seconds * gpus / 3600.0;
+    let gpu_hours = b.replica_seconds * tp as f64 / 3600.0;
+    o.insert("energy_kwh".into(), json!(power.map(|pw| energy_kwh(pw, tp, b.replica_seconds, b.busy_replica_seconds))));
     o.insert("gpu_hours".into(), json!(gpu_hours));
     o.insert("cost".into(), json!(price.map(|c| c * gpu_hours)));
     o.insert("ttft_s".into(), stats_s(&b.ttft));
@@ -121,7 +143,16 @@ fn bucket_json(b: &AutoscaleBucket, gpus: f64, price: Option<f64>) -> serde_json
     v
 }
 
-fn text_report(profile: &str, policy: &AutoscalePolicy, out: &AutoscaleOutput, gpus: f64, cost: Option<f64>) -> String {
+fn text_report(
+    profile: &str,
+    policy: &AutoscalePolicy,
+    out: &AutoscaleOutput,
+    tp: u32,
+    cost: Option<f64>,
+    power: Option<&GpuPrice>,
+    energy: Option<f64>,
+) -> String {
+    let gpus = tp as f64;
     let mut t = format!(
         "autoscaled fleet of {profile} ({gpus} GPUs per replica): {:?} per ready replica, target {}, {}..{} replicas, evaluated every {} s; a new replica serves {} s after it is asked for\n\n",
         policy.metric,
@@ -153,6 +184,7 @@ fn text_report(profile: &str, policy: &AutoscalePolicy, out: &AutoscaleOutput, g
                 pct(b.slo_met, b.requests_completed),
                 b.replicas_max.to_string(),
                 num(b.replica_seconds * gpus / 3600.0, 4),
+                power.map_or("-".into(), |pw| num(energy_kwh(pw, tp, b.replica_seconds, b.busy_replica_seconds), 4)),
             ]
         })
         .collect();
@@ -167,6 +199,7 @@ fn text_report(profile: &str, policy: &AutoscalePolicy, out: &AutoscaleOutput, g
             "SLO met",
             "replicas max",
             "GPU-hours",
+            "energy kWh",
         ],
         &rows,
     );
@@ -185,5 +218,72 @@ fn text_report(profile: &str, policy: &AutoscalePolicy, out: &AutoscaleOutput, g
         out.scale_downs,
         out.replicas_max
     );
+    let busy = if out.replica_seconds > 0.0 { out.busy_replica_seconds / out.replica_seconds } else { 0.0 };
+    t += &match (power, energy) {
+        (Some(pw), Some(e)) => format!(
+            "energy {} kWh: {} W idle and {} W busy per GPU ({}), replicas stepping {:.1}% of the time held\n",
+            num(e, 4),
+            num(pw.idle_w, 4),
+            num(pw.busy_w, 4),
+            capsim::plan::DEFAULT_PRICES_PATH,
+            busy * 100.0
+        ),
+        _ => format!("energy: no idle and busy power for this GPU in {}\n", capsim::plan::DEFAULT_PRICES_PATH),
+    };
     t
+}
+
+/// The HTML page's figures: the buckets and the policy's replica count at each evaluation.
+#[allow(clippy::too_many_arguments)]
+fn page(
+    a: &SimulateArgs,
+    profile: &str,
+    policy: &AutoscalePolicy,
+    out: &AutoscaleOutput,
+    gpus: f64,
+    power: Option<&GpuPrice>,
+    energy: Option<f64>,
+    cost: Option<f64>,
+) -> DayPage {
+    let tp = gpus as u32;
+    let p95 = |h: &GapHistogram, scale: f64| if h.count() == 0 { f64::NAN } else { h.percentile_s(95.0) * scale };
+    let buckets = out
+        .buckets
+        .iter()
+        .map(|b| DayBucketRow {
+            start_h: b.start_s / 3600.0,
+            end_h: ((b.start_s + policy.bucket_s).min(out.end_s.max(b.start_s))) / 3600.0,
+            requests_sent: b.requests_sent,
+            replicas_max: b.replicas_max,
+            ttft_p95_s: p95(&b.ttft, 1.0),
+            tpot_p95_ms: p95(&b.tpot, 1e3),
+            slo_met_share: share(b.slo_met, b.requests_completed).unwrap_or(f64::NAN),
+            gpu_hours: b.replica_seconds * gpus / 3600.0,
+            energy_kwh: power.map_or(f64::NAN, |pw| energy_kwh(pw, tp, b.replica_seconds, b.busy_replica_seconds)),
+        })
+        .collect();
+    let mut keys = vec![
+        ("requests sent".to_string(), out.requests_sent.to_string()),
+        ("requests lost".to_string(), (out.requests_rejected + out.requests_unfinished).to_string()),
+        ("most replicas held".to_string(), out.replicas_max.to_string()),
+        ("GPU-hours".to_string(), num(out.replica_seconds * gpus / 3600.0, 4)),
+    ];
+    if let Some(c) = cost {
+        keys.push(("cost".into(), num(c, 4)));
+    }
+    if let Some(e) = energy {
+        keys.push(("energy kWh".into(), num(e, 4)));
+    }
+    let command =
+        std::env::args().map(|s| if s.contains(' ') { format!("\"{s}\"") } else { s }).collect::<Vec<_>>().join(" ");
+    DayPage {
+        title: format!("{profile}, {}..{} replicas", policy.min_replicas, policy.max_replicas),
+        keys,
+        buckets,
+        replicas: out.timeline.iter().map(|s| (s.t_s / 3600.0, s.ready + s.starting)).collect(),
+        ttft_limit_s: a.goodput_ttft_s,
+        tpot_limit_ms: a.goodput_itl_ms,
+        command,
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
 }

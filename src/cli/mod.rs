@@ -31,6 +31,8 @@ mod disagg;
 mod explain;
 mod mixed;
 mod plan;
+mod plan_day;
+mod plan_mixed;
 mod report;
 mod shard;
 mod simulate;

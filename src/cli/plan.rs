@@ -1,11 +1,14 @@
 //! `capsim plan`: the cheapest fleet meeting the SLO at a target rate, over the GPUs and
 //! tensor-parallel degrees asked about, with the runner-ups. Each candidate deployment is sized by
 //! capacity's fleet search (the fewest replicas meeting the SLO, simulated jointly behind the
-//! router), priced and powered from the price table (capsim::plan).
+//! router), priced and powered from the price table (capsim::plan). Two other questions share the
+//! flags: over a rate curve instead of a rate (plan_day.rs), and new replicas beside pools already
+//! owned (--existing, plan_mixed.rs).
 
 use super::capacity::{self, CapacityArgs, Outcome};
+use capsim::catalog::{Catalog, GpuSpec};
 use capsim::error::{Error, Result};
-use capsim::plan::{fleet_power_w, PriceTable};
+use capsim::plan::{fleet_power_w, PriceTable, ReplicaBand};
 use capsim::report::{num, table};
 use clap::Args;
 use serde_json::json;
@@ -14,8 +17,8 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct PlanArgs {
     /// The deployment, workload and question flags of `capsim capacity`: --gpus (required: the GPU
-    /// types to consider), --target-rate (required), --slo or --preset, --routing,
-    /// --requests-per-replica, --seeds.
+    /// types to consider), --target-rate (or a rate curve: --workload with a rate schedule, or
+    /// --trace), --slo or --preset, --routing, --requests-per-replica, --seeds.
     #[command(flatten)]
     pub capacity: CapacityArgs,
     /// Tensor-parallel degrees to consider (default: --tp if given, else 1, 2, 4 and 8 where the
@@ -29,22 +32,32 @@ pub struct PlanArgs {
     /// Consider no fleet of more GPUs than this.
     #[arg(long, default_value_t = 64, help_heading = "Plan")]
     pub max_gpus: u32,
+    /// A pool already owned, GPU[:tp=N][:replicas=N] (repeatable): each plan adds the fewest
+    /// replicas of one GPU type of --gpus to these pools, the mixed fleet simulated behind the
+    /// weighted least-outstanding router at --target-rate.
+    #[arg(long, help_heading = "Plan")]
+    pub existing: Vec<String>,
+    /// At --target-rate: plans mixing two GPU types of --gpus (each pair, none owned: every count of
+    /// the first with the fewest replicas of the second), each type at its first TP that runs.
+    #[arg(long, help_heading = "Plan")]
+    pub mix: bool,
+    /// Over a rate curve (--workload with a rate schedule, or --trace; no --target-rate): also plan
+    /// the fleet this autoscaling policy scales (its min and max replicas, the max capped by
+    /// --max-gpus), beside the fixed fleet that holds the curve.
+    #[arg(long, help_heading = "Plan")]
+    pub autoscale: Option<PathBuf>,
+    /// Over a rate curve: the SLO must hold in every bucket of this many seconds (by send time).
+    /// Default: the --autoscale policy's bucket_s, else 3600.
+    #[arg(long, help_heading = "Plan")]
+    pub bucket_s: Option<f64>,
+    /// Over a trace: its peak rate is its busiest window of this many seconds (the starting point
+    /// of the fixed fleet's search).
+    #[arg(long, default_value_t = 300.0, help_heading = "Plan")]
+    pub peak_window_s: f64,
 }
 
-/// A plan: one pool of one deployment.
-struct Plan {
-    gpu: String,
-    tp: u32,
-    replicas: u32,
-    gpus: u32,
-    cost_per_hour: f64,
-    row: serde_json::Value,
-    power_kw: f64,
-    /// Offered rate over the fleet's SLO capacity (replicas x one replica's rate within the SLO).
-    utilization: f64,
-}
-
-pub fn run(a: PlanArgs) -> Result<()> {
+/// Flags of capacity that a plan does not take, and the plan's own bounds.
+pub(super) fn check_flags(a: &PlanArgs) -> Result<()> {
     let c = &a.capacity;
     for (flag, given) in [
         ("--svg", c.svg.is_some()),
@@ -63,32 +76,118 @@ pub fn run(a: PlanArgs) -> Result<()> {
     if c.max_replicas != 512 {
         return Err(Error::flag("--max-replicas", "does not apply to plan: bound the fleet with --max-gpus"));
     }
-    let Some(gpus) = c.gpus.clone() else {
-        return Err(Error::flag(
-            "--gpus",
-            "plan needs the GPU types to consider, e.g. --gpus \"H100 SXM,H200 SXM,B200\"",
-        ));
-    };
-    let Some(rate) = c.target_rate else {
-        return Err(Error::flag("--target-rate", "plan needs the rate the fleet must serve (requests/s)"));
-    };
     if a.max_gpus == 0 || a.max_gpus > 100_000 {
         return Err(Error::flag("--max-gpus", format!("must be in 1..=100000, got {}", a.max_gpus)));
-    }
-    let prices = match &a.price_file {
-        Some(path) => PriceTable::parse(&path.display().to_string(), &capsim::error::read_file(path)?)?,
-        None => PriceTable::builtin(),
-    };
-    let catalog = c.profile.catalog()?;
-    // Every GPU priced before anything runs.
-    for g in &gpus {
-        let spec = catalog.gpu(g)?;
-        prices.get(&spec.name)?;
     }
     if let Some(tps) = &a.tps {
         if let Some(bad) = tps.iter().find(|&&t| t == 0 || t > 64) {
             return Err(Error::flag("--tps", format!("each degree must be in 1..=64, got {bad}")));
         }
+    }
+    Ok(())
+}
+
+/// The price table: --price-file, else the built-in one.
+pub(super) fn prices(a: &PlanArgs) -> Result<PriceTable> {
+    match &a.price_file {
+        Some(path) => PriceTable::parse(&path.display().to_string(), &capsim::error::read_file(path)?),
+        None => Ok(PriceTable::builtin()),
+    }
+}
+
+/// The GPU types asked about, each priced before anything runs.
+pub(super) fn gpus(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable) -> Result<Vec<String>> {
+    let Some(gpus) = a.capacity.gpus.clone() else {
+        return Err(Error::flag(
+            "--gpus",
+            "plan needs the GPU types to consider, e.g. --gpus \"H100 SXM,H200 SXM,B200\"",
+        ));
+    };
+    for g in &gpus {
+        let spec = catalog.gpu(g)?;
+        prices.get(&spec.name)?;
+    }
+    Ok(gpus)
+}
+
+/// The tensor-parallel degrees considered on a GPU: --tps, else --tp, else 1, 2, 4 and 8 within its
+/// NVLink domain.
+pub(super) fn tps_of(a: &PlanArgs, spec: &GpuSpec) -> Vec<u32> {
+    match (&a.tps, a.capacity.profile.tp) {
+        (Some(t), _) => t.clone(),
+        (None, Some(t)) => vec![t],
+        (None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= spec.link_domain_gpus.max(1)).collect(),
+    }
+}
+
+/// A plan: one pool of one deployment.
+struct Plan {
+    gpu: String,
+    tp: u32,
+    replicas: u32,
+    gpus: u32,
+    cost_per_hour: f64,
+    row: serde_json::Value,
+    power_kw: f64,
+    /// Offered rate over the fleet's SLO capacity (replicas x one replica's rate within the SLO).
+    utilization: f64,
+    band: ReplicaBand,
+    price_per_gpu_hour: f64,
+}
+
+/// A band of replicas as JSON, with the cost per hour of each end.
+pub(super) fn band_json(b: &ReplicaBand, gpus_per_replica: u32, price_per_gpu_hour: f64) -> serde_json::Value {
+    let cost = |k: Option<u32>| k.map(|k| (k * gpus_per_replica) as f64 * price_per_gpu_hour);
+    json!({
+        "replicas": {"low": b.low, "high": b.high},
+        "cost_per_hour": {"low": cost(b.low), "high": cost(b.high)},
+        "from_sigmas": b.from_sigmas,
+    })
+}
+
+/// "4", or "4 (3 to 5)" with a band, "4 (3 to -)" when the slow end finds no fleet.
+pub(super) fn band_text(k: u32, b: &ReplicaBand) -> String {
+    if b.low == Some(k) && b.high == Some(k) {
+        return k.to_string();
+    }
+    let end = |x: Option<u32>| x.map_or("-".to_string(), |x| x.to_string());
+    format!("{k} ({} to {})", end(b.low), end(b.high))
+}
+
+pub fn run(a: PlanArgs) -> Result<()> {
+    let c = &a.capacity;
+    check_flags(&a)?;
+    let prices = prices(&a)?;
+    let catalog = c.profile.catalog()?;
+    let gpus = gpus(&a, &catalog, &prices)?;
+    let Some(rate) = c.target_rate else {
+        if c.workload.workload.is_some() || c.workload.trace.is_some() {
+            return super::plan_day::run(&a, &catalog, &prices, &gpus);
+        }
+        return Err(Error::flag(
+            "--target-rate",
+            "plan needs the rate the fleet must serve (requests/s), or a rate curve: --workload with a rate schedule, or --trace",
+        ));
+    };
+    for (flag, given) in [("--autoscale", a.autoscale.is_some()), ("--bucket-s", a.bucket_s.is_some())] {
+        if given {
+            return Err(Error::flag(
+                flag,
+                "applies to a plan over a rate curve (--workload or --trace, no --target-rate)",
+            ));
+        }
+    }
+    if a.mix {
+        if !a.existing.is_empty() {
+            return Err(Error::flag(
+                "--mix",
+                "mixes new pools; with --existing each plan adds one type to the owned pools",
+            ));
+        }
+        return super::plan_mixed::run_mix(&a, &catalog, &prices, &gpus, rate);
+    }
+    if !a.existing.is_empty() {
+        return super::plan_mixed::run(&a, &catalog, &prices, &gpus, rate);
     }
     let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);
@@ -97,12 +196,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     for g in &gpus {
         let spec = catalog.gpu(g)?.clone();
         let price = prices.get(&spec.name)?.clone();
-        let tps: Vec<u32> = match (&a.tps, c.profile.tp) {
-            (Some(t), _) => t.clone(),
-            (None, Some(t)) => vec![t],
-            (None, None) => [1, 2, 4, 8].into_iter().filter(|&t| t <= spec.link_domain_gpus.max(1)).collect(),
-        };
-        for tp in tps {
+        for tp in tps_of(&a, &spec) {
             let mut ca = c.clone();
             ca.gpus = Some(vec![g.clone()]);
             ca.profile.tp = Some(tp);
@@ -133,6 +227,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
             // rate, so a one-replica plan counts as fully used (its power an upper bound).
             let utilization = (rate / (k as f64 * ans.single_replica_rate)).clamp(0.0, 1.0);
             let n = k * tp;
+            let (p0, fq) = (&prep.profiles[0], prep.fleet.as_ref().expect("a fleet question"));
+            let band = ReplicaBand::find(k, &[p0], |sign| {
+                Ok(capsim::capacity::size_fleet(&capsim::capacity::perturbed(p0, sign), &prep.q, fq, &tick)?.replicas)
+            })?;
             plans.push(Plan {
                 gpu: spec.name.clone(),
                 tp,
@@ -142,6 +240,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 power_kw: fleet_power_w(&price, n, utilization) / 1e3,
                 utilization,
                 row,
+                band,
+                price_per_gpu_hour: price.price_per_hour,
             });
         }
     }
@@ -166,6 +266,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 "energy_kwh_per_day": p.power_kw * 24.0,
                 "extrapolation": r["extrapolation"],
                 "one_replica_fewer": neighbour,
+                "band": band_json(&p.band, p.tp, p.price_per_gpu_hour),
                 "search": r["search"],
             })
         })
@@ -195,7 +296,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 vec![
                     p.gpu.clone(),
                     p.tp.to_string(),
-                    p.replicas.to_string(),
+                    band_text(p.replicas, &p.band),
                     p.gpus.to_string(),
                     num(p.cost_per_hour, 4),
                     j["cost_per_million_output_tokens"].as_f64().map_or("-".into(), |v| num(v, 4)),

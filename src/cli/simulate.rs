@@ -54,6 +54,10 @@ pub struct SimulateArgs {
     /// pool together behind a weighted least-outstanding router; metrics per pool and for the fleet.
     #[arg(long, help_heading = "Fleet")]
     pub pool: Vec<String>,
+    /// With --autoscale: write an HTML page of the day (replicas, TTFT and TPOT over the day, the
+    /// bucket table) to this file.
+    #[arg(long, help_heading = "Output")]
+    pub html: Option<PathBuf>,
     /// Write every request's record (CSV) to this file.
     #[arg(long, help_heading = "Output")]
     pub per_request: Option<PathBuf>,
@@ -267,6 +271,9 @@ impl Prepared {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
+    if a.html.is_some() && a.autoscale.is_none() {
+        return Err(Error::flag("--html", "charts an autoscaled day: give --autoscale POLICY.toml"));
+    }
     if !a.pool.is_empty() {
         return super::mixed::run(&a);
     }

@@ -7,7 +7,7 @@ use super::chart::{esc, Chart, Line};
 use super::num;
 use crate::datasheet::{Band, Datasheet};
 
-const CSS: &str = "body{font-family:Helvetica,Arial,sans-serif;max-width:1040px;margin:24px auto;padding:0 16px;color:#222;line-height:1.45}\
+pub(super) const CSS: &str = "body{font-family:Helvetica,Arial,sans-serif;max-width:1040px;margin:24px auto;padding:0 16px;color:#222;line-height:1.45}\
 h1{font-size:24px;margin-bottom:4px}h2{font-size:20px;border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:36px}h3{font-size:16px;margin-top:24px}\
 table{border-collapse:collapse;margin:8px 0 16px}th,td{border:1px solid #ccc;padding:4px 10px;text-align:right}th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
 .keys{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0}.key{border:1px solid #ccc;border-radius:6px;padding:10px 14px;min-width:200px}.key b{display:block;font-size:22px}.key span{color:#555;font-size:12px}\

@@ -67,6 +67,7 @@ pub fn num(v: f64, digits: usize) -> String {
 }
 
 pub mod chart;
+pub mod day;
 pub mod html;
 
 /// One series of an SVG chart.

@@ -64,6 +64,12 @@ pub struct AutoscaleBucket {
     pub replica_seconds: f64,
     /// Most replicas held at once (starting, serving or draining).
     pub replicas_max: u32,
+    /// Replica-seconds spent stepping (an engine with work), the busy share of the power model
+    /// (crate::plan): advances stop at bucket edges, so only a step that straddles an edge is
+    /// counted wholly in the bucket where it starts.
+    pub busy_replica_seconds: f64,
+    /// Output tokens of the requests completed (sent in the bucket).
+    pub output_tokens: u64,
     #[serde(skip)]
     pub ttft: GapHistogram,
     /// Each completed request's own mean token gap (ns per token after the first).
@@ -96,6 +102,10 @@ pub struct AutoscaleOutput {
     /// Still queued or running when the run stopped (its horizon, or the end of its sends and work).
     pub requests_unfinished: u64,
     pub replica_seconds: f64,
+    /// Replica-seconds spent stepping, over all buckets.
+    pub busy_replica_seconds: f64,
+    /// Output tokens of all completed requests.
+    pub output_tokens: u64,
     /// Replicas started and replicas removed (drained or cancelled) by the policy.
     pub scale_ups: u64,
     pub scale_downs: u64,
@@ -155,6 +165,7 @@ impl Books<'_> {
         let slo = self.slo;
         let b = self.bucket(r.arrival.0);
         b.requests_completed += 1;
+        b.output_tokens += r.output_tokens as u64;
         let ttft_ns = r.first_token.0 - r.arrival.0;
         b.ttft.add(ttft_ns);
         ttft.add(ttft_ns);
@@ -221,6 +232,8 @@ pub fn simulate_autoscaled(
         requests_rejected: 0,
         requests_unfinished: 0,
         replica_seconds: 0.0,
+        busy_replica_seconds: 0.0,
+        output_tokens: 0,
         scale_ups: 0,
         scale_downs: 0,
         replicas_max: policy.initial_replicas,
@@ -300,10 +313,17 @@ pub fn simulate_autoscaled(
         }
         let i = events.take().expect("a replica event is due");
         finished.clear();
-        let limit = [t_send, Some(next_eval), t_ready, Some(horizon_ns)].into_iter().flatten().min();
+        // Each advance stops at the next bucket's start too, so a replica's busy time lands in the
+        // bucket it was spent in (but for the one step that straddles the edge).
+        let bucket_end = (t_next / books.bucket_ns).saturating_add(1).saturating_mul(books.bucket_ns);
+        let limit = [t_send, Some(next_eval), t_ready, Some(horizon_ns), Some(bucket_end)].into_iter().flatten().min();
         let slot = &mut slots[i];
+        let busy_before_ns = slot.rep.out.busy_ns;
         let progressed =
             slot.rep.advance(&mut |_: &StepView| {}, &mut |at, client, rej| finished.push((at, client, rej)), limit);
+        let busy_s = (slot.rep.out.busy_ns - busy_before_ns) as f64 * 1e-9;
+        books.bucket(t_next).busy_replica_seconds += busy_s;
+        out.busy_replica_seconds += busy_s;
         for &(at, client, rejected) in &finished {
             arr.on_finish(at, client, rejected);
             slot.outstanding -= 1;
@@ -314,6 +334,7 @@ pub fn simulate_autoscaled(
         }
         for r in slot.rep.out.records.drain(..) {
             out.requests_completed += 1;
+            out.output_tokens += r.output_tokens as u64;
             books.record(&r, &mut out.ttft, &mut out.tpot);
         }
         let idle = slot.rep.next_event().is_none();

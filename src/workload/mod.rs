@@ -231,10 +231,52 @@ pub enum Process {
 }
 
 /// A piecewise-constant rate: `[start_s, requests_per_s]` segments in increasing start order; the last
-/// rate holds after its start.
+/// rate holds after its start. A file may write it as its segments or as a daily curve
+/// ([`RateScheduleFile`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RateScheduleFile")]
 pub struct RateSchedule {
     pub segments: Vec<(f64, f64)>,
+}
+
+/// A rate schedule as a file writes it: `segments = [[start_s, rate], ...]`, or a daily curve,
+/// `peak = 40.0` and `hourly = [24 multiples of the peak]` (optionally `day_s`, the day's length in
+/// simulated seconds, 86,400 by default: a shorter day compresses the curve), the shape of the
+/// diurnal traffic curves serving traces show. Each form is checked here so a bad curve names its
+/// key; the segments' order and bounds are checked by the workload's validation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateScheduleFile {
+    pub segments: Option<Vec<(f64, f64)>>,
+    pub peak: Option<f64>,
+    pub hourly: Option<Vec<f64>>,
+    pub day_s: Option<f64>,
+}
+
+impl TryFrom<RateScheduleFile> for RateSchedule {
+    type Error = String;
+    fn try_from(f: RateScheduleFile) -> std::result::Result<Self, String> {
+        match (f.segments, f.peak, f.hourly) {
+            (Some(segments), None, None) if f.day_s.is_none() => Ok(RateSchedule { segments }),
+            (None, Some(peak), Some(hourly)) => {
+                if !(peak.is_finite() && peak > 0.0 && peak <= MAX_RATE_PER_S) {
+                    return Err(format!("rate.peak must be a rate in (0, {MAX_RATE_PER_S:e}] per s, got {peak}"));
+                }
+                let hourly: [f64; 24] = hourly
+                    .try_into()
+                    .map_err(|h: Vec<f64>| format!("rate.hourly must hold 24 multiples of the peak, got {}", h.len()))?;
+                if let Some((i, m)) = hourly.iter().enumerate().find(|(_, m)| !(m.is_finite() && (0.0..=1.0).contains(*m))) {
+                    return Err(format!("rate.hourly[{i}] must be a multiple of the peak in [0, 1], got {m}"));
+                }
+                let day_s = f.day_s.unwrap_or(86_400.0);
+                if !(24.0..=MAX_TIME_S).contains(&day_s) {
+                    return Err(format!("rate.day_s must be a number of seconds in [24, {MAX_TIME_S:e}], got {day_s}"));
+                }
+                Ok(RateSchedule::daily(peak, &hourly, day_s))
+            }
+            _ => Err("a rate schedule is `segments = [[start_s, rate], ...]` or a daily curve, `peak` and `hourly` (24 multiples of the peak, optionally `day_s`)".into()),
+        }
+    }
 }
 
 impl RateSchedule {
@@ -271,6 +313,15 @@ impl RateSchedule {
             return bad("the last segment's rate must be positive (arrivals would stop forever)".into());
         }
         Ok(())
+    }
+    /// The highest rate of a segment that starts before `until_s` (the end of the sending period):
+    /// the peak a fixed fleet must hold (capsim plan over a curve).
+    pub fn peak_rate(&self, until_s: f64) -> f64 {
+        self.segments.iter().filter(|&&(t, _)| t < until_s || t == 0.0).map(|&(_, r)| r).fold(0.0, f64::max)
+    }
+    /// When the expected number of arrivals reaches `n` (infinite when the schedule never gets there).
+    pub fn expected_time_of(&self, n: f64) -> f64 {
+        self.invert(n)
     }
     pub fn mean_rate(&self, horizon_s: f64) -> f64 {
         self.cumulative(horizon_s) / horizon_s.max(1e-12)

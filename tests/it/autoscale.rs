@@ -202,3 +202,104 @@ fn the_cli_runs_a_mixed_fleet_and_refuses_bad_pools_by_flag() {
         assert!(String::from_utf8_lossy(&o.stderr).contains("--pool"), "{bad}: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+#[test]
+fn busy_time_output_tokens_and_energy_add_up() {
+    use capsim::plan::{energy_kwh, GpuPrice};
+    let p = const_profile("vllm", 0.01, "max_num_seqs = 16");
+    // One request of 100 output tokens on one replica: 100 steps of 10 ms busy, nothing else.
+    let one = Arrivals::OpenLoop { process: Process::Constant, rate: RateSchedule::constant(1.0), burstiness: 1.0 };
+    let w = Workload::fixed(one, 64, 100, Some(1)).unwrap();
+    let out = simulate_autoscaled(&p, &w, 1, SimOptions::default(), &policy(""), &RequestSlo::default());
+    assert!((out.busy_replica_seconds - 1.0).abs() < 1e-9, "{}", out.busy_replica_seconds);
+    assert_eq!(out.output_tokens, 100);
+    let price = GpuPrice { name: "x".into(), price_per_hour: 1.0, idle_w: 100.0, busy_w: 500.0 };
+    let e = energy_kwh(&price, 2, out.replica_seconds, out.busy_replica_seconds);
+    assert!((e - 2.0 * (100.0 * out.replica_seconds + 400.0 * 1.0) / 3.6e6).abs() < 1e-15, "{e}");
+    assert!((energy_kwh(&price, 2, 3600.0, 1800.0) - 0.6).abs() < 1e-12);
+    // The rate step: every bucket's busy time within its held time (but for a straddling step per
+    // replica), the buckets summing to the run's figures.
+    let w = step_workload(100 + 40 * 200);
+    let out = simulate_autoscaled(&p, &w, 1, SimOptions::default(), &policy(""), &RequestSlo::default());
+    for b in &out.buckets {
+        assert!(b.busy_replica_seconds <= b.replica_seconds + 0.01 * b.replicas_max as f64 + 1e-9, "{b:?}");
+        assert_eq!(b.output_tokens, 100 * b.requests_completed);
+    }
+    let busy: f64 = out.buckets.iter().map(|b| b.busy_replica_seconds).sum();
+    assert!((busy - out.busy_replica_seconds).abs() < 1e-6);
+    assert!(out.busy_replica_seconds > 0.5 * out.replica_seconds, "a loaded fleet mostly steps");
+    assert_eq!(out.output_tokens, 100 * out.requests_completed);
+}
+
+#[test]
+fn the_autoscaled_report_gives_energy_and_an_html_day() {
+    let dir = std::env::temp_dir().join(format!("capsim-it-autoscale-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pol = dir.join("policy.toml");
+    std::fs::write(&pol, "min_replicas = 1\nmax_replicas = 4\nmetric = \"outstanding\"\ntarget = 8.0\nprovisioning_s = 5.0\nstorage_gb_s = 2.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\nbucket_s = 20.0\n").unwrap();
+    let html = dir.join("day.html");
+    let run = |args: &[&str]| std::process::Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).output().unwrap();
+    let args = [
+        "simulate",
+        "--model",
+        "Llama-3.1-8B-Instruct",
+        "--gpu",
+        "H100 SXM",
+        "--rate",
+        "10",
+        "--requests",
+        "600",
+        "--autoscale",
+        pol.to_str().unwrap(),
+        "--goodput-ttft-s",
+        "1",
+        "--html",
+        html.to_str().unwrap(),
+        "--json",
+    ];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let e = v["energy_kwh"].as_f64().unwrap();
+    let sum: f64 = v["buckets"].as_array().unwrap().iter().map(|b| b["energy_kwh"].as_f64().unwrap()).sum();
+    assert!((e - sum).abs() < 1e-9 * e.max(1e-12), "{e} vs the buckets' {sum}");
+    // 70 W idle, 700 W busy an H100 (models/prices.toml): between all idle and all busy.
+    let gpu_h = v["gpu_hours"].as_f64().unwrap();
+    assert!(e > 0.07 * gpu_h && e < 0.7 * gpu_h, "{e} kWh over {gpu_h} GPU-hours");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<svg").count(), 3, "replicas, TTFT, TPOT");
+    assert!(page.contains("Replicas over the day") && page.contains("--autoscale"));
+    assert_eq!(page.matches("<tr><td>").count(), v["buckets"].as_array().unwrap().len());
+    let o = run(&["simulate", "--rate", "2", "--requests", "10", "--html", html.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--html"));
+    let text = run(&args[..args.len() - 1]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("energy"), "{}", String::from_utf8_lossy(&text.stdout));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_reporting_buckets_change_no_result() {
+    // Advances stop at bucket edges (so busy time lands in its bucket): the run itself must not
+    // change with the buckets' length.
+    let p = const_profile("vllm", 0.01, "max_num_seqs = 16");
+    let w = step_workload(100 + 40 * 200);
+    let run = |bucket: &str| {
+        let pol = policy("").clone();
+        let pol = capsim::autoscale::AutoscalePolicy { bucket_s: bucket.parse().unwrap(), ..pol };
+        simulate_autoscaled(&p, &w, 5, SimOptions::default(), &pol, &RequestSlo::default())
+    };
+    let (a, b) = (run("5.0"), run("1000000.0"));
+    assert!(a.buckets.len() > 40 && b.buckets.len() == 1);
+    assert_eq!(serde_json::to_string(&a.timeline).unwrap(), serde_json::to_string(&b.timeline).unwrap());
+    assert!(a.ttft == b.ttft && a.tpot == b.tpot);
+    assert_eq!(
+        (a.requests_completed, a.output_tokens, a.scale_ups, a.scale_downs),
+        (b.requests_completed, b.output_tokens, b.scale_ups, b.scale_downs)
+    );
+    assert!(
+        (a.replica_seconds - b.replica_seconds).abs() < 1e-6
+            && (a.busy_replica_seconds - b.busy_replica_seconds).abs() < 1e-6
+    );
+    assert_eq!(a.end_s, b.end_s);
+}

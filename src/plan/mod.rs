@@ -1,12 +1,16 @@
 //! The fleet plan a buyer signs (issue 26): prices and power per GPU (models/prices.toml, or the
 //! user's file), and the cost, power and energy of a fleet. The search itself is capacity's fleet
-//! sizing (crate::capacity::size_fleet) on each GPU and tensor-parallel degree asked about.
+//! sizing (crate::capacity::size_fleet) on each GPU and tensor-parallel degree asked about; over a
+//! rate curve (a day), [`day`] checks each fleet by simulating the whole curve.
+
+pub mod day;
+pub mod mixed;
 
 use crate::error::{toml_error, Error, Result};
 use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_PRICES_PATH: &str = "models/prices.toml";
-pub const DEFAULT_PRICES: &str = include_str!("../models/prices.toml");
+pub const DEFAULT_PRICES: &str = include_str!("../../models/prices.toml");
 
 /// One GPU's price and power.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,4 +88,48 @@ impl PriceTable {
 /// Power (W) of `gpus` GPUs busy a share `utilization` of the time: idle + (busy - idle) x share.
 pub fn fleet_power_w(price: &GpuPrice, gpus: u32, utilization: f64) -> f64 {
     gpus as f64 * (price.idle_w + (price.busy_w - price.idle_w) * utilization.clamp(0.0, 1.0))
+}
+
+/// Energy (kWh) of replicas of `gpus_per_replica` GPUs held `replica_s` replica-seconds, of which
+/// `busy_replica_s` were spent stepping: idle power all the time held, plus (busy - idle) while
+/// stepping. A step of a small decode batch draws less than `busy_w`, so this is an upper bound when
+/// the batches are small.
+pub fn energy_kwh(price: &GpuPrice, gpus_per_replica: u32, replica_s: f64, busy_replica_s: f64) -> f64 {
+    let busy = busy_replica_s.clamp(0.0, replica_s.max(0.0));
+    gpus_per_replica as f64 * (price.idle_w * replica_s.max(0.0) + (price.busy_w - price.idle_w) * busy) / 3.6e6
+}
+
+/// A plan's band from the profile's uncertainty, as capacity's bands: the replicas the same search
+/// finds with the profile one sigma faster (`low`) and one sigma slower (`high`)
+/// (crate::capacity::perturbed), widened to hold the nominal answer; `high` is None where the slow
+/// profile needs more than the limit allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReplicaBand {
+    pub low: Option<u32>,
+    pub high: Option<u32>,
+    /// Whether any profile involved carries an uncertainty (a fit's sigmas or covariance); without
+    /// one the band is the nominal answer and nothing is searched.
+    pub from_sigmas: bool,
+}
+
+impl ReplicaBand {
+    /// `search(sign)` answers the question with every profile moved one sigma (`sign` +1 faster,
+    /// -1 slower); `nominal` is the plan's own answer.
+    pub fn find(
+        nominal: u32,
+        profiles: &[&crate::profile::Profile],
+        mut search: impl FnMut(f64) -> Result<Option<u32>>,
+    ) -> Result<ReplicaBand> {
+        let from_sigmas = profiles.iter().any(|p| p.file.sigmas.is_some() || p.file.covariance.is_some());
+        if !from_sigmas {
+            return Ok(ReplicaBand { low: Some(nominal), high: Some(nominal), from_sigmas });
+        }
+        let fast = search(1.0)?;
+        let slow = search(-1.0)?;
+        Ok(ReplicaBand {
+            low: Some(fast.map_or(nominal, |f| f.min(nominal))),
+            high: slow.map(|s| s.max(nominal)),
+            from_sigmas,
+        })
+    }
 }
