@@ -312,17 +312,24 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 &rows
             )
         )?;
-        for r in &refused {
-            outln!(
-                "not a plan: {} x{}: {}",
-                r["gpu"].as_str().unwrap_or(""),
-                r["tensor_parallel"],
-                r["reason"].as_str().unwrap_or("")
-            )?;
-        }
+        print_refused(&refused, "")?;
     }
     if plans.is_empty() {
         return Err(Error::NoAnswer(format!("no plan within --max-gpus {} meets the SLO", a.max_gpus)));
+    }
+    Ok(())
+}
+
+/// The candidates refused, one line each (`prefix` before the GPU: "+ " where it is added to owned
+/// pools).
+pub(super) fn print_refused(refused: &[serde_json::Value], prefix: &str) -> Result<()> {
+    for r in refused {
+        outln!(
+            "not a plan: {prefix}{} x{}: {}",
+            r["gpu"].as_str().unwrap_or(""),
+            r["tensor_parallel"],
+            r["reason"].as_str().unwrap_or("")
+        )?;
     }
     Ok(())
 }

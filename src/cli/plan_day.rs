@@ -371,13 +371,5 @@ fn print_text(
             )?;
         }
     }
-    for r in refused {
-        outln!(
-            "not a plan: {} x{}: {}",
-            r["gpu"].as_str().unwrap_or(""),
-            r["tensor_parallel"],
-            r["reason"].as_str().unwrap_or("")
-        )?;
-    }
-    Ok(())
+    super::plan::print_refused(refused, "")
 }

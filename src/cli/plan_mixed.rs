@@ -280,15 +280,7 @@ fn print_plans(
             &rows
         )
     )?;
-    for r in refused {
-        outln!(
-            "not a plan: + {} x{}: {}",
-            r["gpu"].as_str().unwrap_or(""),
-            r["tensor_parallel"],
-            r["reason"].as_str().unwrap_or("")
-        )?;
-    }
-    Ok(())
+    super::plan::print_refused(refused, "+ ")
 }
 
 /// `--mix`: fleets of two GPU types of --gpus, none owned (see the module's note).
