@@ -73,6 +73,8 @@ pub struct Captured {
 pub fn run_captured(args: Vec<String>, progress: &Progress) -> Captured {
     let previous =
         CAPTURE.with(|c| c.borrow_mut().replace(Capture { stdout: String::new(), progress: progress.clone() }));
+    let os_args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    super::set_command_line(&os_args);
     let result = match parse(args) {
         Ok(cli) => dispatch(cli.cmd),
         Err(e) if e.use_stderr() => Err(usage_error(&e)),

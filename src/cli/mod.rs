@@ -124,6 +124,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    set_command_line(&args);
     let parsed = parse(args);
     let result = match parsed {
         Ok(cli) => dispatch(cli.cmd),
@@ -153,6 +155,28 @@ pub fn exit_code(result: Result<()>) -> u8 {
             e.exit_code()
         }
     }
+}
+
+thread_local! {
+    /// The arguments of the command running on this thread, for the reports that record it.
+    static COMMAND_LINE: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn set_command_line(args: &[std::ffi::OsString]) {
+    COMMAND_LINE.with(|c| *c.borrow_mut() = args.iter().map(|a| a.to_string_lossy().into_owned()).collect());
+}
+
+/// The command line being run, as a report records it: arguments joined by spaces, those with a
+/// space quoted (the arguments given to [`run_from`] or [`embed::run_captured`], not the Python
+/// interpreter's).
+pub fn command_line() -> String {
+    COMMAND_LINE.with(|c| {
+        c.borrow()
+            .iter()
+            .map(|s| if s.contains(' ') { format!("\"{s}\"") } else { s.clone() })
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
 }
 
 /// The arguments parsed by the command's definitions. Negative numbers are values to check ("must be
