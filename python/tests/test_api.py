@@ -265,3 +265,28 @@ def test_console_script_is_the_cli(cli):
     p = subprocess.run([str(script), "simulate", "--gpu", "H900", "--concurrency", "1"], capture_output=True,
                        text=True)
     assert p.returncode == 2 and "--gpu" in p.stderr
+
+
+NOTEBOOK = ROOT / "examples" / "notebook.ipynb"
+
+
+def test_notebook_is_saved_executed():
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.execution_count is not None and c.outputs for c in code)
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), "the plot's output is kept"
+
+
+def test_notebook_executes():
+    # nbclient, nbformat, ipykernel and matplotlib are the test's requirements (.ci/run installs
+    # them); a missing one fails here rather than skipping the notebook.
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
