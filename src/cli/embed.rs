@@ -160,7 +160,7 @@ pub fn argv_for(
             continue;
         }
         match arg.get_action() {
-            ArgAction::SetTrue => match value {
+            ArgAction::SetTrue | ArgAction::Help | ArgAction::HelpShort | ArgAction::HelpLong => match value {
                 Value::Bool(true) => args.push(flag),
                 Value::Bool(false) => {}
                 _ => return Err(at(key, format!("{flag} is a switch: true or false, got {value}"))),
@@ -194,7 +194,11 @@ fn key_error(key: &str, msg: String) -> Error {
 
 /// Run `capsim COMMAND` with the flags `obj` gives (see [`argv_for`]) and capture its output.
 pub fn run_keys(command: &str, obj: &Map<String, Value>, progress: &Progress) -> Captured {
-    let args = subcommand(command).and_then(|cmd| argv_for(&cmd, obj, &[], (&[], ""), &key_error));
+    // Built, so that its --help is an argument too (`help=True` prints the help, as the CLI does).
+    let args = subcommand(command).and_then(|mut cmd| {
+        cmd.build();
+        argv_for(&cmd, obj, &[], (&[], ""), &key_error)
+    });
     match args {
         Ok(args) => run_captured(args, progress),
         Err(e) => Captured { stdout: String::new(), result: Err(e) },
