@@ -267,8 +267,13 @@ class Workload(_Group):
 
 
 def _progress_bar(command: str) -> Any:
+    import warnings
+
     try:
-        from tqdm.auto import tqdm
+        with warnings.catch_warnings():
+            # tqdm.auto falls back to a text bar in a notebook without ipywidgets, and says so.
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
     except ImportError:
         return None
     return tqdm(desc=f"capsim {command}", leave=False)
