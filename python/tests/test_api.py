@@ -290,3 +290,11 @@ def test_notebook_executes():
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_the_api_prints_nothing(capfd):
+    # Only the command line prints: through the API its output is captured and returned, at the level
+    # of the process's file descriptors too.
+    text = capsim.run("simulate", concurrency=2, requests=10)
+    out, _ = capfd.readouterr()
+    assert out == "" and "ttft_s" in text
