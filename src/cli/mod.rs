@@ -1,6 +1,6 @@
 //! Argument parsing (what the user typed) and its resolution into library objects (profile, workload).
 //!
-//! Every command writes its output with [`outln!`] and [`out!`], never `println!`: a write that fails (a
+//! Every command writes its output with `outln!` and `out!`, never `println!`: a write that fails (a
 //! full disk under `capsim sweep ... > out.txt`, `> /dev/full`) is an [`Error::Io`] naming standard
 //! output (exit 2), where `println!` would panic. A closed pipe (`| head`) still ends the process
 //! quietly by SIGPIPE (main.rs).
