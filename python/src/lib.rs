@@ -57,7 +57,8 @@ impl Job {
         py.detach(move || {
             let (lock, cvar) = &*done;
             let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let timeout = Duration::from_secs_f64(timeout_s.clamp(0.0, 3600.0));
+            // NaN waits not at all (from_secs_f64 would panic on it).
+            let timeout = Duration::from_secs_f64(if timeout_s > 0.0 { timeout_s.min(3600.0) } else { 0.0 });
             let (guard, _) =
                 cvar.wait_timeout_while(guard, timeout, |ended| !*ended).unwrap_or_else(|p| p.into_inner());
             *guard
