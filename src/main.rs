@@ -4,8 +4,7 @@
 // error; `println!` would panic.
 #![warn(clippy::print_stdout)]
 
-mod cli;
-
+use capsim::cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -16,15 +15,5 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    match cli::run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e @ (capsim::error::Error::NothingMeasured(_) | capsim::error::Error::NoAnswer(_))) => {
-            eprintln!("capsim: warning: {e}");
-            ExitCode::from(e.exit_code())
-        }
-        Err(e) => {
-            eprintln!("capsim: error: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+    ExitCode::from(cli::exit_code(cli::run()))
 }

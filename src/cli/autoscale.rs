@@ -274,8 +274,7 @@ fn page(
     if let Some(e) = energy {
         keys.push(("energy kWh".into(), num(e, 4)));
     }
-    let command =
-        std::env::args().map(|s| if s.contains(' ') { format!("\"{s}\"") } else { s }).collect::<Vec<_>>().join(" ");
+    let command = super::command_line();
     DayPage {
         title: format!("{profile}, {}..{} replicas", policy.min_replicas, policy.max_replicas),
         keys,

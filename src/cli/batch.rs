@@ -14,7 +14,7 @@
 use super::shard::{line, Shard};
 use super::{capacity, simulate, sweep, Cli, Cmd};
 use capsim::error::{Error, Location, Result};
-use clap::{ArgAction, Args, CommandFactory, FromArgMatches};
+use clap::{Args, CommandFactory, FromArgMatches};
 use rayon::prelude::*;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -56,49 +56,8 @@ struct Scenario {
 fn argv(command: &str, obj: &Map<String, Value>, at: &dyn Fn(&str, String) -> Error) -> Result<Vec<String>> {
     let cmd = Cli::command();
     let sub = cmd.find_subcommand(command).expect("a known command");
-    let mut args = vec!["capsim".to_string(), command.to_string()];
-    for (key, value) in obj {
-        if key == "command" || key == "label" {
-            continue;
-        }
-        let long = key.replace('_', "-");
-        if OUTPUT_KEYS.contains(&long.as_str()) {
-            return Err(at(key, format!("`{key}` chooses an output; batch writes each result as one JSON line")));
-        }
-        let Some(arg) = sub.get_arguments().find(|a| a.get_long() == Some(long.as_str())) else {
-            return Err(at(key, format!("unknown key: `capsim {command}` has no flag --{long}")));
-        };
-        let flag = format!("--{long}");
-        let scalar = |v: &Value| -> Result<String> {
-            match v {
-                Value::String(s) => Ok(s.clone()),
-                Value::Number(n) => Ok(n.to_string()),
-                Value::Bool(b) => Ok(b.to_string()),
-                _ => Err(at(key, format!("{flag} takes a string, a number or a boolean, got {v}"))),
-            }
-        };
-        match arg.get_action() {
-            ArgAction::SetTrue => match value {
-                Value::Bool(true) => args.push(flag),
-                Value::Bool(false) => {}
-                _ => return Err(at(key, format!("{flag} is a switch: true or false, got {value}"))),
-            },
-            ArgAction::Append => match value {
-                Value::Array(items) if arg.get_value_delimiter().is_some() => {
-                    let parts = items.iter().map(scalar).collect::<Result<Vec<_>>>()?;
-                    args.push(format!("{flag}={}", parts.join(",")));
-                }
-                Value::Array(items) => {
-                    for v in items {
-                        args.push(format!("{flag}={}", scalar(v)?));
-                    }
-                }
-                v => args.push(format!("{flag}={}", scalar(v)?)),
-            },
-            _ => args.push(format!("{flag}={}", scalar(value)?)),
-        }
-    }
-    Ok(args)
+    let refused = "chooses an output; batch writes each result as one JSON line";
+    super::embed::argv_for(sub, obj, &["command", "label"], (OUTPUT_KEYS, refused), at)
 }
 
 fn parse(path: &std::path::Path) -> Result<Vec<Scenario>> {

@@ -1,6 +1,6 @@
 //! Argument parsing (what the user typed) and its resolution into library objects (profile, workload).
 //!
-//! Every command writes its output with [`outln!`] and [`out!`], never `println!`: a write that fails (a
+//! Every command writes its output with `outln!` and `out!`, never `println!`: a write that fails (a
 //! full disk under `capsim sweep ... > out.txt`, `> /dev/full`) is an [`Error::Io`] naming standard
 //! output (exit 2), where `println!` would panic. A closed pipe (`| head`) still ends the process
 //! quietly by SIGPIPE (main.rs).
@@ -28,6 +28,7 @@ mod calibrate;
 mod capacity;
 mod catalog;
 mod disagg;
+pub mod embed;
 mod explain;
 mod mixed;
 mod plan;
@@ -97,7 +98,11 @@ pub enum Cmd {
 }
 
 /// Write command output to standard output; a failed write is an [`Error::Io`] on "standard output".
+/// Under [`embed::run_captured`] the output goes to that call's buffer instead.
 pub fn write_stdout(args: std::fmt::Arguments) -> Result<()> {
+    if let Some(r) = embed::write_captured(args) {
+        return r;
+    }
     use std::io::Write;
     std::io::stdout().lock().write_fmt(args).map_err(stdout_error)
 }
@@ -109,11 +114,19 @@ fn stdout_error(err: std::io::Error) -> Error {
 /// Run the command the arguments name. Its output is flushed before this returns, so a write that
 /// fails at the end (the last line, buffered) is an error too, not lost at exit.
 pub fn run() -> Result<()> {
-    // Negative numbers are values to check ("must be positive"), not unknown flags.
-    let parsed = Cli::command()
-        .mut_subcommands(|c| c.allow_negative_numbers(true))
-        .try_get_matches()
-        .and_then(|m| Cli::from_arg_matches(&m));
+    run_from(std::env::args_os())
+}
+
+/// [`run`] on the given arguments (the first is the program's name), as the `capsim` command the
+/// Python package installs runs it.
+pub fn run_from<I, T>(args: I) -> Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    set_command_line(&args);
+    let parsed = parse(args);
     let result = match parsed {
         Ok(cli) => dispatch(cli.cmd),
         // A usage error goes to stderr with clap's exit code, as `e.exit()` does.
@@ -126,6 +139,57 @@ pub fn run() -> Result<()> {
     use std::io::Write;
     std::io::stdout().lock().flush().map_err(stdout_error)?;
     result
+}
+
+/// The exit code of a command's result, its error or warning written to standard error as the
+/// `capsim` command writes it.
+pub fn exit_code(result: Result<()>) -> u8 {
+    match result {
+        Ok(()) => 0,
+        Err(e @ (Error::NothingMeasured(_) | Error::NoAnswer(_))) => {
+            eprintln!("capsim: warning: {e}");
+            e.exit_code()
+        }
+        Err(e) => {
+            eprintln!("capsim: error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+thread_local! {
+    /// The arguments of the command running on this thread, for the reports that record it.
+    static COMMAND_LINE: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn set_command_line(args: &[std::ffi::OsString]) {
+    COMMAND_LINE.with(|c| *c.borrow_mut() = args.iter().map(|a| a.to_string_lossy().into_owned()).collect());
+}
+
+/// The command line being run, as a report records it: arguments joined by spaces, those with a
+/// space quoted (the arguments given to [`run_from`] or [`embed::run_captured`], not the Python
+/// interpreter's).
+pub fn command_line() -> String {
+    COMMAND_LINE.with(|c| {
+        c.borrow()
+            .iter()
+            .map(|s| if s.contains(' ') { format!("\"{s}\"") } else { s.clone() })
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
+}
+
+/// The arguments parsed by the command's definitions. Negative numbers are values to check ("must be
+/// positive"), not unknown flags.
+fn parse<I, T>(args: I) -> std::result::Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::command()
+        .mut_subcommands(|c| c.allow_negative_numbers(true))
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m))
 }
 
 fn dispatch(cmd: Cmd) -> Result<()> {
@@ -167,7 +231,10 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     use std::io::IsTerminal;
     let pb = if len == 0 { ProgressBar::new_spinner() } else { ProgressBar::new(len) };
-    if std::io::stderr().is_terminal() {
+    if embed::report_progress(&pb) {
+        // A captured run: hidden here, drawn by the caller from its position.
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    } else if std::io::stderr().is_terminal() {
         pb.set_draw_target(ProgressDrawTarget::stderr());
         let template = if len == 0 {
             format!("{{spinner}} {{pos}} {what} {{elapsed}} {{msg}}")

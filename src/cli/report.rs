@@ -103,8 +103,7 @@ pub fn run(a: ReportArgs) -> Result<()> {
     }
     let sheets: Vec<Datasheet> = built.into_iter().map(|d| d.expect("every deployment built")).collect();
     pb.finish_and_clear();
-    let command =
-        std::env::args().map(|s| if s.contains(' ') { format!("\"{s}\"") } else { s }).collect::<Vec<_>>().join(" ");
+    let command = super::command_line();
     let version = super::version();
     let write = |path: &std::path::Path, text: &str| {
         std::fs::write(path, text).map_err(|err| Error::Io { path: path.display().to_string(), err })

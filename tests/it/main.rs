@@ -7,6 +7,7 @@ mod catalog;
 mod cli;
 mod corpus;
 mod data;
+mod embed;
 mod engines;
 mod fuzz;
 mod gpus_market;
