@@ -8,7 +8,7 @@
 use super::capacity::{self, CapacityArgs, Outcome};
 use capsim::catalog::{Catalog, GpuSpec};
 use capsim::error::{Error, Result};
-use capsim::plan::{fleet_power_w, PriceTable, ReplicaBand};
+use capsim::plan::{fleet_power_w, GpuPrice, PriceTable, ReplicaBand};
 use capsim::report::{num, table};
 use clap::Args;
 use serde_json::json;
@@ -120,6 +120,49 @@ pub(super) fn tps_of(a: &PlanArgs, spec: &GpuSpec) -> Vec<u32> {
     }
 }
 
+/// One deployment a plan may use: a GPU of --gpus at a TP of --tps, resolved on that GPU, with its
+/// price.
+pub(super) struct Candidate {
+    pub spec: GpuSpec,
+    pub price: GpuPrice,
+    pub tp: u32,
+    pub profile: capsim::profile::Profile,
+}
+
+/// Every GPU of `gpus` at every TP of [`tps_of`], each deployment resolved on its own GPU. One that
+/// cannot run (does not fit, heads do not divide) or, when `cap_replica`, needs more GPUs than
+/// --max-gpus for one replica is a refusal of that candidate, pushed to `refused` with its reason;
+/// any other error (an unknown GPU, a GPU without a price) is the question's and ends the plan.
+pub(super) fn candidates(
+    a: &PlanArgs,
+    catalog: &Catalog,
+    prices: &PriceTable,
+    gpus: &[String],
+    cap_replica: bool,
+    refused: &mut Vec<serde_json::Value>,
+) -> Result<Vec<Candidate>> {
+    let mut out = Vec::new();
+    for g in gpus {
+        let spec = catalog.gpu(g)?.clone();
+        let price = prices.get(&spec.name)?.clone();
+        for tp in tps_of(a, &spec) {
+            let refuse = |reason: String| json!({"gpu": spec.name, "tensor_parallel": tp, "reason": reason});
+            if cap_replica && tp > a.max_gpus {
+                refused.push(refuse(format!("one replica needs {tp} GPUs, above --max-gpus {}", a.max_gpus)));
+                continue;
+            }
+            let mut pa = a.capacity.profile.clone();
+            pa.gpu = Some(g.clone());
+            pa.tp = Some(tp);
+            match pa.resolve(catalog) {
+                Ok(profile) => out.push(Candidate { spec: spec.clone(), price: price.clone(), tp, profile }),
+                Err(e) => refused.push(refuse(e.to_string())),
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A plan: one pool of one deployment.
 struct Plan {
     gpu: String,
@@ -193,57 +236,43 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let tick = || pb.inc(1);
     let mut plans: Vec<Plan> = Vec::new();
     let mut refused: Vec<serde_json::Value> = Vec::new();
-    for g in &gpus {
-        let spec = catalog.gpu(g)?.clone();
-        let price = prices.get(&spec.name)?.clone();
-        for tp in tps_of(&a, &spec) {
-            let mut ca = c.clone();
-            ca.gpus = Some(vec![g.clone()]);
-            ca.profile.tp = Some(tp);
-            ca.gpu_price_per_hour = Some(price.price_per_hour);
-            if tp > a.max_gpus {
-                refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": format!("one replica needs {tp} GPUs, above --max-gpus {}", a.max_gpus)}));
-                continue;
-            }
-            ca.max_replicas = a.max_gpus / tp;
-            // A deployment that cannot run (does not fit, heads do not divide) is a refusal of this
-            // candidate; any other error is the question's and ends the plan.
-            if let Err(e) = ca.profile.resolve(&catalog) {
-                refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": e.to_string()}));
-                continue;
-            }
-            pb.set_message(format!("{} x{tp}", spec.name));
-            let prep = capacity::prepare(&ca)?;
-            let outcome = prep.run_one(0, &tick)?;
-            let Outcome::Fleet(ans) = &outcome else { unreachable!("--target-rate asks a fleet question") };
-            let row = prep.json_one(0, &outcome);
-            let Some(k) = ans.replicas else {
-                refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": format!("no fleet of up to {} GPUs meets the SLO", a.max_gpus)}));
-                continue;
-            };
-            // The fleet's load as a share of what it serves within the SLO: a replica at its SLO
-            // capacity counts as fully busy (a step running is not: a small decode batch keeps the
-            // GPU stepping far below its power limit). The one-replica search stops at the target
-            // rate, so a one-replica plan counts as fully used (its power an upper bound).
-            let utilization = (rate / (k as f64 * ans.single_replica_rate)).clamp(0.0, 1.0);
-            let n = k * tp;
-            let (p0, fq) = (&prep.profiles[0], prep.fleet.as_ref().expect("a fleet question"));
-            let band = ReplicaBand::find(k, &[p0], |sign| {
-                Ok(capsim::capacity::size_fleet(&capsim::capacity::perturbed(p0, sign), &prep.q, fq, &tick)?.replicas)
-            })?;
-            plans.push(Plan {
-                gpu: spec.name.clone(),
-                tp,
-                replicas: k,
-                gpus: n,
-                cost_per_hour: n as f64 * price.price_per_hour,
-                power_kw: fleet_power_w(&price, n, utilization) / 1e3,
-                utilization,
-                row,
-                band,
-                price_per_gpu_hour: price.price_per_hour,
-            });
-        }
+    for Candidate { spec, price, tp, .. } in candidates(&a, &catalog, &prices, &gpus, true, &mut refused)? {
+        let mut ca = c.clone();
+        ca.gpus = Some(vec![spec.name.clone()]);
+        ca.profile.tp = Some(tp);
+        ca.gpu_price_per_hour = Some(price.price_per_hour);
+        ca.max_replicas = a.max_gpus / tp;
+        pb.set_message(format!("{} x{tp}", spec.name));
+        let prep = capacity::prepare(&ca)?;
+        let outcome = prep.run_one(0, &tick)?;
+        let Outcome::Fleet(ans) = &outcome else { unreachable!("--target-rate asks a fleet question") };
+        let row = prep.json_one(0, &outcome);
+        let Some(k) = ans.replicas else {
+            refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": format!("no fleet of up to {} GPUs meets the SLO", a.max_gpus)}));
+            continue;
+        };
+        // The fleet's load as a share of what it serves within the SLO: a replica at its SLO
+        // capacity counts as fully busy (a step running is not: a small decode batch keeps the
+        // GPU stepping far below its power limit). The one-replica search stops at the target
+        // rate, so a one-replica plan counts as fully used (its power an upper bound).
+        let utilization = (rate / (k as f64 * ans.single_replica_rate)).clamp(0.0, 1.0);
+        let n = k * tp;
+        let (p0, fq) = (&prep.profiles[0], prep.fleet.as_ref().expect("a fleet question"));
+        let band = ReplicaBand::find(k, &[p0], |sign| {
+            Ok(capsim::capacity::size_fleet(&capsim::capacity::perturbed(p0, sign), &prep.q, fq, &tick)?.replicas)
+        })?;
+        plans.push(Plan {
+            gpu: spec.name.clone(),
+            tp,
+            replicas: k,
+            gpus: n,
+            cost_per_hour: n as f64 * price.price_per_hour,
+            power_kw: fleet_power_w(&price, n, utilization) / 1e3,
+            utilization,
+            row,
+            band,
+            price_per_gpu_hour: price.price_per_hour,
+        });
     }
     pb.finish_and_clear();
     plans.sort_by(|x, y| x.cost_per_hour.total_cmp(&y.cost_per_hour).then(x.gpus.cmp(&y.gpus)).then(x.gpu.cmp(&y.gpu)));

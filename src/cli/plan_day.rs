@@ -10,7 +10,7 @@
 //! Plans are priced, powered and billed from the price table (not the policy's own price), listed
 //! cheapest per hour first among those meeting the SLO, then those that do not.
 
-use super::plan::{band_json, band_text, tps_of, PlanArgs};
+use super::plan::{band_json, band_text, candidates, Candidate, PlanArgs};
 use capsim::autoscale::AutoscalePolicy;
 use capsim::capacity::{perturbed, size_fleet, FleetQuestion, Question, Routing, Slo};
 use capsim::catalog::Catalog;
@@ -102,53 +102,36 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
     let tick = || pb.inc(1);
     let mut plans: Vec<DayPlan> = Vec::new();
     let mut refused: Vec<serde_json::Value> = Vec::new();
-    for g in gpus {
-        let spec = catalog.gpu(g)?.clone();
-        let price = prices.get(&spec.name)?.clone();
-        for tp in tps_of(a, &spec) {
-            let refuse = |reason: String| json!({"gpu": spec.name, "tensor_parallel": tp, "reason": reason});
-            if tp > a.max_gpus {
-                refused.push(refuse(format!("one replica needs {tp} GPUs, above --max-gpus {}", a.max_gpus)));
-                continue;
-            }
-            let mut pa = c.profile.clone();
-            pa.gpu = Some(g.clone());
-            pa.tp = Some(tp);
-            let p = match pa.resolve(catalog) {
-                Ok(p) => p,
-                Err(e) => {
-                    refused.push(refuse(e.to_string()));
-                    continue;
-                }
-            };
-            w.check_context(p.arch.max_context, &p.arch.name)?;
-            pb.set_message(format!("{} x{tp}", spec.name));
-            let cap = a.max_gpus / tp;
-            let fq = FleetQuestion {
-                rate: peak,
-                routing: Routing::LeastOutstanding,
-                max_replicas: cap,
-                requests_per_replica: c.requests_per_replica,
-            };
-            let at_peak = size_fleet(&p, &q, &fq, &tick)?;
-            let start = at_peak.replicas.unwrap_or(cap);
-            let day = size_fixed_day(&p, &w, c.seed, &slos, bucket_s, &price, start, cap, &tick);
-            let peak_json =
-                json!({"rate": peak, "replicas": at_peak.replicas, "single_replica_rate": at_peak.single_replica_rate});
-            match day.replicas {
-                Some(k) => {
-                    let run = day.run(k).expect("the answer was simulated").clone();
-                    let fewer = (k > 1).then(|| day.run(k - 1).map(|r| neighbour_json(k - 1, r))).flatten();
-                    let tried: Vec<_> = day
-                        .tried
-                        .iter()
-                        .map(|(n, r)| json!({"replicas": n, "slo_met": r.slo_met, "buckets_failed": r.buckets_failed}))
-                        .collect();
-                    let band = ReplicaBand::find(k, &[&p], |sign| {
-                        let pp = perturbed(&p, sign);
-                        Ok(size_fixed_day(&pp, &w, c.seed, &slos, bucket_s, &price, k, cap, &tick).replicas)
-                    })?;
-                    plans.push(DayPlan {
+    for Candidate { spec, price, tp, profile: p } in candidates(a, catalog, prices, gpus, true, &mut refused)? {
+        let refuse = |reason: String| json!({"gpu": spec.name, "tensor_parallel": tp, "reason": reason});
+        w.check_context(p.arch.max_context, &p.arch.name)?;
+        pb.set_message(format!("{} x{tp}", spec.name));
+        let cap = a.max_gpus / tp;
+        let fq = FleetQuestion {
+            rate: peak,
+            routing: Routing::LeastOutstanding,
+            max_replicas: cap,
+            requests_per_replica: c.requests_per_replica,
+        };
+        let at_peak = size_fleet(&p, &q, &fq, &tick)?;
+        let start = at_peak.replicas.unwrap_or(cap);
+        let day = size_fixed_day(&p, &w, c.seed, &slos, bucket_s, &price, start, cap, &tick);
+        let peak_json =
+            json!({"rate": peak, "replicas": at_peak.replicas, "single_replica_rate": at_peak.single_replica_rate});
+        match day.replicas {
+            Some(k) => {
+                let run = day.run(k).expect("the answer was simulated").clone();
+                let fewer = (k > 1).then(|| day.run(k - 1).map(|r| neighbour_json(k - 1, r))).flatten();
+                let tried: Vec<_> = day
+                    .tried
+                    .iter()
+                    .map(|(n, r)| json!({"replicas": n, "slo_met": r.slo_met, "buckets_failed": r.buckets_failed}))
+                    .collect();
+                let band = ReplicaBand::find(k, &[&p], |sign| {
+                    let pp = perturbed(&p, sign);
+                    Ok(size_fixed_day(&pp, &w, c.seed, &slos, bucket_s, &price, k, cap, &tick).replicas)
+                })?;
+                plans.push(DayPlan {
                         kind: "fixed",
                         gpu: spec.name.clone(),
                         tp,
@@ -157,25 +140,25 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                         band: Some(band),
                         extra: json!({"peak": peak_json, "one_replica_fewer": fewer, "tried": tried, "extrapolation": p.retargeted_from.is_some(), "band": band_json(&band, tp, price.price_per_hour)}),
                     });
-                }
-                None => refused.push(refuse(format!(
-                    "no fixed fleet of up to {cap} replicas ({} GPUs) meets the SLO in every bucket",
-                    cap * tp
-                ))),
             }
-            if let Some(pol) = &policy {
-                if pol.min_replicas > cap {
-                    refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "kind": "autoscaled", "reason": format!("the policy's min_replicas {} needs {} GPUs, above --max-gpus {}", pol.min_replicas, pol.min_replicas * tp, a.max_gpus)}));
-                    continue;
-                }
-                let mut pol = pol.clone();
-                pol.max_replicas = pol.max_replicas.min(cap);
-                pol.initial_replicas = pol.initial_replicas.min(pol.max_replicas);
-                pol.bucket_s = bucket_s;
-                let run = simulate_day(&p, &w, c.seed, &pol, &slos, &price);
-                tick();
-                // The band: the same policy over the curve with the profile one sigma faster and slower.
-                let band = (p.file.sigmas.is_some() || p.file.covariance.is_some()).then(|| {
+            None => refused.push(refuse(format!(
+                "no fixed fleet of up to {cap} replicas ({} GPUs) meets the SLO in every bucket",
+                cap * tp
+            ))),
+        }
+        if let Some(pol) = &policy {
+            if pol.min_replicas > cap {
+                refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "kind": "autoscaled", "reason": format!("the policy's min_replicas {} needs {} GPUs, above --max-gpus {}", pol.min_replicas, pol.min_replicas * tp, a.max_gpus)}));
+                continue;
+            }
+            let mut pol = pol.clone();
+            pol.max_replicas = pol.max_replicas.min(cap);
+            pol.initial_replicas = pol.initial_replicas.min(pol.max_replicas);
+            pol.bucket_s = bucket_s;
+            let run = simulate_day(&p, &w, c.seed, &pol, &slos, &price);
+            tick();
+            // The band: the same policy over the curve with the profile one sigma faster and slower.
+            let band = (p.file.sigmas.is_some() || p.file.covariance.is_some()).then(|| {
                     let [fast, slow] = [1.0, -1.0].map(|sign| simulate_day(&perturbed(&p, sign), &w, c.seed, &pol, &slos, &price));
                     json!({
                         "cost_per_hour": {"low": fast.cost_per_hour.min(run.cost_per_hour), "high": slow.cost_per_hour.max(run.cost_per_hour)},
@@ -184,7 +167,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                         "from_sigmas": true,
                     })
                 });
-                plans.push(DayPlan {
+            plans.push(DayPlan {
                     kind: "autoscaled",
                     gpu: spec.name.clone(),
                     tp,
@@ -193,7 +176,6 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
                     extra: json!({"min_replicas": pol.min_replicas, "max_replicas": pol.max_replicas, "peak": peak_json, "extrapolation": p.retargeted_from.is_some(), "band": band}),
                     run,
                 });
-            }
         }
     }
     pb.finish_and_clear();

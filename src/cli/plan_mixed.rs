@@ -10,7 +10,7 @@
 //! SLO costs at least as much as the same count of the first with the fewest of the second.
 
 use super::mixed::{parse_pool, PoolSpec};
-use super::plan::{band_json, band_text, tps_of, PlanArgs};
+use super::plan::{band_json, band_text, candidates, Candidate, PlanArgs};
 use capsim::capacity::perturbed;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
@@ -79,59 +79,45 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
     let tick = || pb.inc(1);
     let mut plans: Vec<MixedPlan> = Vec::new();
     let mut refused: Vec<serde_json::Value> = Vec::new();
-    for g in gpus {
-        let spec = catalog.gpu(g)?.clone();
-        let price = prices.get(&spec.name)?.clone();
-        for tp in tps_of(a, &spec) {
-            let refuse = |reason: String| json!({"gpu": spec.name, "tensor_parallel": tp, "reason": reason});
-            let mut pa = c.profile.clone();
-            pa.gpu = Some(g.clone());
-            pa.tp = Some(tp);
-            let p = match pa.resolve(catalog) {
-                Ok(p) => p,
-                Err(e) => {
-                    refused.push(refuse(e.to_string()));
-                    continue;
-                }
-            };
-            if !q.template.is_trace() {
-                capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
-            }
-            pb.set_message(format!("+ {} x{tp}", spec.name));
-            let max_new = (a.max_gpus - owned_gpus) / tp;
-            let ans = size_mixed(&existing, &p, &q, rate, c.requests_per_replica, max_new, &tick)?;
-            let Some(n) = ans.new_replicas else {
-                refused.push(refuse(format!(
-                    "no mixed fleet with up to {max_new} new replicas ({} GPUs in all) meets the SLO",
-                    owned_gpus + max_new * tp
-                )));
-                continue;
-            };
-            let cost = owned_cost + (n * tp) as f64 * price.price_per_hour;
-            let mut involved: Vec<&Profile> = owned.iter().map(|(p, _, _)| p).collect();
-            involved.push(&p);
-            // Every pool's profile moved the same way: the owned replicas are as uncertain as the new.
-            let band = ReplicaBand::find(n, &involved, |sign| {
-                let moved: Vec<Profile> = owned.iter().map(|(p, _, _)| perturbed(p, sign)).collect();
-                let ex: Vec<(&Profile, u32)> = moved.iter().zip(&owned).map(|(m, (_, k, _))| (m, *k)).collect();
-                Ok(size_mixed(&ex, &perturbed(&p, sign), &q, rate, c.requests_per_replica, max_new, &tick)?
-                    .new_replicas)
-            })?;
-            let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h, true);
-            for (v, slo) in json["slo_values"].as_array_mut().into_iter().flatten().zip(&q.slos) {
-                v["limit"] = json!(slo.limit);
-            }
-            json["band"] = added_band_json(&band, tp, price.price_per_hour, owned_cost);
-            plans.push(MixedPlan {
-                gpu: spec.name.clone(),
-                tp,
-                new_replicas: n,
-                gpus: owned_gpus + n * tp,
-                cost_per_hour: cost,
-                json,
-                band,
-            });
+    // The owned pools already bound --max-gpus (checked above); each candidate's room is what is left.
+    for Candidate { spec, price, tp, profile: p } in candidates(a, catalog, prices, gpus, false, &mut refused)? {
+        let refuse = |reason: String| json!({"gpu": spec.name, "tensor_parallel": tp, "reason": reason});
+        if !q.template.is_trace() {
+            capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
         }
+        pb.set_message(format!("+ {} x{tp}", spec.name));
+        let max_new = (a.max_gpus - owned_gpus) / tp;
+        let ans = size_mixed(&existing, &p, &q, rate, c.requests_per_replica, max_new, &tick)?;
+        let Some(n) = ans.new_replicas else {
+            refused.push(refuse(format!(
+                "no mixed fleet with up to {max_new} new replicas ({} GPUs in all) meets the SLO",
+                owned_gpus + max_new * tp
+            )));
+            continue;
+        };
+        let cost = owned_cost + (n * tp) as f64 * price.price_per_hour;
+        let mut involved: Vec<&Profile> = owned.iter().map(|(p, _, _)| p).collect();
+        involved.push(&p);
+        // Every pool's profile moved the same way: the owned replicas are as uncertain as the new.
+        let band = ReplicaBand::find(n, &involved, |sign| {
+            let moved: Vec<Profile> = owned.iter().map(|(p, _, _)| perturbed(p, sign)).collect();
+            let ex: Vec<(&Profile, u32)> = moved.iter().zip(&owned).map(|(m, (_, k, _))| (m, *k)).collect();
+            Ok(size_mixed(&ex, &perturbed(&p, sign), &q, rate, c.requests_per_replica, max_new, &tick)?.new_replicas)
+        })?;
+        let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h, true);
+        for (v, slo) in json["slo_values"].as_array_mut().into_iter().flatten().zip(&q.slos) {
+            v["limit"] = json!(slo.limit);
+        }
+        json["band"] = added_band_json(&band, tp, price.price_per_hour, owned_cost);
+        plans.push(MixedPlan {
+            gpu: spec.name.clone(),
+            tp,
+            new_replicas: n,
+            gpus: owned_gpus + n * tp,
+            cost_per_hour: cost,
+            json,
+            band,
+        });
     }
     pb.finish_and_clear();
     plans.sort_by(|x, y| {
@@ -296,26 +282,14 @@ pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[Str
     // One deployment per GPU type: its first tensor-parallel degree that runs.
     let mut decks: Vec<(Profile, GpuPrice)> = Vec::new();
     let mut refused: Vec<serde_json::Value> = Vec::new();
-    for g in gpus {
-        let spec = catalog.gpu(g)?.clone();
-        let price = prices.get(&spec.name)?.clone();
-        let mut found = false;
-        for tp in tps_of(a, &spec) {
-            let mut pa = c.profile.clone();
-            pa.gpu = Some(g.clone());
-            pa.tp = Some(tp);
-            match pa.resolve(catalog) {
-                Ok(p) if !found => {
-                    if !q.template.is_trace() {
-                        capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
-                    }
-                    decks.push((p, price.clone()));
-                    found = true;
-                }
-                Ok(_) => {}
-                Err(e) => refused.push(json!({"gpu": spec.name, "tensor_parallel": tp, "reason": e.to_string()})),
-            }
+    for Candidate { spec, price, profile: p, .. } in candidates(a, catalog, prices, gpus, false, &mut refused)? {
+        if decks.iter().any(|(d, _)| d.gpu.name == spec.name) {
+            continue;
         }
+        if !q.template.is_trace() {
+            capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
+        }
+        decks.push((p, price));
     }
     let turns = q.template.conversation.as_ref().map_or(1.0, |c| c.turns.mean());
     let tok_h = rate * turns * q.template.at(LoadAxis::Rate, rate).map_or(0.0, |w| w.mean_output_tokens()) * 3600.0;

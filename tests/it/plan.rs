@@ -471,3 +471,41 @@ fn mixes_of_two_new_gpu_types_are_listed_cheapest_first_and_checked_through_simu
     let e = String::from_utf8_lossy(&capsim(&one).stderr).to_string();
     assert!(e.contains("--mix") && e.contains("two"), "{e}");
 }
+
+/// A deployment that does not fit one GPU of --gpus is a refusal of that candidate, judged on that
+/// GPU (not on the profile's own): the plan goes on with the GPUs where it fits.
+#[test]
+fn a_deployment_that_does_not_fit_one_gpu_is_refused_on_that_gpu_and_the_plan_goes_on() {
+    let o = capsim(&[
+        "plan",
+        "--model",
+        "Qwen3-235B-A22B",
+        "--precision",
+        "fp8",
+        "--gpus",
+        "H100 SXM,H200 SXM",
+        "--tps",
+        "2",
+        "--target-rate",
+        "0.2",
+        "--input-len",
+        "512",
+        "--output-len",
+        "64",
+        "--slo",
+        "ttft_p95_s=10",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let plans = v["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 1, "{v}");
+    assert_eq!(plans[0]["pools"][0]["gpu"], "H200 SXM");
+    let refused = v["refused"].as_array().unwrap();
+    assert!(
+        refused
+            .iter()
+            .any(|r| r["gpu"] == "H100 SXM" && r["reason"].as_str().unwrap().contains("does not fit 2 x H100 SXM")),
+        "{v}"
+    );
+}
