@@ -21,8 +21,8 @@
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::hardware::learned::{
-    dtype_key, is_share, pair_key, ClientCost, DeploymentResidual, LearnedFit, LearnedModel, Offset, ATTN, BW, GEMM,
-    GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, REQUEST, SPREAD,
+    apply_residual, dtype_key, is_share, pair_key, ClientCost, DeploymentResidual, LearnedFit, LearnedModel, Offset,
+    ATTN, BW, GEMM, GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, REQUEST, SPREAD,
 };
 use crate::hardware::{unmeasured_profile, SharedModel};
 use crate::measured::corpus::Client;
@@ -333,13 +333,7 @@ fn effective(x: &[f64], lay: &Layout, f: &Feat) -> [f64; N_PARAMS] {
             *vi += x[lay.level_base(l) + f.idx[l] * N_PARAMS + i];
         }
     }
-    let (dres, pres) = (x[lay.dep_base() + 2 * f.dep], x[lay.dep_base() + 2 * f.dep + 1]);
-    v[BW] -= dres;
-    v[OVERHEAD] += dres;
-    v[MOE_OVERHEAD] += dres;
-    v[PER_SEQ] += dres;
-    v[GEMM] -= pres;
-    v[ATTN] -= pres;
+    apply_residual(&mut v, x[lay.dep_base() + 2 * f.dep], x[lay.dep_base() + 2 * f.dep + 1]);
     v
 }
 
@@ -898,15 +892,7 @@ pub fn closed_form(
     let f = features(e, &p, [0; N_LEVELS], 0);
     let key = e.deployment_key();
     let l = model.lookup(&e.gpu, e.engine.as_str(), e.deployment.weight_dtype, &e.model, own_residual.then_some(&key));
-    let mut v: [f64; N_PARAMS] = l.values.map(f64::ln);
-    if let Some((d, pre)) = l.residual {
-        v[BW] -= d;
-        v[OVERHEAD] += d;
-        v[MOE_OVERHEAD] += d;
-        v[PER_SEQ] += d;
-        v[GEMM] -= pre;
-        v[ATTN] -= pre;
-    }
+    let v: [f64; N_PARAMS] = l.with_residual().map(f64::ln);
     let client = model.clients.iter().find(|k| k.client == e.point.client.as_str());
     let rounds = client.map_or(e.run.requests as f64 / e.point.concurrency.max(1) as f64, |k| k.requests_per_client);
     Ok(predict(&f, &v, client.map_or(0.0, |k| k.overhead_s), rounds))

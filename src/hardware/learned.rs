@@ -43,6 +43,18 @@ pub const SPREAD: usize = 7;
 /// to it.
 pub const MOE_OVERHEAD: usize = 8;
 
+/// Moves log values by a measured deployment's own residual: its decode scale slows the HBM share
+/// and speeds nothing else of a decode step's (the host costs per step grow with it), its prefill
+/// scale slows the GEMM and attention shares. The one place the residual's reach is written.
+pub fn apply_residual(log_v: &mut [f64; N_PARAMS], decode_log: f64, prefill_log: f64) {
+    log_v[BW] -= decode_log;
+    log_v[OVERHEAD] += decode_log;
+    log_v[MOE_OVERHEAD] += decode_log;
+    log_v[PER_SEQ] += decode_log;
+    log_v[GEMM] -= prefill_log;
+    log_v[ATTN] -= prefill_log;
+}
+
 /// Whether a parameter is a share (at most 1).
 pub fn is_share(i: usize) -> bool {
     i == BW || i == GROUPED || i == ATTN || i == SPREAD
@@ -133,6 +145,17 @@ pub struct Learned {
     pub matched: [bool; N_LEVELS],
     /// The measured deployment's own residual, where the corpus measured this very deployment.
     pub residual: Option<(f64, f64)>,
+}
+
+impl Learned {
+    /// The values in natural units with the measured deployment's residual applied (none: the
+    /// learned values themselves).
+    pub fn with_residual(&self) -> [f64; N_PARAMS] {
+        let Some((d, p)) = self.residual else { return self.values };
+        let mut log = self.values.map(f64::ln);
+        apply_residual(&mut log, d, p);
+        log.map(f64::exp)
+    }
 }
 
 /// A GPU's vendor and generation (catalog names), the levels above the GPU.

@@ -551,15 +551,13 @@ pub fn coefficients_from_learned(
     weight_dtype: Dtype,
 ) -> (Coefficients, CoefficientSigmas) {
     use learned::*;
-    let v = &l.values;
-    let (dec, pre) = l.residual.unwrap_or((0.0, 0.0));
-    let (d, p) = (dec.exp(), pre.exp());
+    let v = &l.with_residual();
     let c = Coefficients {
-        step_overhead_s: (v[OVERHEAD] * arch.n_layers as f64 + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64) * d,
-        per_seq_overhead_s: v[PER_SEQ] * d,
-        bandwidth_eff_bytes_s: v[BW] / d * gpu.hbm_bandwidth_bytes_s(),
-        matmul_flops_eff_s: v[GEMM] / p * gpu.dense_flops_s(weight_dtype) * gpu.gemm_reference_share(weight_dtype),
-        attention_flops_eff_s: v[ATTN] / p * gpu.dense_flops_s(Dtype::Bf16),
+        step_overhead_s: v[OVERHEAD] * arch.n_layers as f64 + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64,
+        per_seq_overhead_s: v[PER_SEQ],
+        bandwidth_eff_bytes_s: v[BW] * gpu.hbm_bandwidth_bytes_s(),
+        matmul_flops_eff_s: v[GEMM] * gpu.dense_flops_s(weight_dtype) * gpu.gemm_reference_share(weight_dtype),
+        attention_flops_eff_s: v[ATTN] * gpu.dense_flops_s(Dtype::Bf16),
         request_overhead_s: v[REQUEST],
         mem_compute_overlap: shared.mem_compute_overlap.value.clamp(0.0, 1.0),
         expert_spread: v[SPREAD].clamp(1e-3, 1.0),
