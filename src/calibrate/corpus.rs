@@ -161,6 +161,9 @@ struct Feat {
     exposed: f64,
     ttft_s: Option<f64>,
     tpot_s: Option<f64>,
+    /// The measured TTFT is a median (InferenceX's files), not a mean: the first round's burst is
+    /// all above it, and a steady request waits for another prompt only when more than half do.
+    ttft_median: bool,
     /// Member index per level (gpu, engine, pair, dtype, model), deployment, client.
     idx: [usize; N_LEVELS],
     dep: usize,
@@ -240,6 +243,7 @@ fn features(e: &Experiment, p: &Profile, idx: [usize; N_LEVELS], dep: usize) -> 
         exposed: 1.0 - p.coefficients.mem_compute_overlap,
         ttft_s: sec(e.point.ttft_ms, 1e-3),
         tpot_s: sec(e.point.tpot_ms, 1e-3),
+        ttft_median: matches!(e.point.ttft_ms, Some((crate::metrics::StatKind::P50, _))),
         idx,
         dep,
         client: CLIENTS.iter().position(|&k| k == e.point.client).unwrap_or(0),
@@ -275,9 +279,15 @@ fn predict(f: &Feat, x: &[f64; N_PARAMS], client_s: f64, rounds: f64) -> (f64, f
         let cycle = ttft + span;
         tpot = t_dec + others * pf_extra * (span / cycle) / f.o1;
         let rho = (f.c_eff * pf_extra / cycle).min(0.95);
-        let steady = t_dec / 2.0 + rho / (1.0 - rho) * pf_extra / 2.0;
-        let burst = others / 2.0 * pf_extra;
-        let mut wait = sync * burst + (1.0 - sync) * steady;
+        let queued = rho / (1.0 - rho) * pf_extra / 2.0;
+        let mut wait = if f.ttft_median {
+            // A request finds another prompt ahead with probability rho, and then waits about
+            // exponentially with mean queued / rho: the median waits only where rho > 1/2.
+            t_dec / 2.0 + if rho > 0.5 { queued / rho * (2.0 * rho).ln() } else { 0.0 }
+        } else {
+            let burst = others / 2.0 * pf_extra;
+            sync * burst + (1.0 - sync) * (t_dec / 2.0 + queued)
+        };
         if f.c > f.c_eff {
             wait += (f.c - f.c_eff) / f.c_eff * (host + pf_total + f.o1 * tpot);
         }
