@@ -126,6 +126,8 @@ pub struct Experiment {
     /// Catalog names, the keys the learned hardware model groups by.
     pub gpu: String,
     pub model: String,
+    /// The model's kernel family (`hardware::learned::model_family`), a level of the learned model.
+    pub family: String,
     pub engine: EngineKind,
     pub run: Arc<Run>,
     /// `ttft_s` and `tpot_ms` (those the source has), each a point carrying `run`.
@@ -221,6 +223,11 @@ pub fn features(p: &CorpusPoint) -> Vec<Feature> {
 }
 
 impl Experiment {
+    /// The learned model's keys for this experiment's model.
+    pub fn model_key(&self) -> crate::hardware::learned::ModelKey<'_> {
+        crate::hardware::learned::ModelKey { family: &self.family, name: &self.model }
+    }
+
     /// The large-deployment features of its point (empty: a plain aggregated deployment, which the
     /// learned model is fitted on).
     pub fn features(&self) -> Vec<Feature> {
@@ -583,6 +590,7 @@ pub fn express(
     Ok(Experiment {
         gpu: gpu.name.clone(),
         model: arch.name.clone(),
+        family: crate::hardware::learned::model_family(&arch),
         engine,
         point: p.clone(),
         deployment,

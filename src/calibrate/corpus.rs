@@ -53,6 +53,7 @@ pub const LEVEL_PRIOR_SIGMA: [[f64; N_PARAMS]; N_LEVELS] = [
     [0.15, 0.2, 0.3, 0.3, 0.5, 0.5, 0.5, 0.2, 0.5],
     [1e-4, 0.3, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4],
     [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4],
+    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4],
 ];
 
 /// Prior spread (log) of a measured deployment's own decode and prefill residuals.
@@ -330,6 +331,7 @@ fn level_keys(e: &Experiment) -> [String; N_LEVELS] {
         e.engine.as_str().to_string(),
         pair_key(&e.gpu, e.engine.as_str()),
         dtype_key(e.deployment.weight_dtype).to_string(),
+        e.family.clone(),
         e.model.clone(),
     ]
 }
@@ -810,7 +812,7 @@ pub fn profile_for_deployment(
         &e.gpu,
         e.engine.as_str(),
         e.deployment.weight_dtype,
-        &e.model,
+        e.model_key(),
         own_residual.then_some(key.as_str()),
     );
     let mut p = unmeasured_profile(catalog, shared, "corpus", deployment)?;
@@ -901,7 +903,8 @@ pub fn closed_form(
     let p = unit_profile(catalog, e)?;
     let f = features(e, &p, [0; N_LEVELS], 0);
     let key = e.deployment_key();
-    let l = model.lookup(&e.gpu, e.engine.as_str(), e.deployment.weight_dtype, &e.model, own_residual.then_some(&key));
+    let l =
+        model.lookup(&e.gpu, e.engine.as_str(), e.deployment.weight_dtype, e.model_key(), own_residual.then_some(&key));
     let v: [f64; N_PARAMS] = l.with_residual().map(f64::ln);
     let client = model.clients.iter().find(|k| k.client == e.point.client.as_str());
     let rounds = client.map_or(e.run.requests as f64 / e.point.concurrency.max(1) as f64, |k| k.requests_per_client);

@@ -55,15 +55,31 @@ pub fn apply_residual(log_v: &mut [f64; N_PARAMS], decode_log: f64, prefill_log:
     log_v[ATTN] -= prefill_log;
 }
 
+/// A model's kernel family: its attention (MLA, linear-attention hybrid, or grouped-query softmax,
+/// sliding windows included) and whether its MLPs are routed experts. Models of one family run the
+/// same attention and MoE kernels in an engine (DeepSeek-R1, DeepSeek-V3, Kimi-K2.5 and GLM-5 are
+/// all MLA MoE), so a model nobody measured takes its siblings' offsets before the global values.
+pub fn model_family(arch: &crate::catalog::ModelArch) -> String {
+    let attention = if arch.mla.is_some() {
+        "mla"
+    } else if arch.linear.is_some() {
+        "hybrid"
+    } else {
+        "gqa"
+    };
+    format!("{attention}-{}", if arch.moe.is_some() { "moe" } else { "dense" })
+}
+
 /// Whether a parameter is a share (at most 1).
 pub fn is_share(i: usize) -> bool {
     i == BW || i == GROUPED || i == ATTN || i == SPREAD
 }
 
 /// Level kinds, from the broadest. A GPU nobody measured still has a vendor and usually a
-/// generation (its kernels, its memory system); `model` is the architecture (catalog name): a model
+/// generation (its kernels, its memory system); a model nobody measured still has a family (its
+/// attention and MoE kernels, [`model_family`]); `model` is the architecture (catalog name): a model
 /// nobody measured gets none, and the spread across models as its uncertainty.
-pub const LEVELS: [&str; 7] = ["vendor", "generation", "gpu", "engine", "gpu_engine", "dtype", "model"];
+pub const LEVELS: [&str; 8] = ["vendor", "generation", "gpu", "engine", "gpu_engine", "dtype", "family", "model"];
 pub const N_LEVELS: usize = LEVELS.len();
 
 /// One level member's offsets (log) and how many points informed it.
@@ -194,6 +210,13 @@ pub fn dtype_key(w: Dtype) -> &'static str {
     }
 }
 
+/// The model levels' keys: its [`model_family`] and its catalog name.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelKey<'a> {
+    pub family: &'a str,
+    pub name: &'a str,
+}
+
 impl LearnedModel {
     fn offset(&self, level: &str, key: &str) -> Option<&Offset> {
         self.offsets.iter().find(|o| o.level == level && o.key == key)
@@ -201,7 +224,14 @@ impl LearnedModel {
 
     /// The values for a GPU, engine and weights' dtype (catalog names, `EngineKind::as_str`), and the
     /// residual of `deployment_key` if the corpus measured it.
-    pub fn lookup(&self, gpu: &str, engine: &str, w: Dtype, model: &str, deployment_key: Option<&str>) -> Learned {
+    pub fn lookup(
+        &self,
+        gpu: &str,
+        engine: &str,
+        w: Dtype,
+        model: ModelKey<'_>,
+        deployment_key: Option<&str>,
+    ) -> Learned {
         let (vendor, generation) = gpu_lineage(gpu);
         let keys = [
             vendor.to_string(),
@@ -210,7 +240,8 @@ impl LearnedModel {
             engine.to_string(),
             pair_key(gpu, engine),
             dtype_key(w).to_string(),
-            model.to_string(),
+            model.family.to_string(),
+            model.name.to_string(),
         ];
         let mut log: Vec<f64> = self.global.iter().map(|v| v.ln()).collect();
         let mut var = [self.residual_sigma_log.powi(2); N_PARAMS];
@@ -239,6 +270,19 @@ impl LearnedModel {
             .and_then(|k| self.deployments.iter().find(|d| d.key == k))
             .map(|d| (d.decode_log, d.prefill_log));
         Learned { values, sigma_log: var.map(f64::sqrt), matched, residual }
+    }
+
+    /// [`Self::lookup`] for a catalog architecture (its family and name).
+    pub fn lookup_arch(
+        &self,
+        gpu: &str,
+        engine: &str,
+        w: Dtype,
+        arch: &crate::catalog::ModelArch,
+        deployment_key: Option<&str>,
+    ) -> Learned {
+        let family = model_family(arch);
+        self.lookup(gpu, engine, w, ModelKey { family: &family, name: &arch.name }, deployment_key)
     }
 
     /// Read and check a learned model file: every global value positive and finite, shares at most 1,

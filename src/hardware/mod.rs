@@ -494,7 +494,7 @@ fn build_unmeasured(
     let chunk = crate::profile::default_prefill_budget(d.engine, &engine, gpu);
     let (c, s) = match learned {
         Some(m) => {
-            let l = m.lookup(&gpu.name, d.engine.as_str(), d.weight_dtype, &arch.name, None);
+            let l = m.lookup_arch(&gpu.name, d.engine.as_str(), d.weight_dtype, &arch, None);
             coefficients_from_learned(&l, shared, &arch, gpu, d.weight_dtype)
         }
         None => shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk),

@@ -106,7 +106,7 @@ impl Profile {
             f.model.state_dtype = None;
             let (c, sig) = match &catalog.learned {
                 Some(m) => {
-                    let l = m.lookup(&new_gpu.name, kind.as_str(), w, &arch.name, None);
+                    let l = m.lookup_arch(&new_gpu.name, kind.as_str(), w, arch, None);
                     crate::hardware::coefficients_from_learned(&l, shared, arch, &new_gpu, w)
                 }
                 None => shared.coefficients_for(arch, &new_gpu, w, chunk),

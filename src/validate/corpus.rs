@@ -88,8 +88,13 @@ impl CorpusProtocol {
 /// and the spread of every level the deployment has no member of.
 fn band(model: &LearnedModel, e: &Experiment, metric: &str, predicted: f64, in_sample: bool) -> (f64, f64) {
     let key = e.deployment_key();
-    let l =
-        model.lookup(&e.gpu, e.engine.as_str(), e.deployment.weight_dtype, &e.model, in_sample.then_some(key.as_str()));
+    let l = model.lookup(
+        &e.gpu,
+        e.engine.as_str(),
+        e.deployment.weight_dtype,
+        e.model_key(),
+        in_sample.then_some(key.as_str()),
+    );
     let s = if metric == "tpot_ms" { l.sigma_log[BW] } else { l.sigma_log[GEMM] };
     (predicted * (-s).exp(), predicted * s.exp())
 }

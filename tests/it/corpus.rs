@@ -132,8 +132,9 @@ fn the_learned_model_is_deterministic_and_widens_for_the_unmeasured() {
     assert_eq!(a.to_toml(), b.to_toml());
     let back = LearnedModel::parse("test", &a.to_toml()).unwrap();
     assert_eq!(back, a);
-    let seen = a.lookup("H200 SXM", "vllm", capsim::units::Dtype::Fp8, "Llama-3.1-70B", None);
-    let unseen = a.lookup("MI355X", "trtllm", capsim::units::Dtype::Fp8, "no such model", None);
+    let key = |family, name| capsim::hardware::learned::ModelKey { family, name };
+    let seen = a.lookup("H200 SXM", "vllm", capsim::units::Dtype::Fp8, key("gqa-dense", "Llama-3.1-70B"), None);
+    let unseen = a.lookup("MI355X", "trtllm", capsim::units::Dtype::Fp8, key("no such family", "no such model"), None);
     assert!(seen.matched.iter().filter(|m| **m).count() >= 5, "{:?}", seen.matched);
     assert!(!unseen.matched[LEVELS.iter().position(|l| *l == "gpu").unwrap()]);
     for i in [BW, GEMM] {
