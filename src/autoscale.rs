@@ -54,6 +54,8 @@ pub struct AutoscalePolicyFile {
     pub price_per_gpu_hour: Option<f64>,
     /// Length of a reporting bucket (default one hour).
     pub bucket_s: Option<f64>,
+    /// How often the router learns of completions (s; default 0.05, llm-d's endpoint-picker polling).
+    pub router_refresh_s: Option<f64>,
 }
 
 /// A validated policy.
@@ -75,6 +77,12 @@ pub struct AutoscalePolicy {
     pub cuda_graph_capture_s: f64,
     pub price_per_gpu_hour: Option<f64>,
     pub bucket_s: f64,
+    /// How often the router learns of completions (s). The router counts the requests it sends at
+    /// once and learns which finished at these looks, as llm-d's endpoint picker polls every
+    /// replica's metrics (every 50 ms by default: llm-d/llm-d-inference-scheduler@520af478
+    /// pkg/epp/datalayer/runtime.go `defaultRefreshInterval`). Between looks the replicas run apart,
+    /// which lets a fleet's day be simulated in parallel.
+    pub router_refresh_s: f64,
 }
 
 /// A bound on replicas: a fleet of a million engines is a typo, and each replica is simulated.
@@ -162,6 +170,7 @@ impl AutoscalePolicyFile {
                 Some(v) => Some(non_negative("price_per_gpu_hour", v, 1e6)?),
             },
             bucket_s: positive("bucket_s", self.bucket_s.unwrap_or(3600.0), 365.0 * DAY_S)?,
+            router_refresh_s: positive("router_refresh_s", self.router_refresh_s.unwrap_or(0.05), 60.0)?,
         };
         if p.scale_up_max_replicas == 0 && p.scale_up_max_percent == 0.0 {
             return Err(bad(

@@ -186,6 +186,7 @@ pub fn fixed_fleet_policy(replicas: u32, bucket_s: f64) -> AutoscalePolicy {
         cuda_graph_capture_s: 0.0,
         price_per_gpu_hour: None,
         bucket_s,
+        router_refresh_s: 0.05,
     }
 }
 

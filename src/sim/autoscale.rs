@@ -13,7 +13,6 @@
 //! output.
 
 use super::arrivals::{shares_content, Pending};
-use super::drive::Events;
 use super::engine::StepView;
 use super::gaps::GapHistogram;
 use super::run::{cache_block, Arrived, MeasureWindow, Replica, SimOptions};
@@ -23,9 +22,10 @@ use crate::metrics::RequestSlo;
 use crate::profile::Profile;
 use crate::units::SimTime;
 use crate::workload::Workload;
+use rayon::prelude::*;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::VecDeque;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Where a replica is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +43,18 @@ enum State {
 struct Slot<'a> {
     rep: Replica<'a>,
     state: State,
-    /// Requests routed to it and not finished.
+    /// Requests routed to it whose completion the router has not learned of.
     outstanding: u64,
+    /// Which replica of this slot (slots are reused): completions of an earlier one are not its.
+    generation: u32,
+    /// The epoch's completions (time, client, rejected) and busy time, kept apart per replica while
+    /// the replicas run in parallel.
+    done: Vec<(u64, u32, bool)>,
+    busy_ns: u64,
 }
+
+/// Replicas from which an epoch's runs are spread over threads.
+const PARALLEL_REPLICAS: usize = 16;
 
 /// One reporting bucket of simulated time (the policy's `bucket_s`, an hour by default): the
 /// requests sent in it and what became of them, and the replica time spent in it.
@@ -187,6 +196,133 @@ impl Books<'_> {
     }
 }
 
+/// The ready replicas by (outstanding requests, index): least-outstanding routing in O(log K) per
+/// request instead of a scan of every replica (a day at 1,000 requests/s on 100+ replicas routes 86
+/// million requests). A tournament tree over slots of keys `outstanding << 32 | index` (`u64::MAX`:
+/// not ready), whose root is the least: an update is a walk up of plain compares.
+#[derive(Default)]
+struct ReadySet {
+    /// Leaves from `cap`; node k holds the least of 2k and 2k + 1.
+    tree: Vec<u64>,
+    cap: usize,
+}
+
+impl ReadySet {
+    fn key(s: &Slot, i: usize) -> u64 {
+        (s.outstanding.min(u32::MAX as u64 - 1) << 32) | i as u64
+    }
+    fn set(&mut self, i: usize, key: u64) {
+        if i >= self.cap {
+            let cap = (i + 1).next_power_of_two().max(16);
+            let mut tree = vec![u64::MAX; 2 * cap];
+            tree[cap..cap + self.cap].copy_from_slice(&self.tree[self.cap..]);
+            for k in (1..cap).rev() {
+                tree[k] = tree[2 * k].min(tree[2 * k + 1]);
+            }
+            self.tree = tree;
+            self.cap = cap;
+        }
+        let mut k = self.cap + i;
+        self.tree[k] = key;
+        while k > 1 {
+            k /= 2;
+            let m = self.tree[2 * k].min(self.tree[2 * k + 1]);
+            if self.tree[k] == m {
+                break;
+            }
+            self.tree[k] = m;
+        }
+    }
+    fn insert(&mut self, s: &Slot, i: usize) {
+        self.set(i, Self::key(s, i));
+    }
+    fn remove(&mut self, _s: &Slot, i: usize) {
+        self.set(i, u64::MAX);
+    }
+    /// The ready replica with the fewest requests inside (ties: the lowest index).
+    fn least(&self) -> Option<usize> {
+        self.tree.get(1).filter(|&&k| k != u64::MAX).map(|&k| (k & 0xffff_ffff) as usize)
+    }
+    /// Replica `i` gains or loses one request inside (its key moves if it is ready).
+    fn bump(&mut self, slots: &mut [Slot], i: usize, up: bool) {
+        if up {
+            slots[i].outstanding += 1;
+        } else {
+            slots[i].outstanding -= 1;
+        }
+        if slots[i].state == State::Ready {
+            self.insert(&slots[i], i);
+        }
+    }
+}
+
+/// The ready replica with the fewest requests inside (ties: the highest index): the one to drain.
+fn to_drain(slots: &[Slot]) -> Option<usize> {
+    (0..slots.len()).filter(|&i| slots[i].state == State::Ready).min_by_key(|&i| (slots[i].outstanding, Reverse(i)))
+}
+
+/// Run a replica to `end` (no step starting at or after it): its completions and busy time kept in
+/// its slot for [`keep_books`].
+fn run_epoch(s: &mut Slot, end: u64) {
+    if s.state == State::Gone {
+        return;
+    }
+    let Slot { rep, done, busy_ns, .. } = s;
+    let before = rep.out.busy_ns;
+    while rep.next_event().is_some_and(|t| t < end) {
+        if !rep.advance(&mut |_: &StepView| {}, &mut |at, client, rej| done.push((at, client, rej)), Some(end)) {
+            break;
+        }
+    }
+    *busy_ns += rep.out.busy_ns - before;
+}
+
+/// After replica `i` ran to `end`: its busy time, completions and records into the books (the
+/// router learns of the completions at its next look), and a drained replica is let go. Whether it
+/// still has something to do.
+#[allow(clippy::too_many_arguments)]
+fn keep_books(
+    slots: &mut [Slot],
+    i: usize,
+    end: u64,
+    books: &mut Books,
+    out: &mut AutoscaleOutput,
+    unseen: &mut BinaryHeap<Reverse<(u64, u32, u32)>>,
+    arr: &mut Pending,
+    free: &mut Vec<usize>,
+) -> bool {
+    let slot = &mut slots[i];
+    if slot.state == State::Gone {
+        return false;
+    }
+    let busy_s = std::mem::take(&mut slot.busy_ns) as f64 * 1e-9;
+    if busy_s > 0.0 {
+        books.bucket(end - 1).busy_replica_seconds += busy_s;
+        out.busy_replica_seconds += busy_s;
+    }
+    for &(at, client, rejected) in &slot.done {
+        arr.on_finish(at, client, rejected);
+        unseen.push(Reverse((at, i as u32, slot.generation)));
+        if rejected {
+            out.requests_rejected += 1;
+            books.bucket(at).requests_rejected += 1;
+        }
+    }
+    slot.done.clear();
+    for r in slot.rep.out.records.drain(..) {
+        out.requests_completed += 1;
+        out.output_tokens += r.output_tokens as u64;
+        books.record(&r, &mut out.ttft, &mut out.tpot);
+    }
+    let has_work = slot.rep.next_event().is_some();
+    if slot.state == State::Draining && !has_work {
+        slot.state = State::Gone;
+        free.push(i);
+        books.bill(slot.rep.now.max(end), -1);
+    }
+    has_work
+}
+
 /// Requests waiting inside a replica (not yet running).
 fn waiting(r: &Replica) -> u64 {
     r.eng.waiting.len() as u64 + r.inbox_len() as u64
@@ -216,12 +352,20 @@ pub fn simulate_autoscaled(
         Books { bucket_ns: ns(policy.bucket_s).max(1), buckets: Vec::new(), slo, held: 0, billed_ns: 0, replica_ns: 0 };
     let mut slots: Vec<Slot> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
-    for _ in 0..policy.initial_replicas {
-        slots.push(Slot { rep: new_replica(), state: State::Ready, outstanding: 0 });
+    let mut ready = ReadySet::default();
+    for i in 0..policy.initial_replicas as usize {
+        slots.push(Slot {
+            rep: new_replica(),
+            state: State::Ready,
+            outstanding: 0,
+            generation: 0,
+            done: Vec::new(),
+            busy_ns: 0,
+        });
+        ready.insert(&slots[i], i);
     }
     books.bill(0, policy.initial_replicas as i64);
     let mut starting: VecDeque<usize> = VecDeque::new();
-    let mut events = Events::new(slots.len());
     // (time, desired) of recent evaluations, for scale-down stabilization.
     let mut recent: VecDeque<(u64, u32)> = VecDeque::new();
     let mut out = AutoscaleOutput {
@@ -242,111 +386,118 @@ pub fn simulate_autoscaled(
         ttft: GapHistogram::default(),
         tpot: GapHistogram::default(),
     };
+    let refresh_ns = ns(policy.router_refresh_s).max(1);
     let mut next_eval = interval_ns;
-    let mut finished: Vec<(u64, u32, bool)> = Vec::new();
+    // Completions the router has not learned of yet: (time, replica).
+    let mut unseen: BinaryHeap<Reverse<(u64, u32, u32)>> = BinaryHeap::new();
     let mut now = 0u64;
+    // Whether a replica had something left to do after the last epoch.
+    let mut work = true;
     loop {
-        let t_rep = events.peek().map(|(t, _)| t);
-        let t_send = arr.peek_send();
-        if t_send.is_none() && t_rep.is_none() {
-            break;
+        // The router learns of the completions up to its latest look (every refresh_ns; the other
+        // ends of an epoch, a policy's evaluation, a replica's readiness or a bucket's edge, are
+        // not looks, so the reporting buckets change no result).
+        let look = now / refresh_ns * refresh_ns;
+        while let Some(&Reverse((at, i, generation))) = unseen.peek() {
+            if at > look {
+                break;
+            }
+            unseen.pop();
+            if slots[i as usize].generation == generation {
+                ready.bump(&mut slots, i as usize, false);
+            }
         }
-        let t_ready = starting.front().map(|&i| match slots[i].state {
-            State::Starting { ready_ns } => ready_ns,
-            _ => unreachable!("only starting replicas are queued"),
-        });
-        let t_next = [t_ready, Some(next_eval), t_send, t_rep].into_iter().flatten().min().expect("an eval is due");
-        if t_next >= horizon_ns {
-            break;
+        while let Some(&i) = starting.front() {
+            match slots[i].state {
+                State::Starting { ready_ns } if ready_ns <= now => {
+                    starting.pop_front();
+                    slots[i].state = State::Ready;
+                    ready.insert(&slots[i], i);
+                }
+                _ => break,
+            }
         }
-        now = now.max(t_next);
-        // At equal times: a replica becomes ready, then the policy looks, then a request is routed,
-        // then replicas step (a request sent at t is seen by a step starting at t, as in drive.rs).
-        if t_ready == Some(t_next) {
-            let i = starting.pop_front().expect("front exists");
-            slots[i].state = State::Ready;
-            continue;
-        }
-        if next_eval == t_next {
-            let sample = evaluate(policy, &slots, &starting, &mut recent, stabilization_ns, t_next);
+        if next_eval <= now {
+            let sample = evaluate(policy, &slots, &starting, &mut recent, stabilization_ns, now);
             let (desired, current) = (sample.desired, sample.ready + sample.starting);
             if desired > current {
                 for _ in current..desired {
-                    let state = State::Starting { ready_ns: t_next.saturating_add(delay_ns) };
+                    let state = State::Starting { ready_ns: now.saturating_add(delay_ns) };
+                    let mut slot =
+                        Slot { rep: new_replica(), state, outstanding: 0, generation: 0, done: Vec::new(), busy_ns: 0 };
                     let i = match free.pop() {
                         Some(i) => {
-                            slots[i] = Slot { rep: new_replica(), state, outstanding: 0 };
+                            slot.generation = slots[i].generation.wrapping_add(1);
+                            slots[i] = slot;
                             i
                         }
                         None => {
-                            slots.push(Slot { rep: new_replica(), state, outstanding: 0 });
-                            events.add();
+                            slots.push(slot);
                             slots.len() - 1
                         }
                     };
                     starting.push_back(i);
-                    books.bill(t_next, 1);
+                    books.bill(now, 1);
                     out.scale_ups += 1;
                 }
             } else if desired < current {
                 out.scale_downs += (current - desired) as u64;
-                shrink(&mut slots, &mut starting, &mut free, &mut books, current - desired, t_next);
+                shrink(&mut slots, &mut ready, &mut starting, &mut free, &mut books, current - desired, now);
             }
             out.replicas_max = out.replicas_max.max(books.held);
             out.timeline.push(sample);
             next_eval += interval_ns;
-            continue;
         }
-        if t_send == Some(t_next) && t_rep.is_none_or(|t| t_next <= t) {
+        if arr.peek_send().is_none() && !work {
+            break;
+        }
+        if now >= horizon_ns {
+            break;
+        }
+        // The epoch: until the router's next look, the policy's next one, a replica's readiness or
+        // the bucket's end (a replica's busy time lands in the bucket it was spent in, but for the
+        // one step that straddles the edge).
+        let t_ready = starting.front().map(|&i| match slots[i].state {
+            State::Starting { ready_ns } => ready_ns,
+            _ => unreachable!("only starting replicas are queued"),
+        });
+        let bucket_end = (now / books.bucket_ns).saturating_add(1).saturating_mul(books.bucket_ns);
+        let refresh = (now / refresh_ns).saturating_add(1).saturating_mul(refresh_ns);
+        let end = [Some(refresh), Some(next_eval), t_ready, Some(bucket_end), Some(horizon_ns)]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("an end")
+            .max(now + 1);
+        // Route the epoch's sends: least outstanding among the ready replicas (ties: the lowest
+        // index), as counted by the router: its own sends at once, completions at its looks.
+        while let Some(t) = arr.peek_send() {
+            if t >= end {
+                break;
+            }
             let a = Arrived::new(out.requests_sent, arr.pop());
             books.bucket(a.send).requests_sent += 1;
             out.requests_sent += 1;
-            // Least outstanding among the ready replicas (ties: the lowest index).
-            let k = (0..slots.len())
-                .filter(|&i| slots[i].state == State::Ready)
-                .min_by_key(|&i| (slots[i].outstanding, i))
-                .expect("min_replicas >= 1 keeps a replica ready");
-            slots[k].outstanding += 1;
+            let k = ready.least().expect("min_replicas >= 1 keeps a replica ready");
+            ready.bump(&mut slots, k, true);
             slots[k].rep.accept(a);
-            events.reschedule(&slots[k].rep, k);
-            continue;
         }
-        let i = events.take().expect("a replica event is due");
-        finished.clear();
-        // Each advance stops at the next bucket's start too, so a replica's busy time lands in the
-        // bucket it was spent in (but for the one step that straddles the edge).
-        let bucket_end = (t_next / books.bucket_ns).saturating_add(1).saturating_mul(books.bucket_ns);
-        let limit = [t_send, Some(next_eval), t_ready, Some(horizon_ns), Some(bucket_end)].into_iter().flatten().min();
-        let slot = &mut slots[i];
-        let busy_before_ns = slot.rep.out.busy_ns;
-        let progressed =
-            slot.rep.advance(&mut |_: &StepView| {}, &mut |at, client, rej| finished.push((at, client, rej)), limit);
-        let busy_s = (slot.rep.out.busy_ns - busy_before_ns) as f64 * 1e-9;
-        books.bucket(t_next).busy_replica_seconds += busy_s;
-        out.busy_replica_seconds += busy_s;
-        for &(at, client, rejected) in &finished {
-            arr.on_finish(at, client, rejected);
-            slot.outstanding -= 1;
-            if rejected {
-                out.requests_rejected += 1;
-                books.bucket(at).requests_rejected += 1;
+        // Every replica runs to the epoch's end on its own (in parallel: nothing of one depends on
+        // another within an epoch), and the books are kept in replica order, so the output is the
+        // same at any thread count.
+        work = false;
+        if slots.len() >= PARALLEL_REPLICAS && rayon::current_num_threads() > 1 {
+            slots.par_iter_mut().with_min_len(8).for_each(|s| run_epoch(s, end));
+            for i in 0..slots.len() {
+                work |= keep_books(&mut slots, i, end, &mut books, &mut out, &mut unseen, &mut arr, &mut free);
+            }
+        } else {
+            for i in 0..slots.len() {
+                run_epoch(&mut slots[i], end);
+                work |= keep_books(&mut slots, i, end, &mut books, &mut out, &mut unseen, &mut arr, &mut free);
             }
         }
-        for r in slot.rep.out.records.drain(..) {
-            out.requests_completed += 1;
-            out.output_tokens += r.output_tokens as u64;
-            books.record(&r, &mut out.ttft, &mut out.tpot);
-        }
-        let idle = slot.rep.next_event().is_none();
-        if slot.state == State::Draining && idle {
-            slot.state = State::Gone;
-            free.push(i);
-            books.bill(slot.rep.now.max(now), -1);
-        }
-        events.reschedule(&slots[i].rep, i);
-        if !progressed {
-            break;
-        }
+        now = end;
     }
     for s in slots {
         if s.state != State::Gone {
@@ -434,6 +585,7 @@ fn evaluate(
 /// ones with the fewest requests inside (the highest index among equals), which drain.
 fn shrink(
     slots: &mut [Slot],
+    ready: &mut ReadySet,
     starting: &mut VecDeque<usize>,
     free: &mut Vec<usize>,
     books: &mut Books,
@@ -449,12 +601,10 @@ fn shrink(
         n -= 1;
     }
     while n > 0 {
-        let Some(i) = (0..slots.len())
-            .filter(|&i| slots[i].state == State::Ready)
-            .min_by_key(|&i| (slots[i].outstanding, Reverse(i)))
-        else {
+        let Some(i) = to_drain(slots) else {
             break;
         };
+        ready.remove(&slots[i], i);
         if slots[i].outstanding == 0 && slots[i].rep.next_event().is_none() {
             slots[i].state = State::Gone;
             free.push(i);

@@ -140,11 +140,6 @@ impl Events {
         Events { key: vec![NO_EVENT; replicas], heap: BinaryHeap::with_capacity(replicas * 2) }
     }
 
-    /// One more replica, with no event yet.
-    pub(super) fn add(&mut self) {
-        self.key.push(NO_EVENT);
-    }
-
     /// Replica `i`'s next event into the heap, unless the heap already holds it.
     pub(super) fn reschedule(&mut self, r: &Replica, i: usize) {
         let t = r.next_event().unwrap_or(NO_EVENT);

@@ -105,6 +105,7 @@ fn bad_policies_name_the_key() {
         ("min_replicas = 1\nmax_replicas = 2\ninterval_s = -1.0\n", "interval_s"),
         ("min_replicas = 1\nmax_replicas = 2\nprice_per_gpu_hour = nan\n", "price_per_gpu_hour"),
         ("min_replicas = 1\nmax_replicas = 2\nbogus = 1\n", "bogus"),
+        ("min_replicas = 1\nmax_replicas = 2\nrouter_refresh_s = 0.0\n", "router_refresh_s"),
     ] {
         let e = AutoscalePolicy::parse("p.toml", &format!("{extra}{base}")).unwrap_err().to_string();
         assert!(e.contains("p.toml") && e.contains(key), "{extra}: {e}");
@@ -289,10 +290,12 @@ fn the_reporting_buckets_change_no_result() {
         let pol = capsim::autoscale::AutoscalePolicy { bucket_s: bucket.parse().unwrap(), ..pol };
         simulate_autoscaled(&p, &w, 5, SimOptions::default(), &pol, &RequestSlo::default())
     };
-    let (a, b) = (run("5.0"), run("1000000.0"));
+    // 4.97 s is no multiple of the router's 50 ms looks: a bucket's edge is not a look.
+    let (a, b, c) = (run("5.0"), run("1000000.0"), run("4.97"));
     assert!(a.buckets.len() > 40 && b.buckets.len() == 1);
     assert_eq!(serde_json::to_string(&a.timeline).unwrap(), serde_json::to_string(&b.timeline).unwrap());
-    assert!(a.ttft == b.ttft && a.tpot == b.tpot);
+    assert_eq!(serde_json::to_string(&c.timeline).unwrap(), serde_json::to_string(&b.timeline).unwrap());
+    assert!(a.ttft == b.ttft && a.tpot == b.tpot && c.ttft == b.ttft && c.tpot == b.tpot);
     assert_eq!(
         (a.requests_completed, a.output_tokens, a.scale_ups, a.scale_downs),
         (b.requests_completed, b.output_tokens, b.scale_ups, b.scale_downs)
@@ -302,4 +305,45 @@ fn the_reporting_buckets_change_no_result() {
             && (a.busy_replica_seconds - b.busy_replica_seconds).abs() < 1e-6
     );
     assert_eq!(a.end_s, b.end_s);
+}
+
+/// The router counts its own sends at once and learns of completions at its looks: with looks far
+/// apart it keeps sending to replicas whose requests have finished, spreading the load less evenly
+/// (a higher TTFT tail), and with looks every millisecond it is the exact least-outstanding router
+/// to within a step; either way every request is served and the run is the same at any thread count.
+#[test]
+fn the_routers_looks_decide_what_it_knows_and_nothing_else() {
+    let p = const_profile("vllm", 0.01, "max_num_seqs = 16");
+    let w = step_workload(100 + 40 * 200);
+    let run = |refresh: f64| {
+        let pol = capsim::autoscale::AutoscalePolicy { router_refresh_s: refresh, ..policy("") };
+        simulate_autoscaled(&p, &w, 5, SimOptions::default(), &pol, &RequestSlo::default())
+    };
+    let (fine, default, coarse) = (run(0.001), run(0.05), run(2.0));
+    for o in [&fine, &default, &coarse] {
+        assert_eq!(o.requests_completed, o.requests_sent);
+    }
+    assert!(
+        coarse.ttft.percentile_s(99.0) >= fine.ttft.percentile_s(99.0),
+        "{} vs {}",
+        coarse.ttft.percentile_s(99.0),
+        fine.ttft.percentile_s(99.0)
+    );
+    // A fleet large enough that its replicas run on several threads.
+    let wide = |threads: usize| {
+        let pol = capsim::autoscale::AutoscalePolicy {
+            min_replicas: 24,
+            max_replicas: 40,
+            initial_replicas: 24,
+            target: 2.0,
+            ..policy("")
+        };
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| simulate_autoscaled(&p, &w, 5, SimOptions::default(), &pol, &RequestSlo::default()))
+    };
+    let (one, three) = (wide(1), wide(3));
+    assert!(one.replicas_max >= 24 && one.requests_completed == one.requests_sent);
+    assert_eq!(serde_json::to_string(&one.buckets).unwrap(), serde_json::to_string(&three.buckets).unwrap());
+    assert_eq!(serde_json::to_string(&one.timeline).unwrap(), serde_json::to_string(&three.timeline).unwrap());
+    assert!(one.ttft == three.ttft && one.tpot == three.tpot && one.busy_replica_seconds == three.busy_replica_seconds);
 }
