@@ -15,6 +15,7 @@
 use super::arrivals::{shares_content, Pending};
 use super::engine::StepView;
 use super::gaps::GapHistogram;
+use super::helper::{serve, Helper, InFlight, Shared};
 use super::run::{cache_block, Arrived, MeasureWindow, Replica, SimOptions};
 use super::RequestRecord;
 use crate::autoscale::{AutoscalePolicy, ScaleMetric};
@@ -22,7 +23,6 @@ use crate::metrics::RequestSlo;
 use crate::profile::Profile;
 use crate::units::SimTime;
 use crate::workload::Workload;
-use rayon::prelude::*;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -53,7 +53,7 @@ struct Slot<'a> {
     busy_ns: u64,
 }
 
-/// Replicas from which an epoch's runs are spread over threads.
+/// Replicas from which an epoch's runs are shared with a helper thread.
 const PARALLEL_REPLICAS: usize = 16;
 
 /// One reporting bucket of simulated time (the policy's `bucket_s`, an hour by default): the
@@ -339,6 +339,27 @@ pub fn simulate_autoscaled(
     policy: &AutoscalePolicy,
     slo: &RequestSlo,
 ) -> AutoscaleOutput {
+    if rayon::current_num_threads() < 2 {
+        return run(p, w, seed, &opts, policy, slo, None);
+    }
+    let shared = Shared::default();
+    std::thread::scope(|scope| {
+        let thread = scope.spawn(|| serve(&shared, run_epoch));
+        let helper = Helper { shared: &shared, thread: thread.thread().clone() };
+        run(p, w, seed, &opts, policy, slo, Some(&helper))
+    })
+}
+
+/// [`simulate_autoscaled`], with a helper thread for half of each epoch's replicas when given.
+fn run<'a>(
+    p: &'a Profile,
+    w: &Workload,
+    seed: u64,
+    opts: &'a SimOptions,
+    policy: &AutoscalePolicy,
+    slo: &RequestSlo,
+    helper: Option<&Helper<'_, Slot<'a>>>,
+) -> AutoscaleOutput {
     let window = MeasureWindow::of(w);
     let shares = shares_content(w);
     let mut arr = Pending::new(w, seed, cache_block(p, shares));
@@ -347,12 +368,14 @@ pub fn simulate_autoscaled(
     let startup_delay_s = policy.startup_delay_s(p.arch.weight_bytes(p.file.model.weight_dtype));
     let (delay_ns, interval_ns) = (ns(startup_delay_s), ns(policy.interval_s).max(1));
     let stabilization_ns = ns(policy.scale_down_stabilization_s);
-    let new_replica = || Replica::new(p, &opts, 1024, window, shares);
+    let new_replica = || Replica::new(p, opts, 1024, window, shares);
     let mut books =
         Books { bucket_ns: ns(policy.bucket_s).max(1), buckets: Vec::new(), slo, held: 0, billed_ns: 0, replica_ns: 0 };
     let mut slots: Vec<Slot> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut ready = ReadySet::default();
+    // Declared after the replicas, so an unwinding run waits for the helper's job before they go.
+    let _in_flight = helper.map(InFlight);
     for i in 0..policy.initial_replicas as usize {
         slots.push(Slot {
             rep: new_replica(),
@@ -486,9 +509,20 @@ pub fn simulate_autoscaled(
         // another within an epoch), and the books are kept in replica order, so the output is the
         // same at any thread count.
         work = false;
-        if slots.len() >= PARALLEL_REPLICAS && rayon::current_num_threads() > 1 {
-            slots.par_iter_mut().with_min_len(8).for_each(|s| run_epoch(s, end));
-            for i in 0..slots.len() {
+        if let Some(h) = helper.filter(|_| slots.len() >= PARALLEL_REPLICAS) {
+            // The helper takes the upper part; this thread runs the lower one and keeps its books
+            // meanwhile, so it takes less.
+            let split = slots.len() * 2 / 5;
+            {
+                let (lower, upper) = slots.split_at_mut(split);
+                h.post(upper, end);
+                for i in 0..lower.len() {
+                    run_epoch(&mut lower[i], end);
+                    work |= keep_books(lower, i, end, &mut books, &mut out, &mut unseen, &mut arr, &mut free);
+                }
+                h.wait();
+            }
+            for i in split..slots.len() {
                 work |= keep_books(&mut slots, i, end, &mut books, &mut out, &mut unseen, &mut arr, &mut free);
             }
         } else {

@@ -15,6 +15,7 @@ mod drive;
 mod engine;
 mod fastforward;
 pub mod gaps;
+mod helper;
 mod memory;
 mod mixed;
 mod offload;
