@@ -410,7 +410,8 @@ fn checkpoint_is_fp8_or_nvfp4(model_path: &str) -> bool {
 /// - vLLM-based ATOM (dsr1_fp8_mi355x_atom_mtp.sh): `--method mtp --num-speculative-tokens 3`.
 ///
 /// Acceptance: no launch states it; the cited default of [`crate::profile::spec::MTP_DEFAULT_ACCEPT`]
-/// (never fitted on these points).
+/// here, and the large protocols replay these points at the acceptance fitted on their training
+/// set's MTP points (the corpus's prompts are random tokens: validate::corpus, `mtp_fitted`).
 fn corpus_speculative(method: &str, engine: EngineKind, amd: bool, attention_dp: bool) -> Option<Speculative> {
     use crate::profile::spec::{MTP_DEFAULT_ACCEPT, MTP_DEFAULT_SOURCE};
     if method != "mtp" {

@@ -34,6 +34,7 @@ pub fn run(a: &ValidateArgs, protocols: &[CorpusProtocol], catalog: &Catalog) ->
         let sums = summarize(&rows, p);
         if a.markdown.is_some() {
             doc += &markdown_section(p, &sums);
+            doc += &mtp_note(p, &rows);
             continue;
         }
         print_one(a, p, &rows, &sums, &ex)?;
@@ -80,6 +81,25 @@ pub const TARGETS: &[(CorpusProtocol, &str, f64)] = &[
     (CorpusProtocol::LargeLeaveOneGpuOut, "ttft_s", 25.0),
     (CorpusProtocol::LargeLeaveOneGpuOut, "tpot_ms", 15.0),
 ];
+
+/// The MTP acceptance each held-out member's MTP rows were replayed at (none for the plain protocols).
+fn mtp_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
+    let mut used: std::collections::BTreeMap<String, f64> = Default::default();
+    for r in rows {
+        if let Some(a) = r.mtp_accept_rate {
+            let member = if p == CorpusProtocol::LargeInSample { "all".to_string() } else { r.member.clone() };
+            used.insert(member, a);
+        }
+    }
+    if used.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = used.iter().map(|(m, a)| format!("{m} {a:.2}")).collect();
+    format!(
+        "MTP acceptance per drafted position, fitted on the MTP TPOTs of the training set (in sample: every MTP point; a GPU held out: the other GPUs'), since no launch states it and the corpus's prompts are random tokens: {}.\n\n",
+        list.join(", ")
+    )
+}
 
 /// The head of validation/large.md.
 fn large_head(ex: &capsim::corpus::Expressed) -> String {

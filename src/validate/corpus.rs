@@ -103,6 +103,9 @@ fn band(model: &LearnedModel, e: &Experiment, metric: &str, predicted: f64, in_s
 #[derive(Debug, Clone, Serialize)]
 pub struct CorpusRow {
     pub member: String,
+    /// The MTP acceptance per drafted position the row was replayed at (MTP experiments only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtp_accept_rate: Option<f64>,
     #[serde(flatten)]
     pub row: Row,
 }
@@ -116,6 +119,18 @@ fn replay(
     member: &str,
     note: &str,
 ) -> Vec<CorpusRow> {
+    replay_each(catalog, model, exps, protocol, member, note).into_iter().flatten().collect()
+}
+
+/// [`replay`], the rows of each experiment apart.
+fn replay_each(
+    catalog: &Catalog,
+    model: &LearnedModel,
+    exps: &[&Experiment],
+    protocol: CorpusProtocol,
+    member: &str,
+    note: &str,
+) -> Vec<Vec<CorpusRow>> {
     let in_sample = protocol.in_sample();
     exps.par_iter()
         .map(|e| {
@@ -167,14 +182,117 @@ fn replay(
                         CorpusProtocol::LargeInSample => feature_label(e),
                         _ => member.to_string(),
                     };
-                    CorpusRow { member, row }
+                    let mtp_accept_rate = speculation(e).map(|s| s.rate(0));
+                    CorpusRow { member, mtp_accept_rate, row }
                 })
                 .collect::<Vec<_>>()
         })
-        .collect::<Vec<_>>()
-        .into_iter()
-        .flatten()
         .collect()
+}
+
+/// The speculative decoding of an experiment (its decode pool's when disaggregated).
+fn speculation(e: &Experiment) -> Option<&crate::profile::spec::Speculative> {
+    e.pd.as_ref().map_or(e.deployment.speculative.as_ref(), |pd| pd.decode.speculative.as_ref())
+}
+
+/// An experiment at another MTP acceptance (every pool that speculates), its source stated.
+fn with_acceptance(e: &Experiment, a: f64, source: &str) -> Experiment {
+    let mut e = e.clone();
+    let set = |s: &mut Option<crate::profile::spec::Speculative>| {
+        if let Some(x) = s.as_mut() {
+            *x = x.with_rate(a);
+            x.accept_rate_source = source.to_string();
+        }
+    };
+    set(&mut e.deployment.speculative);
+    if let Some(pd) = e.pd.as_mut() {
+        set(&mut pd.prefill.speculative);
+        set(&mut pd.decode.speculative);
+    }
+    e
+}
+
+/// One MTP experiment's TPOT replayed at the cited default acceptance: its GPU, tokens drafted per
+/// step, the default's expected tokens per step, predicted and measured TPOT.
+struct MtpObservation {
+    gpu: String,
+    drafted: u32,
+    predicted_ms: f64,
+    measured_ms: f64,
+    speculation: crate::profile::spec::Speculative,
+}
+
+/// The acceptance per drafted position that best explains `obs` (least squares in log TPOT): a
+/// step's duration hardly depends on the acceptance (every drafted token is verified), so the TPOT
+/// at rate a is the default's times E(default) / E(a), with E the expected tokens per step.
+/// None without observations.
+fn fit_acceptance<'o>(obs: impl Iterator<Item = &'o MtpObservation>) -> Option<f64> {
+    let obs: Vec<&MtpObservation> = obs.collect();
+    if obs.is_empty() {
+        return None;
+    }
+    let cost = |a: f64| -> f64 {
+        obs.iter()
+            .map(|o| {
+                let scale =
+                    o.speculation.expected_tokens(o.drafted) / o.speculation.with_rate(a).expected_tokens(o.drafted);
+                (o.predicted_ms * scale / o.measured_ms).ln().powi(2)
+            })
+            .sum()
+    };
+    (1..=99).map(|k| k as f64 / 100.0).min_by(|x, y| cost(*x).total_cmp(&cost(*y)))
+}
+
+/// MTP is launched without a stated acceptance, and the corpus's prompts are random tokens, which a
+/// draft predicts worse than text: replay its MTP experiments at the acceptance fitted on the MTP
+/// experiments of the training set (each at the cited default first). For a held-out GPU: fitted
+/// on the other GPUs' MTP experiments (replayed on the model learned on every plain point, which
+/// includes that GPU's plain points but none of its MTP ones). Returns, per held-out member ("all"
+/// in sample), the experiments to replay.
+fn mtp_fitted(
+    catalog: &Catalog,
+    plain: &[&Experiment],
+    replayed: &[&Experiment],
+    members: &[String],
+) -> crate::error::Result<Vec<Vec<Experiment>>> {
+    let mtp: Vec<&Experiment> = replayed.iter().filter(|e| speculation(e).is_some()).copied().collect();
+    if mtp.is_empty() {
+        return Ok(vec![replayed.iter().map(|e| (*e).clone()).collect(); members.len()]);
+    }
+    let m = fit(catalog, plain, "MTP acceptance")?.model;
+    let rows = replay_each(catalog, &m, &mtp, CorpusProtocol::LargeInSample, "all", "");
+    let obs: Vec<MtpObservation> = mtp
+        .iter()
+        .zip(&rows)
+        .filter_map(|(e, rows)| {
+            let r = rows.iter().find(|r| r.row.metric == "tpot_ms")?;
+            let s = speculation(e)?;
+            Some(MtpObservation {
+                gpu: e.gpu.clone(),
+                drafted: s.tokens,
+                predicted_ms: r.row.predicted.filter(|v| v.is_finite() && *v > 0.0)?,
+                measured_ms: r.row.measured,
+                speculation: s.clone(),
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for member in members {
+        let a = fit_acceptance(obs.iter().filter(|o| member == "all" || &o.gpu != member));
+        let source = a.map_or(String::new(), |a| {
+            format!("{a:.2} per position, fitted on the corpus's MTP TPOTs (random prompts) without {member}")
+        });
+        out.push(
+            replayed
+                .iter()
+                .map(|e| match (a, speculation(e)) {
+                    (Some(a), Some(_)) => with_acceptance(e, a, &source),
+                    _ => (*e).clone(),
+                })
+                .collect(),
+        );
+    }
+    Ok(out)
 }
 
 /// A disaggregated experiment's deployment: each pool's profile from the learned model.
@@ -215,19 +333,32 @@ pub fn validate_corpus(
     let plain: Vec<&Experiment> = exps.iter().filter(|e| e.is_plain()).collect();
     let replayed: Vec<&Experiment> =
         if protocol.is_large() { exps.iter().filter(|e| !e.is_plain()).collect() } else { plain.clone() };
+    let mut members: Vec<String> = if protocol.member_of_nothing() {
+        vec!["all".to_string()]
+    } else {
+        replayed.iter().filter_map(|e| protocol.member(e)).collect()
+    };
+    members.sort();
+    members.dedup();
+    // The large protocols replay MTP at the acceptance fitted on the training set's MTP points.
+    let owned = if protocol.is_large() { mtp_fitted(catalog, &plain, &replayed, &members)? } else { Vec::new() };
+    let replayed_for = |k: usize| -> Vec<&Experiment> {
+        match owned.get(k) {
+            Some(v) => v.iter().collect(),
+            None => replayed.clone(),
+        }
+    };
     if protocol.member_of_nothing() {
         let m = fit(catalog, &plain, protocol.as_str())?.model;
         let note = "learned on every plain corpus point";
-        return Ok(replay(catalog, &m, &replayed, protocol, "all", note));
+        return Ok(replay(catalog, &m, &replayed_for(0), protocol, "all", note));
     }
-    let mut members: Vec<String> = replayed.iter().filter_map(|e| protocol.member(e)).collect();
-    members.sort();
-    members.dedup();
     let mut rows = Vec::new();
-    for m in &members {
+    for (k, m) in members.iter().enumerate() {
         let is_m = |e: &&&Experiment| protocol.member(e).as_deref() == Some(m.as_str());
         let train: Vec<&Experiment> = plain.iter().filter(|e| !is_m(e)).copied().collect();
-        let held: Vec<&Experiment> = replayed.iter().filter(|e| is_m(e)).copied().collect();
+        let these = replayed_for(k);
+        let held: Vec<&Experiment> = these.iter().filter(|e| is_m(e)).copied().collect();
         if train.is_empty() {
             continue;
         }
@@ -289,4 +420,33 @@ pub fn summarize(rows: &[CorpusRow], protocol: CorpusProtocol) -> Vec<CorpusSumm
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fit_acceptance, MtpObservation};
+    use crate::profile::spec::{SpecMethod, Speculative};
+
+    /// TPOTs made at a known acceptance (the default's TPOT scaled by the expected tokens per step)
+    /// give that acceptance back, whatever each observation's drafted tokens; none gives none.
+    #[test]
+    fn the_fitted_acceptance_is_the_one_the_tpots_were_made_at() {
+        let default = Speculative::new(SpecMethod::Mtp, 3, vec![0.85]);
+        let obs: Vec<MtpObservation> = [(1, 10.0), (2, 20.0), (3, 30.0), (3, 12.0)]
+            .into_iter()
+            .map(|(k, predicted_ms)| {
+                let s = Speculative { tokens: k, ..default.clone() };
+                let truth = s.with_rate(0.62).expected_tokens(k);
+                MtpObservation {
+                    gpu: "B200".into(),
+                    drafted: k,
+                    predicted_ms,
+                    measured_ms: predicted_ms * s.expected_tokens(k) / truth,
+                    speculation: s,
+                }
+            })
+            .collect();
+        assert_eq!(fit_acceptance(obs.iter()), Some(0.62));
+        assert_eq!(fit_acceptance(obs.iter().filter(|o| o.gpu == "H200")), None);
+    }
 }
