@@ -22,7 +22,8 @@ use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::hardware::learned::{
     apply_residual, dtype_key, is_share, pair_key, ClientCost, DeploymentResidual, LearnedFit, LearnedModel, Offset,
-    ATTN, BW, GEMM, GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, REQUEST, SPREAD,
+    API_TOKEN, ATTN, BW, GEMM, GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, REQUEST,
+    SPREAD,
 };
 use crate::hardware::{unmeasured_profile, SharedModel};
 use crate::measured::corpus::Client;
@@ -39,21 +40,31 @@ use rayon::prelude::*;
 /// sampling, detokenizing and streaming its token), per request (the API server's tokenization and
 /// admission), the experts' routing spread (sqrt(k/E) for 8 of 128 experts), and the extra cost of
 /// a MoE layer (routing, top-k, permutation, the grouped GEMMs' launches: ~2 ms over 60 layers).
-pub const GLOBAL_PRIOR: [(f64, f64); N_PARAMS] =
-    [(0.8, 0.5), (1.0, 0.7), (0.5, 1.0), (0.4, 1.0), (5e-5, 1.5), (2e-5, 2.0), (0.02, 2.0), (0.25, 1.0), (3e-5, 2.0)];
+pub const GLOBAL_PRIOR: [(f64, f64); N_PARAMS] = [
+    (0.8, 0.5),
+    (1.0, 0.7),
+    (0.5, 1.0),
+    (0.4, 1.0),
+    (5e-5, 1.5),
+    (2e-5, 2.0),
+    (0.02, 2.0),
+    (0.25, 1.0),
+    (3e-5, 2.0),
+    (2e-5, 2.0),
+];
 
 /// Prior spread (log) of each level's offsets, [`LEVELS`] x [`PARAMS`]. The dtype level moves only
 /// the GEMM share, the model level neither the per-request cost (an engine's and host's) nor
 /// anything a GPU alone decides; a negligible spread pins what a level does not move.
 pub const LEVEL_PRIOR_SIGMA: [[f64; N_PARAMS]; N_LEVELS] = [
-    [0.3, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 1e-4, 0.5],
-    [0.2, 0.3, 0.3, 0.3, 0.5, 0.5, 0.5, 1e-4, 0.5],
-    [0.2, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 0.1, 0.5],
-    [0.2, 0.3, 0.5, 0.5, 0.7, 0.7, 0.7, 0.3, 0.7],
-    [0.15, 0.2, 0.3, 0.3, 0.5, 0.5, 0.5, 0.2, 0.5],
-    [1e-4, 0.3, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4],
-    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4],
-    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4],
+    [0.3, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3],
+    [0.2, 0.3, 0.3, 0.3, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3],
+    [0.2, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 0.1, 0.5, 0.3],
+    [0.2, 0.3, 0.5, 0.5, 0.7, 0.7, 0.7, 0.3, 0.7, 0.7],
+    [0.15, 0.2, 0.3, 0.3, 0.5, 0.5, 0.5, 0.2, 0.5, 0.5],
+    [1e-4, 0.3, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4],
+    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4, 1e-4],
+    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4, 1e-4],
 ];
 
 /// Prior spread (log) of a measured deployment's own decode and prefill residuals.
@@ -186,6 +197,7 @@ fn unit_profile(catalog: &Catalog, e: &Experiment) -> crate::error::Result<Profi
     c.grouped_gemm_rel = 1.0;
     c.request_overhead_s = 0.0;
     c.frontend_serial_s = 0.0;
+    c.api_per_token_s = 0.0;
     // Fixed here, not taken from whichever model built the profile, so the fit does not depend on
     // the learned model it replaces.
     c.expert_spread = 1.0;
@@ -272,10 +284,13 @@ fn predict(f: &Feat, x: &[f64; N_PARAMS], client_s: f64, rounds: f64) -> (f64, f
     }
     let pf_extra = pf_extra.max(0.0);
     let others = f.c_eff - 1.0;
-    let host = v[REQUEST] + client_s;
+    let mut host = v[REQUEST] + client_s;
     let mut tpot = t_dec;
     let mut ttft = host + pf_total;
     for _ in 0..4 {
+        // The API server streams c' tokens per TPOT; a request's own work gets what that leaves.
+        let rho = (v[API_TOKEN] * f.c_eff / tpot).min(crate::profile::API_BUSY_MAX);
+        host = v[REQUEST] / (1.0 - rho) + client_s;
         let span = f.o1 * tpot;
         let cycle = ttft + span;
         tpot = t_dec + others * pf_extra * (span / cycle) / f.o1;

@@ -309,6 +309,19 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         num(c.request_overhead_s * 1e3, 3),
         num(c.frontend_serial_s * 1e3, 3)
     )?;
+    if c.api_per_token_s > 0.0 && parts.total_s > 0.0 {
+        // The API server streams every running sequence's token each step; a request's own API
+        // time gets what that leaves (sim/run.rs, Replica::accept).
+        let busy = (c.api_per_token_s * a.decode as f64 / parts.total_s).min(capsim::profile::API_BUSY_MAX);
+        outln!(
+            "API server per streamed token (detokenization, SSE): {} us; streaming this step's {} tokens every {} ms keeps it {}% busy, so a request arriving now spends {} ms in it",
+            num(c.api_per_token_s * 1e6, 3),
+            a.decode,
+            num(parts.total_s * 1e3, 4),
+            num(busy * 100.0, 3),
+            num(c.request_overhead_s / (1.0 - busy) * 1e3, 3)
+        )?;
+    }
     if let Some(k) = &p.engine.kv_offload {
         let block = p.engine.block_size_tokens;
         let blocks = (a.prefill_start / block) as u64;

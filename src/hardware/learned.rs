@@ -14,7 +14,7 @@ use crate::units::Dtype;
 use serde::{Deserialize, Serialize};
 
 /// The learned quantities, in this order everywhere (`global`, offsets, spreads).
-pub const PARAMS: [&str; 9] = [
+pub const PARAMS: [&str; 10] = [
     "bandwidth_frac",
     "gemm_rel_reference",
     "grouped_gemm_rel",
@@ -24,6 +24,7 @@ pub const PARAMS: [&str; 9] = [
     "request_overhead_s",
     "expert_spread",
     "moe_overhead_per_layer_s",
+    "api_per_token_s",
 ];
 pub const N_PARAMS: usize = PARAMS.len();
 pub const BW: usize = 0;
@@ -42,6 +43,11 @@ pub const SPREAD: usize = 7;
 /// grouped GEMMs' fixed cost): a dense model has none, so one learned on MoE models does not carry
 /// to it.
 pub const MOE_OVERHEAD: usize = 8;
+/// The API server's time per streamed token (detokenization, the SSE event): one process serves
+/// every stream, so a new request's own work (tokenization, admission: `request_overhead_s`) gets
+/// what streaming leaves of it, and TTFT grows with the tokens streamed per second
+/// (crate::profile::Coefficients::api_per_token_s).
+pub const API_TOKEN: usize = 9;
 
 /// Moves log values by a measured deployment's own residual: its decode scale slows the HBM share
 /// and speeds nothing else of a decode step's (the host costs per step grow with it), its prefill

@@ -371,6 +371,7 @@ impl SharedModel {
             expert_spread: self.expert_spread.value.min(1.0),
             frontend_serial_s: self.frontend_serial_s.value,
             grouped_gemm_rel: (grouped / dense).clamp(1e-3, 1.0),
+            api_per_token_s: 0.0,
         };
         let s = CoefficientSigmas {
             step_overhead_s: self.step_overhead_per_layer_s.sigma_log,
@@ -563,6 +564,7 @@ pub fn coefficients_from_learned(
         expert_spread: v[SPREAD].clamp(1e-3, 1.0),
         frontend_serial_s: 0.0,
         grouped_gemm_rel: if arch.moe.is_some() { v[GROUPED].clamp(1e-3, 1.0) } else { 1.0 },
+        api_per_token_s: v[API_TOKEN],
     };
     let s = &l.sigma_log;
     let sig = CoefficientSigmas {

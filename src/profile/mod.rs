@@ -120,7 +120,21 @@ pub struct Coefficients {
     /// blend; the shared hardware model (crate::hardware) separates the two for other models.
     #[serde(default = "one")]
     pub grouped_gemm_rel: f64,
+    /// The API server's time per streamed token (detokenization, the SSE event; s). One process
+    /// serves every stream, so a new request's `request_overhead_s` is spread over what streaming
+    /// leaves: it takes request_overhead_s / (1 - tokens per second x this). 0: not modelled (the
+    /// reports' profiles fold it into the request overhead).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub api_per_token_s: f64,
 }
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// The most of its time the API server may spend streaming tokens (the rest admits requests):
+/// a bound that keeps 1 / (1 - busy share) finite ([`Coefficients::api_per_token_s`]).
+pub const API_BUSY_MAX: f64 = 0.9;
 
 fn one() -> f64 {
     1.0
@@ -350,6 +364,7 @@ impl ProfileFile {
             ("coefficients.expert_spread", c.expert_spread, 0.0, 1e3),
             ("coefficients.frontend_serial_s", c.frontend_serial_s, 0.0, 60.0),
             ("coefficients.grouped_gemm_rel", c.grouped_gemm_rel, 1e-3, 1e3),
+            ("coefficients.api_per_token_s", c.api_per_token_s, 0.0, 1.0),
         ] {
             if !(v.is_finite() && v >= lo && v <= hi) {
                 return Err(Error::input(

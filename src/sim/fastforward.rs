@@ -35,6 +35,7 @@ impl Replica<'_> {
         self.now = step_start + dt;
         out.busy_ns += dt;
         out.steps += 1;
+        self.last_step = (n, dt, step_start + dt);
         out.decode_tokens += n as u64;
         out.itl_gaps.add_n(dt, measured);
         shape.kv_read_tokens += n as u64;

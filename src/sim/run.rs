@@ -201,6 +201,10 @@ pub(super) struct Replica<'a> {
     frontend_free: u64,
     serial_ns: u64,
     overhead_ns: u64,
+    /// The API server's time per streamed token (ns; 0: not modelled), and the latest step's
+    /// sequences, duration and end: the tokens per second it streams when a request arrives.
+    api_token_ns: f64,
+    pub(super) last_step: (u32, u64, u64),
     pub(super) kv_area: f64,
     pub(super) clock: SeriesClock,
     window: MeasureWindow,
@@ -327,6 +331,8 @@ impl<'a> Replica<'a> {
             frontend_free: 0,
             serial_ns: SimTime::from_secs(p.coefficients.frontend_serial_s).0,
             overhead_ns: SimTime::from_secs(p.coefficients.request_overhead_s).0,
+            api_token_ns: p.coefficients.api_per_token_s * 1e9,
+            last_step: (0, 0, 0),
             kv_area: 0.0,
             // 1 ms, doubled whenever the buffer fills.
             clock: SeriesClock { interval_ns: 1_000_000, next_ns: 0, points: opts.series_points.max(2) },
@@ -341,9 +347,23 @@ impl<'a> Replica<'a> {
     /// A request sent at `a.send` reaches this replica's serial front-end, then the engine at
     /// max(send, front-end free) + serial + overhead.
     pub(super) fn accept(&mut self, mut a: Arrived) {
-        a.enqueued = a.send.max(self.frontend_free).saturating_add(self.serial_ns).saturating_add(self.overhead_ns);
+        let overhead = self.overhead_under_streaming(a.send);
+        a.enqueued = a.send.max(self.frontend_free).saturating_add(self.serial_ns).saturating_add(overhead);
         self.frontend_free = a.send.max(self.frontend_free) + self.serial_ns;
         self.inbox.push_back(a);
+    }
+
+    /// The request overhead at `send`: what streaming the running sequences' tokens leaves of the
+    /// API server stretches it (1 / (1 - busy share), the share at most
+    /// crate::profile::API_BUSY_MAX), from the latest step unless the engine has been
+    /// idle since.
+    fn overhead_under_streaming(&self, send: u64) -> u64 {
+        let (seqs, dt, end) = self.last_step;
+        if self.api_token_ns == 0.0 || seqs == 0 || dt == 0 || end.saturating_add(dt) < send {
+            return self.overhead_ns;
+        }
+        let busy = (self.api_token_ns * seqs as f64 / dt as f64).min(crate::profile::API_BUSY_MAX);
+        (self.overhead_ns as f64 / (1.0 - busy)).round() as u64
     }
 
     /// Requests sent to it that its engine has not seen yet (in the front-end).
@@ -489,6 +509,7 @@ impl<'a> Replica<'a> {
         let mut gaps_of_one_step = 0u64;
         out.busy_ns += dt;
         out.steps += 1;
+        self.last_step = (shape.n_seqs, dt, now);
         let mut finished_any = false;
         let mut chunk_done = false;
         if pooled {

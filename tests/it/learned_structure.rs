@@ -153,3 +153,43 @@ fn a_median_ttft_is_fitted_as_a_median() {
     }
     assert!(gaps.iter().any(|g| *g > 1.2), "{gaps:?}");
 }
+
+/// The API server streams every running sequence's token each step; a request's own API time
+/// (request_overhead_s) gets what that leaves: it takes overhead / (1 - busy), busy = seconds per
+/// streamed token x sequences / step. With 10 ms steps of 16 sequences at 100 us per token the
+/// server is 16% busy, so a 50 ms overhead becomes about 59.5 ms; decoding is untouched; nothing
+/// changes where the cost is 0.
+#[test]
+fn a_requests_api_time_stretches_with_the_tokens_streamed() {
+    use capsim::sim::{simulate, SimOptions};
+    use capsim::workload::{Arrivals, Workload};
+    let w = Workload::fixed(
+        Arrivals::ClosedLoop { clients: 16, think_time_s: 0.0, think_exponential: false },
+        64,
+        100,
+        Some(800),
+    )
+    .unwrap();
+    let run = |api: f64| {
+        let mut p = crate::const_profile("vllm", 0.01, "");
+        p.coefficients.request_overhead_s = 0.05;
+        p.coefficients.api_per_token_s = api;
+        let o = simulate(&p, &w, 3, SimOptions::default());
+        let n = o.records.len() as f64;
+        let ttft = o.records.iter().map(|r| r.ttft_s()).sum::<f64>() / n;
+        let gap = o.records.iter().map(|r| (r.e2e_s() - r.ttft_s()) / 99.0).sum::<f64>() / n;
+        (ttft, gap)
+    };
+    let (t0, g0) = run(0.0);
+    let (t1, g1) = run(1e-4);
+    let (t3, _) = run(3e-4);
+    approx::assert_relative_eq!(g0, 0.01, max_relative = 1e-6);
+    approx::assert_relative_eq!(g1, 0.01, max_relative = 1e-6);
+    let stretch = 0.05 / (1.0 - 1e-4 * 16.0 / 0.01) - 0.05;
+    assert!(((t1 - t0) / stretch - 1.0).abs() < 0.15, "{t0} -> {t1}: {} vs {stretch}", t1 - t0);
+    assert!(t3 > t1, "{t1} vs {t3}");
+    // The learned model ships a positive cost, and explain names it.
+    let c = Catalog::builtin();
+    let m = c.learned.as_ref().expect("a learned model ships");
+    assert!(m.global[capsim::hardware::learned::API_TOKEN] > 0.0);
+}
