@@ -559,11 +559,13 @@ pub fn fit_with(
     deployments.sort();
     deployments.dedup();
     let lay = Layout { members, deployments };
-    // Unit profiles, one per deployment.
+    // Unit profiles, one per deployment as launched: the residual's key names the deployment, but
+    // its benchmark's engine settings (the token budget with the prompt length) differ between
+    // its points, and each point's closed form must use its own, as `closed_form` does.
+    let launch = |e: &Experiment| format!("{:?}", e.deployment);
     let mut units: std::collections::BTreeMap<String, Profile> = Default::default();
     for e in exps {
-        let k = e.deployment_key();
-        if let std::collections::btree_map::Entry::Vacant(v) = units.entry(k) {
+        if let std::collections::btree_map::Entry::Vacant(v) = units.entry(launch(e)) {
             v.insert(unit_profile(catalog, e)?);
         }
     }
@@ -575,7 +577,7 @@ pub fn fit_with(
                 std::array::from_fn(|l| lay.members[l].binary_search(&keys[l]).expect("member"));
             let k = e.deployment_key();
             let dep = lay.deployments.binary_search(&k).expect("deployment");
-            features(e, &units[&k], idx, dep)
+            features(e, &units[&launch(e)], idx, dep)
         })
         .collect();
     let mut x: Vec<f64> = (0..lay.len()).map(|j| prior_of(&lay, j).0).collect();

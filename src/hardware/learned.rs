@@ -161,6 +161,9 @@ pub struct LearnedModel {
 pub struct Learned {
     /// Natural units, in [`PARAMS`] order (shares clamped to (0, 1]).
     pub values: [f64; N_PARAMS],
+    /// The log values before the shares' clamp: a deployment's residual moves these, then the
+    /// clamp applies, in the fit's order (calibrate::corpus), so its own points come out as fitted.
+    pub log_values: [f64; N_PARAMS],
     /// Log sigma of each, from the levels the deployment has no member of plus the residual.
     pub sigma_log: [f64; N_PARAMS],
     /// Which levels had a member ([`LEVELS`] order).
@@ -174,9 +177,9 @@ impl Learned {
     /// learned values themselves).
     pub fn with_residual(&self) -> [f64; N_PARAMS] {
         let Some((d, p)) = self.residual else { return self.values };
-        let mut log = self.values.map(f64::ln);
+        let mut log = self.log_values;
         apply_residual(&mut log, d, p);
-        log.map(f64::exp)
+        std::array::from_fn(|i| if is_share(i) { log[i].exp().min(1.0) } else { log[i].exp() })
     }
 }
 
@@ -275,7 +278,8 @@ impl LearnedModel {
         let residual = deployment_key
             .and_then(|k| self.deployments.iter().find(|d| d.key == k))
             .map(|d| (d.decode_log, d.prefill_log));
-        Learned { values, sigma_log: var.map(f64::sqrt), matched, residual }
+        let log_values: [f64; N_PARAMS] = std::array::from_fn(|i| log[i]);
+        Learned { values, log_values, sigma_log: var.map(f64::sqrt), matched, residual }
     }
 
     /// [`Self::lookup`] for a catalog architecture (its family and name).
