@@ -236,7 +236,7 @@ impl ReadySet {
     fn insert(&mut self, s: &Slot, i: usize) {
         self.set(i, Self::key(s, i));
     }
-    fn remove(&mut self, _s: &Slot, i: usize) {
+    fn remove(&mut self, i: usize) {
         self.set(i, u64::MAX);
     }
     /// The ready replica with the fewest requests inside (ties: the lowest index).
@@ -638,7 +638,7 @@ fn shrink(
         let Some(i) = to_drain(slots) else {
             break;
         };
-        ready.remove(&slots[i], i);
+        ready.remove(i);
         if slots[i].outstanding == 0 && slots[i].rep.next_event().is_none() {
             slots[i].state = State::Gone;
             free.push(i);

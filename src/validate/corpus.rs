@@ -110,19 +110,7 @@ pub struct CorpusRow {
     pub row: Row,
 }
 
-/// Replay `exps` on profiles from `model`; rows in the experiments' order.
-fn replay(
-    catalog: &Catalog,
-    model: &LearnedModel,
-    exps: &[&Experiment],
-    protocol: CorpusProtocol,
-    member: &str,
-    note: &str,
-) -> Vec<CorpusRow> {
-    replay_each(catalog, model, exps, protocol, member, note).into_iter().flatten().collect()
-}
-
-/// [`replay`], the rows of each experiment apart.
+/// Replay `exps` on profiles from `model`: each experiment's rows, in the experiments' order.
 fn replay_each(
     catalog: &Catalog,
     model: &LearnedModel,
@@ -245,22 +233,21 @@ fn fit_acceptance<'o>(obs: impl Iterator<Item = &'o MtpObservation>) -> Option<f
 
 /// MTP is launched without a stated acceptance, and the corpus's prompts are random tokens, which a
 /// draft predicts worse than text: replay its MTP experiments at the acceptance fitted on the MTP
-/// experiments of the training set (each at the cited default first). For a held-out GPU: fitted
-/// on the other GPUs' MTP experiments (replayed on the model learned on every plain point, which
+/// experiments of the training set (each at the cited default first, on `m`, the model learned on
+/// every plain point). For a held-out GPU: fitted on the other GPUs' MTP experiments (`m`
 /// includes that GPU's plain points but none of its MTP ones). Returns, per held-out member ("all"
 /// in sample), the experiments to replay.
 fn mtp_fitted(
     catalog: &Catalog,
-    plain: &[&Experiment],
+    m: &LearnedModel,
     replayed: &[&Experiment],
     members: &[String],
-) -> crate::error::Result<Vec<Vec<Experiment>>> {
+) -> Vec<Vec<Experiment>> {
     let mtp: Vec<&Experiment> = replayed.iter().filter(|e| speculation(e).is_some()).copied().collect();
     if mtp.is_empty() {
-        return Ok(vec![replayed.iter().map(|e| (*e).clone()).collect(); members.len()]);
+        return vec![replayed.iter().map(|e| (*e).clone()).collect(); members.len()];
     }
-    let m = fit(catalog, plain, "MTP acceptance")?.model;
-    let rows = replay_each(catalog, &m, &mtp, CorpusProtocol::LargeInSample, "all", "");
+    let rows = replay_each(catalog, m, &mtp, CorpusProtocol::LargeInSample, "all", "");
     let obs: Vec<MtpObservation> = mtp
         .iter()
         .zip(&rows)
@@ -292,7 +279,7 @@ fn mtp_fitted(
                 .collect(),
         );
     }
-    Ok(out)
+    out
 }
 
 /// A disaggregated experiment's deployment: each pool's profile from the learned model.
@@ -341,17 +328,25 @@ pub fn validate_corpus(
     members.sort();
     members.dedup();
     // The large protocols replay MTP at the acceptance fitted on the training set's MTP points.
-    let owned = if protocol.is_large() { mtp_fitted(catalog, &plain, &replayed, &members)? } else { Vec::new() };
+    // The model learned on every plain point: the in-sample protocols replay on it, and the large
+    // ones fit their MTP acceptance on its replays (fitted once for both).
+    let all_plain = match protocol.is_large() || protocol.member_of_nothing() {
+        true => Some(fit(catalog, &plain, protocol.as_str())?.model),
+        false => None,
+    };
+    let owned = match (&all_plain, protocol.is_large()) {
+        (Some(m), true) => mtp_fitted(catalog, m, &replayed, &members),
+        _ => Vec::new(),
+    };
     let replayed_for = |k: usize| -> Vec<&Experiment> {
         match owned.get(k) {
             Some(v) => v.iter().collect(),
             None => replayed.clone(),
         }
     };
-    if protocol.member_of_nothing() {
-        let m = fit(catalog, &plain, protocol.as_str())?.model;
+    if let (true, Some(m)) = (protocol.member_of_nothing(), &all_plain) {
         let note = "learned on every plain corpus point";
-        return Ok(replay(catalog, &m, &replayed_for(0), protocol, "all", note));
+        return Ok(replay_each(catalog, m, &replayed_for(0), protocol, "all", note).concat());
     }
     let mut rows = Vec::new();
     for (k, m) in members.iter().enumerate() {
@@ -363,7 +358,7 @@ pub fn validate_corpus(
             continue;
         }
         let model = fit(catalog, &train, &format!("{} without {m}", protocol.as_str()))?.model;
-        rows.extend(replay(catalog, &model, &held, protocol, m, &format!("learned without {m}")));
+        rows.extend(replay_each(catalog, &model, &held, protocol, m, &format!("learned without {m}")).concat());
     }
     Ok(rows)
 }
