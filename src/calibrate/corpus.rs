@@ -824,14 +824,7 @@ pub fn profile_for_deployment(
     own_residual: bool,
     client_cost: bool,
 ) -> crate::error::Result<Profile> {
-    let key = e.deployment_key();
-    let l = model.lookup(
-        &e.gpu,
-        e.engine.as_str(),
-        e.deployment.weight_dtype,
-        e.model_key(),
-        own_residual.then_some(key.as_str()),
-    );
+    let l = learned_for(model, e, own_residual);
     let mut p = unmeasured_profile(catalog, shared, "corpus", deployment)?;
     let (mut c, s) = crate::hardware::coefficients_from_learned(&l, shared, &p.arch, &p.gpu, e.deployment.weight_dtype);
     if client_cost {
@@ -919,13 +912,24 @@ pub fn closed_form(
 ) -> crate::error::Result<(f64, f64)> {
     let p = unit_profile(catalog, e)?;
     let f = features(e, &p, [0; N_LEVELS], 0);
-    let key = e.deployment_key();
-    let l =
-        model.lookup(&e.gpu, e.engine.as_str(), e.deployment.weight_dtype, e.model_key(), own_residual.then_some(&key));
+    let l = learned_for(model, e, own_residual);
     let v: [f64; N_PARAMS] = l.with_residual().map(f64::ln);
     let client = model.clients.iter().find(|k| k.client == e.point.client.as_str());
     let rounds = client.map_or(e.run.requests as f64 / e.point.concurrency.max(1) as f64, |k| k.requests_per_client);
     Ok(predict(&f, &v, client.map_or(0.0, |k| k.overhead_s), rounds))
+}
+
+/// The learned values of a corpus experiment's GPU, engine, dtype and model, with the residual of
+/// its own deployment when `own_residual` (in sample).
+pub fn learned_for(model: &LearnedModel, e: &Experiment, own_residual: bool) -> crate::hardware::learned::Learned {
+    let key = e.deployment_key();
+    model.lookup(
+        &e.gpu,
+        e.engine.as_str(),
+        e.deployment.weight_dtype,
+        e.model_key(),
+        own_residual.then_some(key.as_str()),
+    )
 }
 
 /// The points of a corpus experiment as its replay runs them: a client whose request count its

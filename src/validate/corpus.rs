@@ -87,14 +87,7 @@ impl CorpusProtocol {
 /// the metric (TPOT: the HBM share; TTFT: the GEMM share), both including the fit's residual spread
 /// and the spread of every level the deployment has no member of.
 fn band(model: &LearnedModel, e: &Experiment, metric: &str, predicted: f64, in_sample: bool) -> (f64, f64) {
-    let key = e.deployment_key();
-    let l = model.lookup(
-        &e.gpu,
-        e.engine.as_str(),
-        e.deployment.weight_dtype,
-        e.model_key(),
-        in_sample.then_some(key.as_str()),
-    );
+    let l = crate::calibrate::corpus::learned_for(model, e, in_sample);
     let s = if metric == "tpot_ms" { l.sigma_log[BW] } else { l.sigma_log[GEMM] };
     (predicted * (-s).exp(), predicted * s.exp())
 }
