@@ -108,6 +108,9 @@ struct Raw {
     layers: f64,
     moe_layers: f64,
     seqs: f64,
+    /// The GPU's kernel speed relative to the reference chip (learned::kernel_overhead_scale), which
+    /// the per-layer overheads are multiplied by.
+    kernel_scale: f64,
 }
 
 impl Raw {
@@ -134,6 +137,7 @@ impl Raw {
             layers,
             moe_layers: p0.arch.n_moe_layers() as f64,
             seqs: b.n_seqs as f64,
+            kernel_scale: crate::hardware::learned::kernel_overhead_scale(&p0.gpu),
         }
     }
 
@@ -152,8 +156,7 @@ impl Raw {
         };
         let m = (self.mem + experts * self.expert_unit) / v[BW];
         let c = self.gemm / v[GEMM] + self.expert / (v[GEMM] * v[GROUPED]) + self.attn / v[ATTN];
-        self.layers * v[OVERHEAD]
-            + self.moe_layers * v[MOE_OVERHEAD]
+        (self.layers * v[OVERHEAD] + self.moe_layers * v[MOE_OVERHEAD]) * self.kernel_scale
             + self.seqs * v[PER_SEQ]
             + m.max(c)
             + exposed * m.min(c)

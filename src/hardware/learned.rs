@@ -10,6 +10,7 @@
 //! 0 as well); a benchmark client's own overhead is fitted per client and never enters a prediction
 //! for another deployment.
 
+use crate::catalog::GpuSpec;
 use crate::units::Dtype;
 use serde::{Deserialize, Serialize};
 
@@ -201,6 +202,37 @@ pub fn gpu_lineage(gpu: &str) -> (&'static str, &'static str) {
         "other"
     };
     ("nvidia", gen)
+}
+
+/// Dense BF16 tensor throughput (TFLOP/s) of the chip the learned per-layer overheads are stated
+/// for: H100's and H200's (both the GH100 die at the same clocks, so they share it).
+pub const KERNEL_SPEED_REFERENCE_BF16_TFLOPS: f64 = 989.0;
+
+/// Exponent of [`kernel_overhead_scale`]. The corpus measures each GPU it has, so the in-sample fit
+/// cannot tell exponents apart (its penalized cost moves by under 0.1% from 0 to 1: the GPU
+/// offsets absorb any of them); what an exponent changes is a GPU nobody measured. 0.5 is the
+/// round value that leave-one-GPU-out preferred in the fit's closed form (TPOT median |error|
+/// 16.8% at 0, 13.3% at 0.5, 14.7% at 1; HBM bandwidth instead of tensor throughput: 13.6% at
+/// best, with H100 and H200 pulled apart although they are one die), so that protocol's TPOT is
+/// not fully held out in this one number.
+pub const KERNEL_SPEED_EXPONENT: f64 = 0.5;
+
+/// How a GPU's per-layer overheads (`step_overhead_per_layer_s`, `moe_overhead_per_layer_s`)
+/// scale from the reference chip: (reference / its dense BF16 throughput)^0.5.
+///
+/// Why: what the fit learns as per-layer overhead is mostly GPU time that neither the weights'
+/// bytes nor the matmuls' FLOPs count: norms, rotary embeddings, routing and top-k, activation
+/// quantization, the fixed tiles of small GEMMs, the gaps between kernels. It runs at the speed
+/// of the chip's SMs, which its tensor throughput tracks across generations (B200 over H100:
+/// 2.27x, so 0.66x the overhead), and not of its HBM (H100 and H200 differ only there). Without
+/// it a GPU of a generation nobody measured got Hopper's overheads: B200 held out was 18% too
+/// slow in TPOT.
+pub fn kernel_overhead_scale(gpu: &GpuSpec) -> f64 {
+    if gpu.bf16_tflops > 0.0 {
+        (KERNEL_SPEED_REFERENCE_BF16_TFLOPS / gpu.bf16_tflops).powf(KERNEL_SPEED_EXPONENT)
+    } else {
+        1.0
+    }
 }
 
 /// The key of a (gpu, engine) pair.

@@ -541,9 +541,10 @@ fn build_unmeasured(
 
 /// Coefficients (and their log sigmas) from learned values (crate::hardware::learned) for `arch` on
 /// `gpu` in `weight_dtype`: each share times the peak it is a share of, the per-layer overhead times
-/// the layers, a measured deployment's own residual applied (decode: bandwidth, overheads; prefill:
-/// the GEMM and attention shares). The overlap is the shared model's; the
-/// front-end's serial cost is 0 (the learned per-request cost holds the API server's work).
+/// the layers and the GPU's kernel speed (learned::kernel_overhead_scale), a measured deployment's
+/// own residual applied (decode: bandwidth, overheads; prefill: the GEMM and attention shares). The
+/// overlap is the shared model's; the front-end's serial cost is 0 (the learned per-request cost
+/// holds the API server's work).
 pub fn coefficients_from_learned(
     l: &learned::Learned,
     shared: &SharedModel,
@@ -554,7 +555,8 @@ pub fn coefficients_from_learned(
     use learned::*;
     let v = &l.with_residual();
     let c = Coefficients {
-        step_overhead_s: v[OVERHEAD] * arch.n_layers as f64 + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64,
+        step_overhead_s: (v[OVERHEAD] * arch.n_layers as f64 + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64)
+            * kernel_overhead_scale(gpu),
         per_seq_overhead_s: v[PER_SEQ],
         bandwidth_eff_bytes_s: v[BW] * gpu.hbm_bandwidth_bytes_s(),
         matmul_flops_eff_s: v[GEMM] * gpu.dense_flops_s(weight_dtype) * gpu.gemm_reference_share(weight_dtype),
