@@ -109,40 +109,20 @@ impl ProfileArgs {
             a.gpu = Some(g.clone());
         }
         if let Some(dp) = spec.attention_dp {
-            match dp {
-                0 => return Err(Error::flag(&side.flag("attention-dp"), "must be at least 1")),
-                1 => {}
-                n => {
-                    return Err(Error::flag(
-                        &side.flag("attention-dp"),
-                        format!("{n} attention data-parallel ranks: lands with attention-DP (only 1 for now)"),
-                    ))
-                }
+            if dp == 0 {
+                return Err(Error::flag(&side.flag("attention-dp"), "must be at least 1"));
             }
+            a.attention_dp = Some(dp);
         }
-        // The pool's TP as resolved (its own flag, --tp, or the profile's) decides what --*-ep can say.
-        let base = a.resolve(catalog).map_err(|e| rename_flag(e, side))?;
         if let Some(ep) = spec.ep {
-            let tp = base.tensor_parallel;
-            a.expert_parallel = match ep {
-                0 => return Err(Error::flag(&side.flag("ep"), "must be at least 1")),
-                1 => false,
-                n if n == tp => true,
-                n => {
-                    return Err(Error::flag(
-                        &side.flag("ep"),
-                        format!(
-                            "expert-parallel size {n}: only 1 (off) or the pool's TP ({tp}, experts whole per GPU) for now; other sizes land with attention-DP"
-                        ),
-                    ))
-                }
-            };
-            if a.expert_parallel && base.arch.moe.is_none() {
-                return Err(Error::flag(&side.flag("ep"), format!("{} has no experts to spread", base.arch.name)));
+            if ep == 0 {
+                return Err(Error::flag(&side.flag("ep"), "must be at least 1"));
             }
-            return a.resolve(catalog).map_err(|e| rename_flag(e, side));
+            // The pool's own size replaces the shared flags' (--ep or --expert-parallel).
+            a.ep = Some(ep);
+            a.expert_parallel = false;
         }
-        Ok(base)
+        a.resolve(catalog).map_err(|e| rename_flag(e, side))
     }
     /// The disaggregated deployment the flags state, None without `--prefill-*`/`--decode-*` flags.
     pub fn disaggregated(&self, catalog: &Catalog) -> Result<Option<Disaggregated>> {
@@ -156,6 +136,17 @@ impl ProfileArgs {
     }
 }
 
+/// A pool's layout as capacity's JSON reports it.
+fn pool_layout(p: &Profile) -> serde_json::Value {
+    serde_json::json!({
+        "gpu": p.gpu.name,
+        "tensor_parallel": p.tensor_parallel,
+        "expert_parallel": p.expert_parallel,
+        "expert_parallel_size": p.parallel.expert_parallel_size,
+        "attention_dp": p.parallel.attention_dp,
+    })
+}
+
 /// A pool's error from the shared flags named by the pool's own flag where it came from there.
 fn rename_flag(e: Error, side: Side) -> Error {
     match e {
@@ -163,6 +154,8 @@ fn rename_flag(e: Error, side: Side) -> Error {
             let flag = match at.field.as_deref() {
                 Some("--gpu") => side.flag("gpu"),
                 Some("--tp") => side.flag("tp"),
+                Some("--attention-dp") => side.flag("attention-dp"),
+                Some("--ep") => side.flag("ep"),
                 Some(f) => f.to_string(),
                 None => return Error::Input { at, msg },
             };
@@ -235,6 +228,8 @@ pub fn insert_json(
             "gpu": p.gpu.name,
             "tensor_parallel": p.tensor_parallel,
             "expert_parallel": p.expert_parallel,
+            "expert_parallel_size": p.parallel.expert_parallel_size,
+            "attention_dp": p.parallel.attention_dp,
             "engine": p.engine.kind.as_str(),
             "kv_capacity_tokens": p.engine.kv_capacity_tokens,
         })
@@ -345,8 +340,8 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     if a.json {
         let v = serde_json::json!({
             "disaggregated": ans,
-            "prefill": {"gpu": base.prefill.gpu.name, "tensor_parallel": base.prefill.tensor_parallel, "expert_parallel": base.prefill.expert_parallel},
-            "decode": {"gpu": base.decode.gpu.name, "tensor_parallel": base.decode.tensor_parallel, "expert_parallel": base.decode.expert_parallel},
+            "prefill": pool_layout(&base.prefill),
+            "decode": pool_layout(&base.decode),
             "slos": q.slos.iter().map(|s| serde_json::json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
             "seed": q.seed,
         });

@@ -394,10 +394,12 @@ pub struct ProfileArgs {
     /// GPUs per prefill worker (tensor parallelism); default --tp.
     #[arg(long, help_heading = "Disaggregated")]
     pub prefill_tp: Option<u32>,
-    /// Expert-parallel size of a prefill worker: 1 (off) or its TP (experts whole per GPU).
+    /// Expert-parallel size of a prefill worker: GPUs its routed experts are spread over whole,
+    /// dividing its TP (as --ep; its TP: experts whole per GPU); default the shared --ep.
     #[arg(long, help_heading = "Disaggregated")]
     pub prefill_ep: Option<u32>,
-    /// Attention data-parallel ranks of a prefill worker (1 only, until attention-DP lands).
+    /// Attention data-parallel ranks splitting a prefill worker's GPUs (as --attention-dp; MoE
+    /// models only); default the shared --attention-dp.
     #[arg(long, help_heading = "Disaggregated")]
     pub prefill_attention_dp: Option<u32>,
     /// The prefill workers' GPU; default --gpu.
@@ -409,10 +411,11 @@ pub struct ProfileArgs {
     /// GPUs per decode worker (tensor parallelism); default --tp.
     #[arg(long, help_heading = "Disaggregated")]
     pub decode_tp: Option<u32>,
-    /// Expert-parallel size of a decode worker: 1 (off) or its TP.
+    /// Expert-parallel size of a decode worker (as --prefill-ep).
     #[arg(long, help_heading = "Disaggregated")]
     pub decode_ep: Option<u32>,
-    /// Attention data-parallel ranks of a decode worker (1 only, until attention-DP lands).
+    /// Attention data-parallel ranks splitting a decode worker's GPUs (as --attention-dp): a
+    /// request's KV lives on one rank, so the transfer lands on that rank's tp / N GPUs.
     #[arg(long, help_heading = "Disaggregated")]
     pub decode_attention_dp: Option<u32>,
     /// The decode workers' GPU; default --gpu.

@@ -27,9 +27,8 @@ use crate::catalog::gpu::LinkKind;
 use serde::Serialize;
 
 /// One pool as the user states it (`--prefill-*`, `--decode-*`): None keeps the deployment's own.
-/// `ep` and `attention_dp` are carried for expert parallelism beyond TP and attention data
-/// parallelism; today only ep = 1 (off) or ep = tp (vLLM's --enable-expert-parallel) and
-/// attention_dp = 1 can be expressed.
+/// `ep` and `attention_dp` are the pool's expert-parallel size and attention data-parallel ranks
+/// (`--prefill-ep`, `--decode-attention-dp`), resolved as `--ep` and `--attention-dp` are.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PoolSpec {
     pub workers: u32,
@@ -124,7 +123,9 @@ impl Disaggregated {
         };
         let a = &decode.arch;
         let kv_dtype = decode.file.model.kv_dtype;
-        let tp = decode.tensor_parallel;
+        // A request's KV lives on one attention-DP rank of the decode worker: its tp / N GPUs receive
+        // it (without attention DP, all tp).
+        let tp = decode.parallel.attention_tp(decode.tensor_parallel);
         let bytes_per_token_per_gpu = a.kv_bytes_per_token(kv_dtype) * a.kv_replication(tp) / tp as f64;
         let link = KvLink { path, bw_bytes_s: bw, latency_s: KV_TRANSFER_LATENCY_S, bytes_per_token_per_gpu, source };
         Disaggregated { prefill, decode, prefill_workers, decode_workers, link }
@@ -138,7 +139,7 @@ impl Disaggregated {
     /// Sliding-window layers move at most their window.
     pub fn transfer_s(&self, prompt_tokens: u32) -> f64 {
         let a = &self.decode.arch;
-        let tp = self.decode.tensor_parallel;
+        let tp = self.decode.parallel.attention_tp(self.decode.tensor_parallel);
         let kv_dtype = self.decode.file.model.kv_dtype;
         let sliding = a.sliding_kv_bytes_per_token(kv_dtype) * a.kv_replication(tp) / tp as f64
             * (prompt_tokens as u64).min(a.sliding_window) as f64;

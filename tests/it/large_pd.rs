@@ -137,12 +137,22 @@ fn bad_values_are_named() {
     refused(
         &["--prefill-workers", "1", "--decode-workers", "1", "--decode-attention-dp", "2"],
         "--decode-attention-dp",
-        "lands with attention-DP",
+        "only 1 GPUs",
+    );
+    refused(
+        &["--prefill-workers", "1", "--decode-workers", "1", "--decode-attention-dp", "0"],
+        "--decode-attention-dp",
+        "at least 1",
     );
     refused(
         &["--prefill-workers", "1", "--decode-workers", "1", "--prefill-ep", "3"],
         "--prefill-ep",
-        "only 1 (off) or the pool's TP",
+        "does not divide",
+    );
+    refused(
+        &["--prefill-workers", "1", "--decode-workers", "1", "--decode-tp", "4", "--decode-attention-dp", "3"],
+        "--decode-attention-dp",
+        "divide",
     );
     refused(&["--prefill-workers", "1", "--decode-workers", "1", "--decode-gpu", "NoSuchGpu"], "--decode-gpu", "");
     // A decode pool with no KV room for one request (prompt 1500 + output 1000 over 2000 tokens).
@@ -244,4 +254,60 @@ fn closed_loop_decode_waits_stay_short() {
     assert_eq!(fast.records, slow.records, "fast-forward equals step by step");
     let max = fast.disagg.as_ref().unwrap().decode.queue_wait_s.iter().cloned().fold(0.0, f64::max);
     assert!(max <= STEP_S + 1e-9, "decode queue wait {max}");
+}
+
+/// A pool with its own attention DP (`--decode-attention-dp`): a request's KV lands on one rank, so
+/// its tp / N GPUs receive all of it. Qwen3-30B-A3B's 4 KV heads (98,304 bytes per token) over a
+/// decode worker of TP 4: 24,576 bytes per GPU without attention DP, the whole 98,304 on the one GPU
+/// of a rank with 4 ranks; the transfer by hand from that. The run completes every request with
+/// both pools' own layouts (prefill EP 2 over its 2 GPUs with 2 ranks).
+#[test]
+fn pools_with_their_own_attention_dp() {
+    let link = |extra: &[&str]| {
+        let mut a = vec!["explain", "--prefill-workers", "1", "--decode-workers", "1", "--decode-tp", "4"];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--context", "1000", "--json"]);
+        let o = capsim(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["kv_transfer"].clone()
+    };
+    assert_eq!(link(&[])["link"]["bytes_per_token_per_gpu"], 24_576.0);
+    let t = link(&["--decode-attention-dp", "4"]);
+    assert_eq!(t["link"]["bytes_per_token_per_gpu"], 98_304.0);
+    let bw = t["link"]["bw_bytes_s"].as_f64().unwrap();
+    let expect = KV_TRANSFER_LATENCY_S + 1000.0 * 98_304.0 / bw;
+    assert!((t["transfer_s"].as_f64().unwrap() - expect).abs() < 1e-12, "{t}");
+    let o = capsim(&[
+        "simulate",
+        "--prefill-workers",
+        "1",
+        "--prefill-tp",
+        "2",
+        "--prefill-attention-dp",
+        "2",
+        "--prefill-ep",
+        "2",
+        "--decode-workers",
+        "1",
+        "--decode-tp",
+        "4",
+        "--decode-attention-dp",
+        "4",
+        "--input-len",
+        "512",
+        "--output-len",
+        "32",
+        "--requests",
+        "40",
+        "--rate",
+        "4",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["requests_completed"], 40);
+    assert_eq!(v["disaggregated"]["decode"]["attention_dp"], 4);
+    assert_eq!(v["disaggregated"]["prefill"]["attention_dp"], 2);
+    assert_eq!(v["disaggregated"]["prefill"]["expert_parallel_size"], 2);
 }
