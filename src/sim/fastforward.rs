@@ -102,7 +102,8 @@ impl Replica<'_> {
             crossings[(r.blocks as u64 * block - r.computed as u64) as usize] += 1;
         }
         // The shape of the first step, as schedule_vllm builds it (every sum an exact integer).
-        let mut shape = BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: kv, attn_pairs: kv as f64 };
+        let mut shape =
+            BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: kv, attn_pairs: kv as f64, ..Default::default() };
         let fixed = eng.model.fixed(n, n);
         let cap = eng.capacity_blocks;
         let mut free = eng.free_blocks;
@@ -172,7 +173,13 @@ impl Replica<'_> {
         let block = eng.block as u64;
         let cap = eng.capacity_blocks;
         let mut free = eng.free_blocks;
-        let mut shape = BatchShape { n_seqs: n, n_tokens: n, kv_read_tokens: pool.kv, attn_pairs: pool.kv as f64 };
+        let mut shape = BatchShape {
+            n_seqs: n,
+            n_tokens: n,
+            kv_read_tokens: pool.kv,
+            attn_pairs: pool.kv as f64,
+            ..Default::default()
+        };
         let fixed = eng.model.fixed(n, n);
         let (mut tick, measured) = (pool.tick, pool.measured);
         let mut done = 0u64;

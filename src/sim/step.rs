@@ -39,6 +39,10 @@ pub struct BatchShape {
     pub kv_read_tokens: u64,
     /// (query, key) pairs of softmax attention over the step.
     pub attn_pairs: f64,
+    /// The longest chunk's tokens and the position it starts at: under attention DP that
+    /// sequence sits on one rank, which computes it alone (sim/step_large.rs).
+    pub max_chunk: u32,
+    pub max_chunk_start: u32,
 }
 
 impl BatchShape {
@@ -48,9 +52,19 @@ impl BatchShape {
         self.n_seqs += 1;
         self.n_tokens += n;
         self.kv_read_tokens += start as u64 + n as u64;
-        let (s, n) = (start as f64, n as f64);
-        self.attn_pairs += n * s + n * (n + 1.0) / 2.0;
+        if n > self.max_chunk {
+            self.max_chunk = n;
+            self.max_chunk_start = start;
+        }
+        self.attn_pairs += chunk_pairs(start, n);
     }
+}
+
+/// (query, key) pairs of a chunk of `n` tokens whose first `start` tokens already have KV.
+#[inline]
+fn chunk_pairs(start: u32, n: u32) -> f64 {
+    let (s, n) = (start as f64, n as f64);
+    n * s + n * (n + 1.0) / 2.0
 }
 
 /// One step's duration broken into its parts (seconds). `memory_s` and `compute_s` overlap: the step
@@ -281,7 +295,32 @@ impl StepModel {
     /// The step's duration and its parts.
     #[inline]
     pub fn parts(&self, b: &BatchShape) -> StepParts {
+        if let Some(l) = &self.large {
+            if l.ranks > 1 && l.stages == 1 && b.max_chunk > 1 {
+                return self.parts_prefill_on_one_rank(l, b);
+            }
+        }
         self.parts_with(&self.fixed(b.n_seqs, b.n_tokens), b.kv_read_tokens, b.attn_pairs)
+    }
+
+    /// A step with a prompt chunk under attention DP: the chunk's sequence sits on one rank, which
+    /// computes the whole chunk (its dense layers, attention and KV reads over that rank's tp / N
+    /// GPUs), and every rank waits for it at the MoE layers. The busiest rank's work is the larger
+    /// of that chunk and the balanced share: one prompt among decodes costs its whole chunk on one
+    /// rank; N prompts at once, one per rank (TensorRT-LLM's attention-DP balance, a prefill
+    /// worker's batch), cost one chunk each in parallel. The balanced split alone gave a lone
+    /// prompt 1 / N of its chunk: its prefill ran N times too fast.
+    #[cold]
+    fn parts_prefill_on_one_rank(&self, l: &LargeStep, b: &BatchShape) -> StepParts {
+        let (chunk, start) = (b.max_chunk, b.max_chunk_start);
+        let n = l.ranks;
+        let busiest = chunk.max(b.n_tokens.div_ceil(n));
+        let f = self.fixed_large(l, b.n_seqs, b.n_tokens, Some(busiest));
+        // The balanced formula charges pairs x (rate over all tp GPUs), which is each rank's 1 / N
+        // share over its tp / N GPUs; a rank with the chunk alone counts its pairs and reads N times.
+        let attn_pairs = (chunk_pairs(start, chunk) * n as f64).max(b.attn_pairs);
+        let kv_read_tokens = ((start as u64 + chunk as u64) * n as u64).max(b.kv_read_tokens);
+        self.parts_with(&f, kv_read_tokens, attn_pairs)
     }
 
     /// The parts a step's sequence and token counts decide. A decode stretch keeps both, so it
@@ -293,7 +332,7 @@ impl StepModel {
             return FixedParts { empty: true, ..FixedParts::default() };
         }
         if let Some(l) = &self.large {
-            return self.fixed_large(l, n_seqs, n_tokens);
+            return self.fixed_large(l, n_seqs, n_tokens, None);
         }
         let t = n_tokens as f64;
         FixedParts {
@@ -312,10 +351,12 @@ impl StepModel {
 
     /// [`StepModel::fixed`] of a large deployment (sim/step_large.rs says what each part stands for):
     /// the busiest attention DP rank's share of one pipeline micro-batch, the MoE layers over every
-    /// rank's tokens.
+    /// rank's tokens. `busiest_tokens` replaces the busiest rank's balanced share of the tokens
+    /// (a prompt chunk on one rank).
     #[cold]
-    fn fixed_large(&self, l: &LargeStep, n_seqs: u32, n_tokens: u32) -> FixedParts {
+    fn fixed_large(&self, l: &LargeStep, n_seqs: u32, n_tokens: u32, busiest_tokens: Option<u32>) -> FixedParts {
         let (seqs, tokens, moe_tokens) = l.shares(n_seqs, n_tokens);
+        let tokens = busiest_tokens.unwrap_or(tokens);
         let ranks = l.ranks as f64;
         FixedParts {
             empty: false,

@@ -36,9 +36,12 @@
 //! bytes / bandwidth). The bubble: with fewer sequences than stages the period is still one full
 //! traversal, so a lone request pays every stage in sequence.
 //!
-//! Where this breaks: one long prompt sits on one rank (its chunk is not spread over the ranks, so
-//! the busiest rank computes more than ceil(T / N)), and ranks with unequal contexts wait for the
-//! slowest; micro-batches of unequal size likewise. Both make the real step longer than this one.
+//! A prompt chunk is not spread over the ranks: its sequence sits on one rank, so a step holding
+//! one charges the busiest rank the larger of its longest chunk and the balanced ceil(T / N)
+//! (StepModel::parts; without pipeline stages).
+//!
+//! Where this breaks: ranks with unequal contexts wait for the slowest, and so do several chunks
+//! on one rank and micro-batches of unequal size. All make the real step longer than this one.
 
 use crate::catalog::gpu::Collectives;
 use crate::profile::Profile;

@@ -235,3 +235,32 @@ fn trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout() {
     assert!(max <= 5.0 * 0.0115, "{max}");
     assert!(on.iter().any(|&t| t > 0.03), "some contexts were held");
 }
+
+/// A prompt chunk under attention DP sits on one rank: that rank computes the whole chunk over its
+/// tp / N GPUs while the others wait at the MoE layers. Four ranks of one GPU each therefore spend
+/// four times what TP 4 without attention DP spends on the chunk's dense layers, attention and KV
+/// reads (the same GPUs' coefficients), not the same (the balanced split, which gave each rank a
+/// quarter of the chunk). Decode-only steps keep the balanced split.
+#[test]
+fn a_prompt_chunk_runs_on_one_rank() {
+    let parts = |extra: &[&str], decode: &str, prefill: &str| {
+        let mut a = vec!["explain", "--tp", "4", "--ep", "4", "--decode", decode, "--prefill", prefill, "--json"];
+        a.extend_from_slice(extra);
+        let o = capsim(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["parts_s"].clone()
+    };
+    let dp = parts(&["--attention-dp", "4"], "0", "4096");
+    let tp = parts(&[], "0", "4096");
+    for k in ["dense_matmul_s", "attention_s", "kv_s"] {
+        let (a, b) = (dp[k].as_f64().unwrap(), tp[k].as_f64().unwrap());
+        assert!(b > 0.0 && (a / (4.0 * b) - 1.0).abs() < 1e-9, "{k}: {a} against 4 x {b}");
+    }
+    // 64 decodes alone: each rank computes its 16 sequences on its one GPU, the time TP 4 takes for
+    // all 64 over four.
+    let dp = parts(&["--attention-dp", "4"], "64", "0");
+    let tp = parts(&[], "64", "0");
+    let (a, b) = (dp["dense_matmul_s"].as_f64().unwrap(), tp["dense_matmul_s"].as_f64().unwrap());
+    assert!((a / b - 1.0).abs() < 1e-9, "decode: {a} against {b}");
+}
