@@ -370,6 +370,21 @@ impl ModelArch {
     pub fn attn_flops_per_token_pair(&self) -> f64 {
         self.n_full_attn_layers as f64 * self.attn_flops_per_pair_layer()
     }
+    /// Attention FLOPs per (query, context token) pair of a decoding token over the full-attention
+    /// layers. MLA decodes in its absorbed form: the key and value up-projections are folded into
+    /// the query and the output (DeepSeek-V2, arXiv 2405.04434, section 2.1.2), so each head's
+    /// scores run over the latent and rope dims and its values over the latent, as the decode
+    /// kernels do (deepseek-ai/FlashMLA: q/k head dim 576, v head dim 512): 2 x heads x
+    /// (kv_lora_rank + qk_rope_head_dim + kv_lora_rank), 3.4x the prefill form's FLOPs for
+    /// DeepSeek-V3. Prefill keeps the expanded form, which costs fewer FLOPs per pair when the
+    /// chunk is long (vLLM's MLA backend chooses the two so; its source is above this workplace's
+    /// fetch limit and was not re-read here). Other attention: one form for both.
+    pub fn attn_flops_per_decode_pair(&self) -> f64 {
+        let Some(m) = &self.mla else { return self.attn_flops_per_token_pair() };
+        let indexer = self.dsa.as_ref().map_or(0.0, |d| 2.0 * (d.index_n_heads * d.index_head_dim) as f64);
+        let per_layer = 2.0 * self.n_heads as f64 * (2 * m.kv_lora_rank + m.qk_rope_head_dim) as f64 + indexer;
+        self.n_full_attn_layers as f64 * per_layer
+    }
     pub fn sliding_attn_flops_per_token_pair(&self) -> f64 {
         self.n_sliding_layers as f64 * self.attn_flops_per_pair_layer()
     }

@@ -39,6 +39,9 @@ pub struct BatchShape {
     pub kv_read_tokens: u64,
     /// (query, key) pairs of softmax attention over the step.
     pub attn_pairs: f64,
+    /// The pairs of decoding tokens (one-token chunks) among `attn_pairs`: MLA computes them in
+    /// its absorbed form, at more FLOPs per pair (ModelArch::attn_flops_per_decode_pair).
+    pub decode_pairs: f64,
     /// The longest chunk's tokens and the position it starts at: under attention DP that
     /// sequence sits on one rank, which computes it alone (sim/step_large.rs).
     pub max_chunk: u32,
@@ -56,7 +59,11 @@ impl BatchShape {
             self.max_chunk = n;
             self.max_chunk_start = start;
         }
-        self.attn_pairs += chunk_pairs(start, n);
+        let pairs = chunk_pairs(start, n);
+        self.attn_pairs += pairs;
+        if n == 1 {
+            self.decode_pairs += pairs;
+        }
     }
 }
 
@@ -153,6 +160,8 @@ pub struct StepModel {
     lm_head_s_per_seq: f64,
     /// Seconds per attention (query, key) pair.
     attn_s_per_pair: f64,
+    /// What a decoding token's pair costs beyond `attn_s_per_pair` (MLA's absorbed form; 0 else).
+    attn_s_per_decode_pair_extra: f64,
     /// 1 - mem_compute_overlap.
     exposed: f64,
     comm: Comm,
@@ -254,6 +263,8 @@ impl StepModel {
             expert_s_per_token: expert_flops_per_token / (matmul_rate * c.grouped_gemm_rel),
             lm_head_s_per_seq: 2.0 * a.lm_head_params() as f64 / matmul_rate,
             attn_s_per_pair: a.attn_flops_per_token_pair() / (c.attention_flops_eff_s * tp),
+            attn_s_per_decode_pair_extra: (a.attn_flops_per_decode_pair() - a.attn_flops_per_token_pair())
+                / (c.attention_flops_eff_s * tp),
             exposed: 1.0 - c.mem_compute_overlap,
             comm: Comm::new(p),
             draft: p.speculative().map(|s| DraftModel::new(p, s)),
@@ -262,6 +273,7 @@ impl StepModel {
         if large.is_some() {
             m.kv_bytes_per_token /= micro;
             m.attn_s_per_pair /= micro;
+            m.attn_s_per_decode_pair_extra /= micro;
             m.comm = Comm::default();
             m.large = large;
         }
@@ -300,7 +312,7 @@ impl StepModel {
                 return self.parts_prefill_on_one_rank(l, b);
             }
         }
-        self.parts_with(&self.fixed(b.n_seqs, b.n_tokens), b.kv_read_tokens, b.attn_pairs)
+        self.parts_with(&self.fixed(b.n_seqs, b.n_tokens), b.kv_read_tokens, b.attn_pairs, b.decode_pairs)
     }
 
     /// A step with a prompt chunk under attention DP: the chunk's sequence sits on one rank, which
@@ -320,7 +332,7 @@ impl StepModel {
         // share over its tp / N GPUs; a rank with the chunk alone counts its pairs and reads N times.
         let attn_pairs = (chunk_pairs(start, chunk) * n as f64).max(b.attn_pairs);
         let kv_read_tokens = ((start as u64 + chunk as u64) * n as u64).max(b.kv_read_tokens);
-        self.parts_with(&f, kv_read_tokens, attn_pairs)
+        self.parts_with(&f, kv_read_tokens, attn_pairs, b.decode_pairs)
     }
 
     /// The parts a step's sequence and token counts decide. A decode stretch keeps both, so it
@@ -375,12 +387,12 @@ impl StepModel {
     /// The whole step from its fixed parts and the context it reads: the one place the formula is
     /// written.
     #[inline]
-    pub fn parts_with(&self, f: &FixedParts, kv_read_tokens: u64, attn_pairs: f64) -> StepParts {
+    pub fn parts_with(&self, f: &FixedParts, kv_read_tokens: u64, attn_pairs: f64, decode_pairs: f64) -> StepParts {
         if f.empty {
             return StepParts::default();
         }
         let kv_s = kv_read_tokens as f64 * self.kv_bytes_per_token * self.inv_bw;
-        let attention_s = attn_pairs * self.attn_s_per_pair;
+        let attention_s = attn_pairs * self.attn_s_per_pair + decode_pairs * self.attn_s_per_decode_pair_extra;
         let memory_s = f.weights_s + kv_s + f.state_s;
         let compute_s = f.dense_matmul_s + f.expert_matmul_s + f.lm_head_s + attention_s;
         let total_s = self.overhead_s
@@ -432,7 +444,8 @@ impl StepModel {
     /// [`StepModel::step_ns`] of a step whose fixed parts are `f`.
     #[inline]
     pub fn step_ns_with(&self, f: &FixedParts, kv_read_tokens: u64, attn_pairs: f64) -> u64 {
-        round_ns(self.parts_with(f, kv_read_tokens, attn_pairs).total_s * 1e9).max(1)
+        // A decode stretch: every pair is a decoding token's.
+        round_ns(self.parts_with(f, kv_read_tokens, attn_pairs, attn_pairs).total_s * 1e9).max(1)
     }
 
     /// Step duration in seconds.

@@ -43,6 +43,9 @@ fn deepseek_v3_mla_by_hand() {
     assert_relative_eq!(active as f64 / 1e9, 37.0, max_relative = 0.02);
     // Prefill attention FLOPs per (query, key) pair: 2 x 128 heads x (192 qk + 128 v) x 61 layers.
     assert_eq!(m.attn_flops_per_token_pair(), 2.0 * 128.0 * 320.0 * 61.0);
+    // A decoding token's pair in the absorbed form: scores over the latent and rope dims, values
+    // over the latent: 2 x 128 heads x (512 + 64 + 512) x 61 layers, 3.4x the prefill form.
+    assert_eq!(m.attn_flops_per_decode_pair(), 2.0 * 128.0 * 1088.0 * 61.0);
     assert_eq!(m.weight_dtype_native, Some(Dtype::Fp8));
     // MLA's latent is kept whole on every tensor-parallel GPU.
     assert_eq!(m.kv_replication(8), 8.0);
@@ -547,4 +550,21 @@ fn dense_models_use_the_dense_share_everywhere() {
     ] {
         assert!(v.is_finite() && v > 0.0, "{k:?}");
     }
+}
+
+/// A step's decoding pairs are the one-token chunks' and cost the decode form; a prompt chunk's
+/// pairs the prefill form. Llama (no MLA) has one form for both.
+#[test]
+fn mla_decode_pairs_cost_the_absorbed_form() {
+    use capsim::sim::BatchShape;
+    let mut b = BatchShape::default();
+    b.add_chunk(999, 1);
+    b.add_chunk(0, 100);
+    assert_eq!(b.decode_pairs, 1000.0);
+    assert_eq!(b.attn_pairs, 1000.0 + 100.0 * 101.0 / 2.0);
+    let llama = model("meta-llama/Llama-3.1-8B-Instruct");
+    assert_eq!(llama.attn_flops_per_decode_pair(), llama.attn_flops_per_token_pair());
+    // GLM-5: MLA (64 heads, latent 512, rope 64) plus its indexer's 2 x 32 x 128 in both forms.
+    let glm = model("zai-org/GLM-5");
+    assert_eq!(glm.attn_flops_per_decode_pair(), 78.0 * (2.0 * 64.0 * 1088.0 + 2.0 * 32.0 * 128.0));
 }
