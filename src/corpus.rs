@@ -505,40 +505,14 @@ pub fn express(
         None => None,
         Some((pre, dec)) => {
             let pool = |l: PoolLayout, prefill: bool| -> std::result::Result<Deployment, Refusal> {
-                // A worker's GPUs: InferenceX's metadata states them as the pool's tp (its DP-attention
-                // ranks one GPU each, measured/corpus.rs); aiconfigurator's columns as tp_size x
-                // attention_dp_size (each rank's attention over tp_size GPUs), its experts over
-                // moe_tp_size x moe_ep_size of the same GPUs, as the aggregated rows of the
-                // InferenceX database read in corpus/layout.rs.
-                let inferencex = p.set != "aic-e2e";
-                let dp = l.attention_dp.max(1);
-                let gpus = if inferencex { l.tensor_parallel } else { l.tensor_parallel * dp };
-                if gpus > gpu.link_domain_gpus.max(1) {
-                    return Err(Refusal::BeyondLinkDomain);
-                }
-                let ep = if moe { l.moe_ep.max(1) } else { 1 };
-                let split_ok = gpus.is_multiple_of(ep) && (inferencex || !moe || l.moe_tp.max(1) * ep == gpus);
-                if !gpus.is_multiple_of(dp) {
-                    return Err(Refusal::AttentionDp);
-                }
-                if !split_ok {
-                    return Err(Refusal::MixedMoeLayout);
-                }
-                // Experts whole over the worker's GPUs or split by its TP alone, without attention DP,
-                // is the plain layout; anything else goes through the large step (sim/step_large.rs),
-                // as the aggregated points' layouts do.
-                let parallel = if dp == 1 && (ep == 1 || ep == gpus) {
-                    crate::profile::Parallel::plain()
-                } else {
-                    crate::profile::Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: 1 }
-                };
+                let w = layout::worker(p, &l, moe, gpu.link_domain_gpus.max(1))?;
                 Ok(Deployment {
-                    tensor_parallel: gpus,
-                    expert_parallel: moe && ep > 1 && ep == gpus,
-                    parallel,
+                    tensor_parallel: w.gpus,
+                    expert_parallel: w.expert_parallel,
+                    parallel: w.parallel,
                     settings: layout::launch_settings(
                         p,
-                        &parallel,
+                        &w.parallel,
                         pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
                     ),
                     ..deployment.clone()

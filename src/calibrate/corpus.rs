@@ -21,9 +21,8 @@
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::hardware::learned::{
-    apply_residual, dtype_key, is_share, pair_key, ClientCost, DeploymentResidual, LearnedFit, LearnedModel, Offset,
-    API_TOKEN, ATTN, BW, GEMM, GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, REQUEST,
-    SPREAD,
+    apply_residual, dtype_key, pair_key, ClientCost, DeploymentResidual, LearnedFit, LearnedModel, Offset, API_TOKEN,
+    ATTN, BW, GEMM, GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, REQUEST, SPREAD,
 };
 use crate::hardware::{unmeasured_profile, SharedModel};
 use crate::measured::corpus::Client;
@@ -273,11 +272,7 @@ fn predict(f: &Feat, x: &[f64; N_PARAMS], client_s: f64, rounds: f64) -> (f64, f
     // Only the first round arrives at once: each client's next request follows its own completion,
     // and the clients' lengths spread them apart.
     let sync = 1.0 / rounds.max(1.0);
-    let mut v = [0.0; N_PARAMS];
-    for i in 0..N_PARAMS {
-        let e = x[i].exp();
-        v[i] = if is_share(i) { e.min(1.0) } else { e };
-    }
+    let v = crate::hardware::learned::natural(x);
     let t_dec = f.dec.time(&v, f.exposed);
     let (mut pf_total, mut pf_extra) = (0.0, 0.0);
     for (mixed, base) in &f.chunks {
@@ -292,7 +287,7 @@ fn predict(f: &Feat, x: &[f64; N_PARAMS], client_s: f64, rounds: f64) -> (f64, f
     let mut ttft = host + pf_total;
     for _ in 0..4 {
         // The API server streams c' tokens per TPOT; a request's own work gets what that leaves.
-        let rho = (v[API_TOKEN] * f.c_eff / tpot).min(crate::profile::API_BUSY_MAX);
+        let rho = crate::profile::api_busy_share(v[API_TOKEN], f.c_eff, tpot);
         host = v[REQUEST] / (1.0 - rho) + client_s;
         let span = f.o1 * tpot;
         let cycle = ttft + span;

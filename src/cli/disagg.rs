@@ -136,7 +136,7 @@ impl ProfileArgs {
     }
 }
 
-/// A pool's layout as capacity's JSON reports it.
+/// A pool's layout as the JSON of `simulate` and `capacity --disaggregated` reports it.
 fn pool_layout(p: &Profile) -> serde_json::Value {
     serde_json::json!({
         "gpu": p.gpu.name,
@@ -223,16 +223,11 @@ pub fn insert_json(
 ) {
     use serde_json::json;
     let pool = |p: &Profile, workers: u32| {
-        json!({
-            "workers": workers,
-            "gpu": p.gpu.name,
-            "tensor_parallel": p.tensor_parallel,
-            "expert_parallel": p.expert_parallel,
-            "expert_parallel_size": p.parallel.expert_parallel_size,
-            "attention_dp": p.parallel.attention_dp,
-            "engine": p.engine.kind.as_str(),
-            "kv_capacity_tokens": p.engine.kv_capacity_tokens,
-        })
+        let mut v = pool_layout(p);
+        v["workers"] = json!(workers);
+        v["engine"] = json!(p.engine.kind.as_str());
+        v["kv_capacity_tokens"] = json!(p.engine.kv_capacity_tokens);
+        v
     };
     obj.insert(
         "disaggregated".into(),

@@ -312,7 +312,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     if c.api_per_token_s > 0.0 && parts.total_s > 0.0 {
         // The API server streams every running sequence's token each step; a request's own API
         // time gets what that leaves (sim/run.rs, Replica::accept).
-        let busy = (c.api_per_token_s * a.decode as f64 / parts.total_s).min(capsim::profile::API_BUSY_MAX);
+        let busy = capsim::profile::api_busy_share(c.api_per_token_s, a.decode as f64, parts.total_s);
         outln!(
             "API server per streamed token (detokenization, SSE): {} us; streaming this step's {} tokens every {} ms keeps it {}% busy, so a request arriving now spends {} ms in it",
             num(c.api_per_token_s * 1e6, 3),

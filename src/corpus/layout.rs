@@ -23,9 +23,14 @@
 //! - aic-e2e rows of NVIDIA's gap analyses: `tp_size` is the engine's tp_size (moe_tp x moe_ep =
 //!   tp_size) and `batch_size` each rank's batch: concurrency / batch_size attention ranks
 //!   (TensorRT-LLM enable_attention_dp, where each rank batches its own requests).
+//! - A disaggregated row's pools ([`worker`]): aiconfigurator's `prefill_*`/`decode_*` columns as
+//!   a worker of tp_size x attention_dp_size GPUs (each rank's attention over tp_size of them), its
+//!   experts over moe_tp_size x moe_ep_size of the same GPUs; InferenceX's metadata pool blocks as
+//!   tp GPUs, one DP-attention rank per GPU (measured/corpus.rs).
 
+use super::Refusal;
 use crate::catalog::ModelArch;
-use crate::measured::corpus::{Client, CorpusPoint};
+use crate::measured::corpus::{Client, CorpusPoint, PoolLayout};
 use crate::profile::{EngineKind, EngineSettings, Parallel};
 
 /// A point's layout: the replica's GPUs, the large-deployment layout and each rank's batch (the
@@ -38,6 +43,41 @@ pub struct Layout {
     pub expert_parallel: bool,
     /// The concurrency one rank's engine settings are sized for.
     pub rank_concurrency: u32,
+}
+
+/// One worker of a disaggregated pool: its GPUs, its layout and whether its experts are spread
+/// whole over all of them (the plain profile's expert_parallel).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Worker {
+    pub gpus: u32,
+    pub parallel: Parallel,
+    pub expert_parallel: bool,
+}
+
+/// The worker a pool `l` of point `p` states (see the module doc), within `link_domain` GPUs.
+/// Experts whole over the worker's GPUs or split by its TP alone, without attention DP, is the
+/// plain layout; anything else goes through the large step (sim/step_large.rs), as the aggregated
+/// points' layouts do.
+pub fn worker(p: &CorpusPoint, l: &PoolLayout, moe: bool, link_domain: u32) -> Result<Worker, Refusal> {
+    let inferencex = p.set != "aic-e2e";
+    let dp = l.attention_dp.max(1);
+    let gpus = if inferencex { l.tensor_parallel } else { l.tensor_parallel * dp };
+    if gpus > link_domain {
+        return Err(Refusal::BeyondLinkDomain);
+    }
+    if !gpus.is_multiple_of(dp) {
+        return Err(Refusal::AttentionDp);
+    }
+    let ep = if moe { l.moe_ep.max(1) } else { 1 };
+    if !gpus.is_multiple_of(ep) || !(inferencex || !moe || l.moe_tp.max(1) * ep == gpus) {
+        return Err(Refusal::MixedMoeLayout);
+    }
+    let parallel = if dp == 1 && (ep == 1 || ep == gpus) {
+        Parallel::plain()
+    } else {
+        Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: 1 }
+    };
+    Ok(Worker { gpus, parallel, expert_parallel: moe && ep > 1 && ep == gpus })
 }
 
 /// The launch's (TP, EP) from an aic-e2e id `..._tp<T>_ep<E>_<n>`.

@@ -160,10 +160,9 @@ pub struct LearnedModel {
 /// What a deployment gets from the learned model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Learned {
-    /// Natural units, in [`PARAMS`] order (shares clamped to (0, 1]).
-    pub values: [f64; N_PARAMS],
-    /// The log values before the shares' clamp: a deployment's residual moves these, then the
-    /// clamp applies, in the fit's order (calibrate::corpus), so its own points come out as fitted.
+    /// The log values in [`PARAMS`] order, before the shares' clamp: a deployment's residual moves
+    /// these, then the clamp applies, in the fit's order (calibrate::corpus), so its own points
+    /// come out as fitted ([`Learned::with_residual`]).
     pub log_values: [f64; N_PARAMS],
     /// Log sigma of each, from the levels the deployment has no member of plus the residual.
     pub sigma_log: [f64; N_PARAMS],
@@ -174,14 +173,25 @@ pub struct Learned {
 }
 
 impl Learned {
+    /// The learned values in natural units, [`PARAMS`] order (shares clamped to (0, 1]).
+    pub fn values(&self) -> [f64; N_PARAMS] {
+        natural(&self.log_values)
+    }
     /// The values in natural units with the measured deployment's residual applied (none: the
     /// learned values themselves).
     pub fn with_residual(&self) -> [f64; N_PARAMS] {
-        let Some((d, p)) = self.residual else { return self.values };
         let mut log = self.log_values;
-        apply_residual(&mut log, d, p);
-        std::array::from_fn(|i| if is_share(i) { log[i].exp().min(1.0) } else { log[i].exp() })
+        if let Some((d, p)) = self.residual {
+            apply_residual(&mut log, d, p);
+        }
+        natural(&log)
     }
+}
+
+/// Log values to natural units, the shares clamped to (0, 1] (the fit's closed form and a
+/// deployment's lookup alike).
+pub fn natural(log: &[f64; N_PARAMS]) -> [f64; N_PARAMS] {
+    std::array::from_fn(|i| if is_share(i) { log[i].exp().min(1.0) } else { log[i].exp() })
 }
 
 /// A GPU's vendor and generation (catalog names), the levels above the GPU.
@@ -284,7 +294,7 @@ impl LearnedModel {
             model.family.to_string(),
             model.name.to_string(),
         ];
-        let mut log: Vec<f64> = self.global.iter().map(|v| v.ln()).collect();
+        let mut log: [f64; N_PARAMS] = std::array::from_fn(|i| self.global[i].ln());
         let mut var = [self.residual_sigma_log.powi(2); N_PARAMS];
         let mut matched = [false; N_LEVELS];
         for (l, (level, key)) in LEVELS.iter().zip(&keys).enumerate() {
@@ -302,16 +312,10 @@ impl LearnedModel {
                 }
             }
         }
-        let mut values = [0.0; N_PARAMS];
-        for (i, v) in values.iter_mut().enumerate() {
-            let x = log[i].exp();
-            *v = if is_share(i) { x.min(1.0) } else { x };
-        }
         let residual = deployment_key
             .and_then(|k| self.deployments.iter().find(|d| d.key == k))
             .map(|d| (d.decode_log, d.prefill_log));
-        let log_values: [f64; N_PARAMS] = std::array::from_fn(|i| log[i]);
-        Learned { values, log_values, sigma_log: var.map(f64::sqrt), matched, residual }
+        Learned { log_values: log, sigma_log: var.map(f64::sqrt), matched, residual }
     }
 
     /// [`Self::lookup`] for a catalog architecture (its family and name).

@@ -79,6 +79,14 @@ pub struct Disaggregated {
     pub link: KvLink,
 }
 
+/// What each receiving decode GPU holds of `bytes` of one copy of a token's KV: a request's KV
+/// lives on one attention-DP rank (without attention DP, the whole worker), split over that rank's
+/// tp / N GPUs and replicated as the model's KV heads require (MLA's latent whole on each).
+fn per_decode_gpu(decode: &Profile, bytes: f64) -> f64 {
+    let tp = decode.tensor_parallel;
+    bytes * decode.parallel.kv_replication(&decode.arch, tp) / decode.parallel.attention_tp(tp) as f64
+}
+
 /// Cap on the workers of a pool (a bound on the work of one run).
 pub const MAX_WORKERS: u32 = 4096;
 
@@ -121,12 +129,8 @@ impl Disaggregated {
                 ),
             )
         };
-        let a = &decode.arch;
-        let kv_dtype = decode.file.model.kv_dtype;
-        // A request's KV lives on one attention-DP rank of the decode worker: its tp / N GPUs receive
-        // it (without attention DP, all tp).
-        let tp = decode.parallel.attention_tp(decode.tensor_parallel);
-        let bytes_per_token_per_gpu = a.kv_bytes_per_token(kv_dtype) * a.kv_replication(tp) / tp as f64;
+        let bytes_per_token_per_gpu =
+            per_decode_gpu(&decode, decode.arch.kv_bytes_per_token(decode.file.model.kv_dtype));
         let link = KvLink { path, bw_bytes_s: bw, latency_s: KV_TRANSFER_LATENCY_S, bytes_per_token_per_gpu, source };
         Disaggregated { prefill, decode, prefill_workers, decode_workers, link }
     }
@@ -139,9 +143,7 @@ impl Disaggregated {
     /// Sliding-window layers move at most their window.
     pub fn transfer_s(&self, prompt_tokens: u32) -> f64 {
         let a = &self.decode.arch;
-        let tp = self.decode.parallel.attention_tp(self.decode.tensor_parallel);
-        let kv_dtype = self.decode.file.model.kv_dtype;
-        let sliding = a.sliding_kv_bytes_per_token(kv_dtype) * a.kv_replication(tp) / tp as f64
+        let sliding = per_decode_gpu(&self.decode, a.sliding_kv_bytes_per_token(self.decode.file.model.kv_dtype))
             * (prompt_tokens as u64).min(a.sliding_window) as f64;
         self.link.latency_s
             + (prompt_tokens as f64 * self.link.bytes_per_token_per_gpu + sliding) / self.link.bw_bytes_s

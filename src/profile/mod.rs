@@ -136,6 +136,15 @@ fn is_zero(x: &f64) -> bool {
 /// a bound that keeps 1 / (1 - busy share) finite ([`Coefficients::api_per_token_s`]).
 pub const API_BUSY_MAX: f64 = 0.9;
 
+/// The API server's busy share streaming `seqs` tokens every `step` at `per_token` each (any one
+/// time unit for both), at most [`API_BUSY_MAX`]: a new request's own API time is stretched by
+/// 1 / (1 - this). The one formula of the simulator (sim/run.rs), the fit's closed form
+/// (calibrate::corpus) and `capsim explain`.
+#[inline]
+pub fn api_busy_share(per_token: f64, seqs: f64, step: f64) -> f64 {
+    (per_token * seqs / step).min(API_BUSY_MAX)
+}
+
 fn one() -> f64 {
     1.0
 }

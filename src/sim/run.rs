@@ -362,7 +362,7 @@ impl<'a> Replica<'a> {
         if self.api_token_ns == 0.0 || seqs == 0 || dt == 0 || end.saturating_add(dt) < send {
             return self.overhead_ns;
         }
-        let busy = (self.api_token_ns * seqs as f64 / dt as f64).min(crate::profile::API_BUSY_MAX);
+        let busy = crate::profile::api_busy_share(self.api_token_ns, seqs as f64, dt as f64);
         (self.overhead_ns as f64 / (1.0 - busy)).round() as u64
     }
 

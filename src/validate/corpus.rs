@@ -194,7 +194,7 @@ fn with_acceptance(e: &Experiment, a: f64, source: &str) -> Experiment {
 }
 
 /// One MTP experiment's TPOT replayed at the cited default acceptance: its GPU, tokens drafted per
-/// step, the default's expected tokens per step, predicted and measured TPOT.
+/// step, predicted and measured TPOT, and its speculation at that default.
 struct MtpObservation {
     gpu: String,
     drafted: u32,

@@ -34,7 +34,7 @@ fn a_dense_model_pays_no_moe_layer_overhead() {
         let arch = c.model(model).unwrap();
         let l = m.lookup_arch(&gpu.name, "vllm", Dtype::Fp8, &arch, None);
         let (coef, _) = capsim::hardware::coefficients_from_learned(&l, &c.hardware, &arch, gpu, Dtype::Fp8);
-        (coef.step_overhead_s, l.values, arch)
+        (coef.step_overhead_s, l.values(), arch)
     };
     let (dense, v, arch) = step_overhead("Llama-3.1-70B");
     assert_eq!(arch.n_moe_layers(), 0);
@@ -121,8 +121,8 @@ fn a_model_nobody_measured_takes_its_kernel_family_before_the_global_values() {
     let nothing = m.lookup("H200 SXM", "sglang", Dtype::Fp8, ModelKey { family: "none", name: "none" }, None);
     assert!(new_mla.matched[level("family")] && !new_mla.matched[level("model")]);
     assert!(!nothing.matched[level("family")]);
-    assert_ne!(new_mla.values, new_gqa.values);
-    assert_ne!(new_mla.values, nothing.values);
+    assert_ne!(new_mla.values(), new_gqa.values());
+    assert_ne!(new_mla.values(), nothing.values());
     // The family's spread replaces the unmatched family level's: a family member is surer.
     assert!(new_mla.sigma_log[capsim::hardware::learned::BW] < nothing.sigma_log[capsim::hardware::learned::BW]);
 }

@@ -210,7 +210,7 @@ fn another_model_takes_its_own_precision_and_the_shared_model() {
     let shared = &c.hardware;
     let gemm = match &c.learned {
         Some(m) => {
-            m.lookup_arch(&l8.gpu.name, "vllm", Dtype::Bf16, &l8.arch, None).values[capsim::hardware::learned::GEMM]
+            m.lookup_arch(&l8.gpu.name, "vllm", Dtype::Bf16, &l8.arch, None).values()[capsim::hardware::learned::GEMM]
                 * l8.gpu.gemm_reference_share(Dtype::Bf16)
         }
         None => shared.dense_gemm_frac.value,
