@@ -22,7 +22,8 @@ use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::hardware::learned::{
     apply_residual, dtype_key, pair_key, ClientCost, DeploymentResidual, LearnedFit, LearnedModel, Offset, API_TOKEN,
-    ATTN, BW, GEMM, GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, REQUEST, SPREAD,
+    ATTN, BW, GEMM, GROUPED, LEVELS, MOE_OVERHEAD, N_LEVELS, N_PARAMS, OVERHEAD, PARAMS, PER_SEQ, PREFILL_OVERHEAD,
+    REQUEST, SPREAD,
 };
 use crate::hardware::{unmeasured_profile, SharedModel};
 use crate::measured::corpus::Client;
@@ -50,20 +51,21 @@ pub const GLOBAL_PRIOR: [(f64, f64); N_PARAMS] = [
     (0.25, 1.0),
     (3e-5, 2.0),
     (2e-5, 2.0),
+    (5e-4, 2.0),
 ];
 
 /// Prior spread (log) of each level's offsets, [`LEVELS`] x [`PARAMS`]. The dtype level moves only
 /// the GEMM share, the model level neither the per-request cost (an engine's and host's) nor
 /// anything a GPU alone decides; a negligible spread pins what a level does not move.
 pub const LEVEL_PRIOR_SIGMA: [[f64; N_PARAMS]; N_LEVELS] = [
-    [0.3, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3],
-    [0.2, 0.3, 0.3, 0.3, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3],
-    [0.2, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 0.1, 0.5, 0.3],
-    [0.2, 0.3, 0.5, 0.5, 0.7, 0.7, 0.7, 0.3, 0.7, 0.7],
-    [0.15, 0.2, 0.3, 0.3, 0.5, 0.5, 0.5, 0.2, 0.5, 0.5],
-    [1e-4, 0.3, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4],
-    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4, 1e-4],
-    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4, 1e-4],
+    [0.3, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3, 0.5],
+    [0.2, 0.3, 0.3, 0.3, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3, 0.5],
+    [0.2, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 0.1, 0.5, 0.3, 0.5],
+    [0.2, 0.3, 0.5, 0.5, 0.7, 0.7, 0.7, 0.3, 0.7, 0.7, 0.7],
+    [0.15, 0.2, 0.3, 0.3, 0.5, 0.5, 0.5, 0.2, 0.5, 0.5, 0.5],
+    [1e-4, 0.3, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4, 1e-4],
+    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4, 1e-4, 0.7],
+    [0.15, 0.2, 0.4, 0.4, 0.4, 0.4, 1e-4, 0.5, 0.4, 1e-4, 0.4],
 ];
 
 /// Prior spread (log) of a measured deployment's own decode and prefill residuals.
@@ -110,6 +112,8 @@ struct Raw {
     /// The GPU's kernel speed relative to the reference chip (learned::kernel_overhead_scale), which
     /// the per-layer overheads are multiplied by.
     kernel_scale: f64,
+    /// 1 where the step computes a prompt chunk (it pays the prefill's own per-layer cost), else 0.
+    prefill: f64,
 }
 
 impl Raw {
@@ -137,6 +141,7 @@ impl Raw {
             moe_layers: p0.arch.n_moe_layers() as f64,
             seqs: b.n_seqs as f64,
             kernel_scale: crate::hardware::learned::kernel_overhead_scale(&p0.gpu),
+            prefill: if b.max_chunk > 1 { 1.0 } else { 0.0 },
         }
     }
 
@@ -155,7 +160,8 @@ impl Raw {
         };
         let m = (self.mem + experts * self.expert_unit) / v[BW];
         let c = self.gemm / v[GEMM] + self.expert / (v[GEMM] * v[GROUPED]) + self.attn / v[ATTN];
-        (self.layers * v[OVERHEAD] + self.moe_layers * v[MOE_OVERHEAD]) * self.kernel_scale
+        (self.layers * (v[OVERHEAD] + self.prefill * v[PREFILL_OVERHEAD]) + self.moe_layers * v[MOE_OVERHEAD])
+            * self.kernel_scale
             + self.seqs * v[PER_SEQ]
             + m.max(c)
             + exposed * m.min(c)
@@ -200,6 +206,7 @@ fn unit_profile(catalog: &Catalog, e: &Experiment) -> crate::error::Result<Profi
     c.request_overhead_s = 0.0;
     c.frontend_serial_s = 0.0;
     c.api_per_token_s = 0.0;
+    c.prefill_step_overhead_s = 0.0;
     // Fixed here, not taken from whichever model built the profile, so the fit does not depend on
     // the learned model it replaces.
     c.expert_spread = 1.0;
@@ -476,7 +483,7 @@ fn jacobian_rows(x: &[f64], lay: &Layout, f: &Feat) -> Rows {
     }
     let comb = |a: [f64; 2], b: [f64; 2], sa: f64, sb: f64| [sa * a[0] + sb * b[0], sa * a[1] + sb * b[1]];
     let d_dec = comb(comb(comb(dv[OVERHEAD], dv[MOE_OVERHEAD], 1.0, 1.0), dv[PER_SEQ], 1.0, 1.0), dv[BW], 1.0, -1.0);
-    let d_pre = comb(dv[GEMM], dv[ATTN], -1.0, -1.0);
+    let d_pre = comb(comb(dv[GEMM], dv[ATTN], -1.0, -1.0), dv[PREFILL_OVERHEAD], 1.0, 1.0);
     rows.push(d_dec);
     rows.push(d_pre);
     rows.push(dcl);

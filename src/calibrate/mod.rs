@@ -179,6 +179,7 @@ fn build(v: &[f64; N_PARAMS]) -> Built {
             frontend_serial_s: v[P_FRONTEND].exp(),
             grouped_gemm_rel: 1.0,
             api_per_token_s: 0.0,
+            prefill_step_overhead_s: 0.0,
         },
         unknowns: ExperimentUnknowns { rounds_closed: v[P_ROUNDS_CLOSED], rounds_unknown: v[P_ROUNDS_UNKNOWN] },
         mem_fraction: v[P_MEM],

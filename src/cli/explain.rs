@@ -251,6 +251,20 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             },
         ],
         vec![
+            "host: prefill step".into(),
+            num(ms(parts.prefill_overhead_s), 4),
+            if parts.prefill_overhead_s > 0.0 {
+                format!(
+                    "a step with a prompt chunk: eager kernels outside the decode's CUDA graphs{}",
+                    if p.arch.moe.is_some() { ", MoE dispatch's host synchronization" } else { "" }
+                )
+            } else if c.prefill_step_overhead_s > 0.0 {
+                "none: no prompt chunk in this step".into()
+            } else {
+                "not modelled by this profile".into()
+            },
+        ],
+        vec![
             "host: per sequence".into(),
             num(ms(parts.per_seq_s), 4),
             format!("{} sequences: scheduling, sampling, detokenizing and streaming each token", b.n_seqs),

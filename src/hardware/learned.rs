@@ -15,7 +15,7 @@ use crate::units::Dtype;
 use serde::{Deserialize, Serialize};
 
 /// The learned quantities, in this order everywhere (`global`, offsets, spreads).
-pub const PARAMS: [&str; 10] = [
+pub const PARAMS: [&str; 11] = [
     "bandwidth_frac",
     "gemm_rel_reference",
     "grouped_gemm_rel",
@@ -26,6 +26,7 @@ pub const PARAMS: [&str; 10] = [
     "expert_spread",
     "moe_overhead_per_layer_s",
     "api_per_token_s",
+    "prefill_overhead_per_layer_s",
 ];
 pub const N_PARAMS: usize = PARAMS.len();
 pub const BW: usize = 0;
@@ -49,6 +50,12 @@ pub const MOE_OVERHEAD: usize = 8;
 /// what streaming leaves of it, and TTFT grows with the tokens streamed per second
 /// (crate::profile::Coefficients::api_per_token_s).
 pub const API_TOKEN: usize = 9;
+/// A step that computes a prompt chunk pays this per layer on top of `step_overhead_per_layer_s`:
+/// prefill runs outside the decode's CUDA graphs (eager kernels, their launches, MoE dispatch's
+/// host synchronization), so its fixed cost is the engine's and the model's, not the batch's. The
+/// corpus identifies it apart from the prefill's throughput: a deployment measured at two prompt
+/// lengths at low load gives both the intercept and the slope of its TTFT.
+pub const PREFILL_OVERHEAD: usize = 10;
 
 /// Moves log values by a measured deployment's own residual: its decode scale slows the HBM share
 /// and speeds nothing else of a decode step's (the host costs per step grow with it), its prefill
@@ -60,6 +67,7 @@ pub fn apply_residual(log_v: &mut [f64; N_PARAMS], decode_log: f64, prefill_log:
     log_v[PER_SEQ] += decode_log;
     log_v[GEMM] -= prefill_log;
     log_v[ATTN] -= prefill_log;
+    log_v[PREFILL_OVERHEAD] += prefill_log;
 }
 
 /// A model's kernel family: its attention (MLA, linear-attention hybrid, or grouped-query softmax,

@@ -372,6 +372,7 @@ impl SharedModel {
             frontend_serial_s: self.frontend_serial_s.value,
             grouped_gemm_rel: (grouped / dense).clamp(1e-3, 1.0),
             api_per_token_s: 0.0,
+            prefill_step_overhead_s: 0.0,
         };
         let s = CoefficientSigmas {
             step_overhead_s: self.step_overhead_per_layer_s.sigma_log,
@@ -567,6 +568,7 @@ pub fn coefficients_from_learned(
         frontend_serial_s: 0.0,
         grouped_gemm_rel: if arch.moe.is_some() { v[GROUPED].clamp(1e-3, 1.0) } else { 1.0 },
         api_per_token_s: v[API_TOKEN],
+        prefill_step_overhead_s: v[PREFILL_OVERHEAD] * arch.n_layers as f64 * kernel_overhead_scale(gpu),
     };
     let s = &l.sigma_log;
     let sig = CoefficientSigmas {

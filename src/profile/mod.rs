@@ -126,6 +126,13 @@ pub struct Coefficients {
     /// reports' profiles fold it into the request overhead).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub api_per_token_s: f64,
+    /// Extra fixed cost of a step that computes a prompt chunk (s): prefill runs outside the
+    /// decode's CUDA graphs (eager kernel launches, MoE dispatch's host synchronization), so a
+    /// prompt's first step costs this on top of `step_overhead_s` whatever its length. Learned
+    /// across the corpus (crate::hardware::learned::PREFILL_OVERHEAD); 0: not modelled (the
+    /// reports' profiles fold it into the request overhead).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefill_step_overhead_s: f64,
 }
 
 fn is_zero(x: &f64) -> bool {
@@ -374,6 +381,7 @@ impl ProfileFile {
             ("coefficients.frontend_serial_s", c.frontend_serial_s, 0.0, 60.0),
             ("coefficients.grouped_gemm_rel", c.grouped_gemm_rel, 1e-3, 1e3),
             ("coefficients.api_per_token_s", c.api_per_token_s, 0.0, 1.0),
+            ("coefficients.prefill_step_overhead_s", c.prefill_step_overhead_s, 0.0, 10.0),
         ] {
             if !(v.is_finite() && v >= lo && v <= hi) {
                 return Err(Error::input(

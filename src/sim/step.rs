@@ -94,6 +94,10 @@ pub struct StepParts {
     #[serde(skip_serializing_if = "is_zero")]
     pub pipeline_s: f64,
     pub overhead_s: f64,
+    /// A step with a prompt chunk: the prefill's own fixed cost (Coefficients::prefill_step_overhead_s;
+    /// absent, 0, for decode steps and where it is not modelled).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub prefill_overhead_s: f64,
     pub per_seq_s: f64,
     /// weights + KV + state.
     pub memory_s: f64,
@@ -132,6 +136,8 @@ pub struct FixedParts {
 #[derive(Debug, Clone)]
 pub struct StepModel {
     overhead_s: f64,
+    /// Added to a step that computes a prompt chunk (Coefficients::prefill_step_overhead_s).
+    prefill_overhead_s: f64,
     per_seq_s: f64,
     /// Seconds per byte (over all tensor-parallel GPUs).
     inv_bw: f64,
@@ -248,6 +254,7 @@ impl StepModel {
         let micro = large.as_ref().map_or(1.0, |l| l.stages as f64);
         let mut m = StepModel {
             overhead_s: c.step_overhead_s,
+            prefill_overhead_s: c.prefill_step_overhead_s,
             per_seq_s: c.per_seq_overhead_s,
             inv_bw: 1.0 / (c.bandwidth_eff_bytes_s * tp),
             dense_weight_bytes,
@@ -307,12 +314,15 @@ impl StepModel {
     /// The step's duration and its parts.
     #[inline]
     pub fn parts(&self, b: &BatchShape) -> StepParts {
-        if let Some(l) = &self.large {
-            if l.ranks > 1 && l.stages == 1 && b.max_chunk > 1 {
-                return self.parts_prefill_on_one_rank(l, b);
-            }
+        let mut s = match &self.large {
+            Some(l) if l.ranks > 1 && l.stages == 1 && b.max_chunk > 1 => self.parts_prefill_on_one_rank(l, b),
+            _ => self.parts_with(&self.fixed(b.n_seqs, b.n_tokens), b.kv_read_tokens, b.attn_pairs, b.decode_pairs),
+        };
+        if b.max_chunk > 1 && s.total_s > 0.0 {
+            s.prefill_overhead_s = self.prefill_overhead_s;
+            s.total_s += self.prefill_overhead_s;
         }
-        self.parts_with(&self.fixed(b.n_seqs, b.n_tokens), b.kv_read_tokens, b.attn_pairs, b.decode_pairs)
+        s
     }
 
     /// A step with a prompt chunk under attention DP: the chunk's sequence sits on one rank, which
@@ -414,6 +424,7 @@ impl StepModel {
             all_to_all_s: f.all_to_all_s,
             pipeline_s: f.pipeline_s,
             overhead_s: self.overhead_s,
+            prefill_overhead_s: 0.0,
             per_seq_s: f.per_seq_s,
             memory_s,
             compute_s,

@@ -315,6 +315,44 @@ fn tensor_parallel_all_reduces_by_hand() {
 }
 
 #[test]
+fn a_step_with_a_prompt_chunk_pays_the_prefill_step_cost_once() {
+    // The learned prefill step cost (Coefficients::prefill_step_overhead_s): a step computing one
+    // or more prompt chunks pays it once on top of the plain step; decodes alone do not.
+    let plain = profile_text("Llama-3.3-70B-Instruct", "H100 SXM", 4, false);
+    let mut with = plain.clone();
+    with.coefficients.prefill_step_overhead_s = 0.03;
+    let (a, b) = (StepModel::new(&plain), StepModel::new(&with));
+    let mut decode = BatchShape::default();
+    for _ in 0..16 {
+        decode.add_chunk(1000, 1);
+    }
+    assert_eq!(a.parts(&decode), b.parts(&decode));
+    let mut mixed = decode;
+    mixed.add_chunk(0, 2048);
+    mixed.add_chunk(0, 512);
+    let (pa, pb) = (a.parts(&mixed), b.parts(&mixed));
+    assert_eq!(pa.prefill_overhead_s, 0.0);
+    assert_eq!(pb.prefill_overhead_s, 0.03);
+    assert_relative_eq!(pb.total_s, pa.total_s + 0.03, max_relative = 1e-12);
+    // The explain JSON's sum identity holds with it.
+    let body = pb.memory_s.max(pb.compute_s) + pb.exposed * pb.memory_s.min(pb.compute_s);
+    assert_relative_eq!(
+        pb.total_s,
+        pb.overhead_s + pb.prefill_overhead_s + pb.per_seq_s + body + pb.communication_s,
+        max_relative = 1e-12
+    );
+    // A negative or absurd value in a profile file is refused, naming the key.
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/qwen3-coder-30b-a3b-instruct-fp8_h200-sxm_vllm.toml"
+    ))
+    .unwrap()
+    .replace("[coefficients]", "[coefficients]\nprefill_step_overhead_s = -1.0");
+    let e = ProfileFile::parse("p.toml", &text).unwrap().resolve("p.toml", &Catalog::builtin()).unwrap_err();
+    assert!(e.to_string().contains("coefficients.prefill_step_overhead_s"), "{e}");
+}
+
+#[test]
 fn expert_parallel_all_to_alls_by_hand() {
     // DeepSeek-V3 on 8 x H200 with experts spread whole: attention all-reduce in 61 layers, dense MLP
     // all-reduce in the 3 dense layers, dispatch + combine in the 58 MoE layers, each GPU sending its
@@ -511,9 +549,11 @@ fn explain_parts_add_up_and_an_empty_step_is_refused() {
     let body = f("memory_s").max(f("compute_s")) + f("exposed") * f("memory_s").min(f("compute_s"));
     assert_relative_eq!(
         f("total_s"),
-        f("overhead_s") + f("per_seq_s") + body + f("communication_s"),
+        f("overhead_s") + f("prefill_overhead_s") + f("per_seq_s") + body + f("communication_s"),
         max_relative = 1e-12
     );
+    // The step carries a prompt chunk, so it pays the prefill's own fixed cost (learned model).
+    assert!(f("prefill_overhead_s") > 0.0);
     assert!(f("communication_s") > 0.0 && f("expert_matmul_s") == 0.0);
     assert_eq!(v["batch"]["tokens"], 8 + 1024);
     let o = run(&["explain", "--decode", "0"]);
