@@ -752,6 +752,7 @@ fn learned_of(x: &[f64], lay: &Layout, feats: &[Feat], provenance: &str, iterati
     let mut predictions = Vec::new();
     let (mut et, mut ep) = (Vec::new(), Vec::new());
     let mut all_r = Vec::new();
+    let mut ttft_r = Vec::new();
     for (k, f) in feats.iter().enumerate() {
         let v = effective(x, lay, f);
         let (cl, rounds) = client_of(x, lay, f);
@@ -760,6 +761,7 @@ fn learned_of(x: &[f64], lay: &Layout, feats: &[Feat], provenance: &str, iterati
         if let Some(m) = f.ttft_s {
             et.push(((ttft / m) - 1.0).abs() * 100.0);
             all_r.push((ttft / m).ln());
+            ttft_r.push((ttft / m).ln());
         }
         if let Some(m) = f.tpot_s {
             ep.push(((tpot / m) - 1.0).abs() * 100.0);
@@ -774,6 +776,7 @@ fn learned_of(x: &[f64], lay: &Layout, feats: &[Feat], provenance: &str, iterati
         prior_sigma_log: LEVEL_PRIOR_SIGMA.iter().map(|r| r.to_vec()).collect(),
         spread_sigma_log: spread,
         residual_sigma_log,
+        ttft_residual_sigma_log: (!ttft_r.is_empty()).then(|| robust_sigma(&ttft_r)),
         offsets,
         deployments: deployments_out,
         clients,
@@ -850,8 +853,14 @@ pub fn report_text(m: &LearnedModel, ex: &crate::corpus::Expressed) -> String {
     let _ = writeln!(t, "learned step model: {}", m.provenance);
     let _ = writeln!(
         t,
-        "fitted on {} points of {} deployments in {} iterations; closed-form median |error| TTFT {:.1}%, TPOT {:.1}%; residual sigma (log) {:.3}",
-        m.fit.points, m.fit.deployments, m.fit.iterations, m.fit.ttft_median_abs_pct, m.fit.tpot_median_abs_pct, m.residual_sigma_log
+        "fitted on {} points of {} deployments in {} iterations; closed-form median |error| TTFT {:.1}%, TPOT {:.1}%; residual sigma (log) {:.3}, of the TTFTs alone {:.3}",
+        m.fit.points,
+        m.fit.deployments,
+        m.fit.iterations,
+        m.fit.ttft_median_abs_pct,
+        m.fit.tpot_median_abs_pct,
+        m.residual_sigma_log,
+        m.ttft_residual_sigma_log.unwrap_or(m.residual_sigma_log)
     );
     let _ = writeln!(t, "\nglobal:");
     for (n, v) in PARAMS.iter().zip(&m.global) {

@@ -142,8 +142,9 @@ fn markdown_head(ex: &capsim::corpus::Expressed) -> String {
         "predicted by the step model learned on every other point (`capsim calibrate --corpus`), so it gets no\n",
         "offset of its own and no deployment residual; a benchmark client's own per-request cost and request\n",
         "count, fitted on that client's other points, are used in its replays. Error = predicted / measured - 1;\n",
-        "the band is the learned model's ±1 sigma for the quantity that dominates the metric (TPOT: HBM share;\n",
-        "TTFT: GEMM throughput), widened by the spread of every level the deployment lacks.\n\n",
+        "the band is the learned model's ±1 sigma for the metric (TPOT: the HBM share's, with the fit's residual\n",
+        "spread; TTFT: the widest of the prefill throughput's and the host costs', with the fit's TTFT residual\n",
+        "spread), widened by the spread of every level the deployment lacks.\n\n",
     ));
     t += &format!(
         "{} points replayed, {} not expressible yet:\n\n| reason | points |\n| --- | --- |\n",

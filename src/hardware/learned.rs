@@ -57,6 +57,11 @@ pub const API_TOKEN: usize = 9;
 /// lengths at low load gives both the intercept and the slope of its TTFT.
 pub const PREFILL_OVERHEAD: usize = 10;
 
+/// The quantities a TTFT identifies (prefill throughput and the host's costs per request and per
+/// prefill step): their sigma carries the fit's TTFT residual (LearnedModel::ttft_residual_sigma_log)
+/// and a TTFT's band is the widest of theirs ([`Learned::ttft_sigma_log`]).
+pub const TTFT_PARAMS: [usize; 6] = [GEMM, GROUPED, ATTN, REQUEST, API_TOKEN, PREFILL_OVERHEAD];
+
 /// Moves log values by a measured deployment's own residual: its decode scale slows the HBM share
 /// and speeds nothing else of a decode step's (the host costs per step grow with it), its prefill
 /// scale slows the GEMM and attention shares. The one place the residual's reach is written.
@@ -156,6 +161,12 @@ pub struct LearnedModel {
     pub spread_sigma_log: Vec<Vec<f64>>,
     /// RMS of the fit's log residuals: the model's own error, added to every band.
     pub residual_sigma_log: f64,
+    /// The same over the TTFTs alone, added instead to the quantities a TTFT identifies
+    /// ([`TTFT_PARAMS`]): a TTFT carries host costs and queueing that a TPOT does not, and the
+    /// residuals of both together (mostly TPOTs' smaller ones) made TTFT bands hold a third of the
+    /// held-out points instead of about two thirds. Absent: `residual_sigma_log`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_residual_sigma_log: Option<f64>,
     pub offsets: Vec<Offset>,
     #[serde(default)]
     pub deployments: Vec<DeploymentResidual>,
@@ -184,6 +195,12 @@ impl Learned {
     /// The learned values in natural units, [`PARAMS`] order (shares clamped to (0, 1]).
     pub fn values(&self) -> [f64; N_PARAMS] {
         natural(&self.log_values)
+    }
+    /// The log sigma of a TTFT predicted from these values: the widest of the quantities a TTFT
+    /// identifies ([`TTFT_PARAMS`]), each the fit's TTFT residual plus the spread of every level the
+    /// deployment lacks.
+    pub fn ttft_sigma_log(&self) -> f64 {
+        TTFT_PARAMS.iter().map(|&i| self.sigma_log[i]).fold(0.0, f64::max)
     }
     /// The values in natural units with the measured deployment's residual applied (none: the
     /// learned values themselves).
@@ -303,7 +320,17 @@ impl LearnedModel {
             model.name.to_string(),
         ];
         let mut log: [f64; N_PARAMS] = std::array::from_fn(|i| self.global[i].ln());
-        let mut var = [self.residual_sigma_log.powi(2); N_PARAMS];
+        let ttft = self.ttft_residual_sigma_log.unwrap_or(self.residual_sigma_log);
+        let mut var: [f64; N_PARAMS] =
+            std::array::from_fn(
+                |i| {
+                    if TTFT_PARAMS.contains(&i) {
+                        ttft * ttft
+                    } else {
+                        self.residual_sigma_log.powi(2)
+                    }
+                },
+            );
         let mut matched = [false; N_LEVELS];
         for (l, (level, key)) in LEVELS.iter().zip(&keys).enumerate() {
             match self.offset(level, key) {
@@ -387,6 +414,9 @@ impl LearnedModel {
             }
         }
         super::check_sigma_log(m.residual_sigma_log).map_err(|msg| bad("residual_sigma_log", msg))?;
+        if let Some(s) = m.ttft_residual_sigma_log {
+            super::check_sigma_log(s).map_err(|msg| bad("ttft_residual_sigma_log", msg))?;
+        }
         Ok(m)
     }
 

@@ -14,7 +14,7 @@ use crate::calibrate::corpus::{fit, profile_for, profile_for_deployment, replay_
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::experiment::{predict_cached, ExperimentUnknowns, ReplayCache};
-use crate::hardware::learned::{LearnedModel, BW, GEMM};
+use crate::hardware::learned::{LearnedModel, BW};
 use crate::metrics::percentile_sorted;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -83,12 +83,13 @@ impl CorpusProtocol {
     }
 }
 
-/// A held-out row's ±1 sigma band: the learned model's log sigma for the quantity that dominates
-/// the metric (TPOT: the HBM share; TTFT: the GEMM share), both including the fit's residual spread
-/// and the spread of every level the deployment has no member of.
+/// A held-out row's ±1 sigma band: the learned model's log sigma for the metric (TPOT: the HBM
+/// share's, with the fit's residual spread; TTFT: the widest of the quantities a TTFT identifies,
+/// with the fit's TTFT residual spread: Learned::ttft_sigma_log), each widened by the spread of
+/// every level the deployment has no member of.
 fn band(model: &LearnedModel, e: &Experiment, metric: &str, predicted: f64, in_sample: bool) -> (f64, f64) {
     let l = crate::calibrate::corpus::learned_for(model, e, in_sample);
-    let s = if metric == "tpot_ms" { l.sigma_log[BW] } else { l.sigma_log[GEMM] };
+    let s = if metric == "tpot_ms" { l.sigma_log[BW] } else { l.ttft_sigma_log() };
     (predicted * (-s).exp(), predicted * s.exp())
 }
 

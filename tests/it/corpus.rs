@@ -140,6 +140,17 @@ fn the_learned_model_is_deterministic_and_widens_for_the_unmeasured() {
     for i in [BW, GEMM] {
         assert!(unseen.sigma_log[i] > seen.sigma_log[i], "{i}: {} vs {}", unseen.sigma_log[i], seen.sigma_log[i]);
     }
+    // A TTFT's quantities carry the fit's TTFT residual, the others the residual of both metrics; a
+    // TTFT's band is the widest of its quantities'.
+    let ttft = a.ttft_residual_sigma_log.expect("the fit states its TTFT residual");
+    assert!(ttft > 0.0 && ttft != a.residual_sigma_log, "{ttft} vs {}", a.residual_sigma_log);
+    let near = |x: f64, y: f64| (x - y).abs() < 1e-12;
+    let full = a.lookup("H200 SXM", "vllm", capsim::units::Dtype::Fp8, key("gqa-dense", "Llama-3.1-70B"), None);
+    assert!(full.matched.iter().all(|m| *m), "{:?}", full.matched);
+    assert!(near(full.sigma_log[capsim::hardware::learned::REQUEST], ttft));
+    assert!(near(full.sigma_log[BW], a.residual_sigma_log));
+    assert!(near(full.ttft_sigma_log(), ttft));
+    assert!(unseen.ttft_sigma_log() > ttft);
     // Closed-form in-sample errors are reported and finite.
     assert!(a.fit.tpot_median_abs_pct.is_finite() && a.fit.tpot_median_abs_pct < 50.0, "{:?}", a.fit);
 }
