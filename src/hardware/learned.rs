@@ -321,16 +321,8 @@ impl LearnedModel {
         ];
         let mut log: [f64; N_PARAMS] = std::array::from_fn(|i| self.global[i].ln());
         let ttft = self.ttft_residual_sigma_log.unwrap_or(self.residual_sigma_log);
-        let mut var: [f64; N_PARAMS] =
-            std::array::from_fn(
-                |i| {
-                    if TTFT_PARAMS.contains(&i) {
-                        ttft * ttft
-                    } else {
-                        self.residual_sigma_log.powi(2)
-                    }
-                },
-            );
+        let residual = |i| if TTFT_PARAMS.contains(&i) { ttft } else { self.residual_sigma_log };
+        let mut var: [f64; N_PARAMS] = std::array::from_fn(|i| residual(i).powi(2));
         let mut matched = [false; N_LEVELS];
         for (l, (level, key)) in LEVELS.iter().zip(&keys).enumerate() {
             match self.offset(level, key) {

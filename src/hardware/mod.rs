@@ -555,9 +555,9 @@ pub fn coefficients_from_learned(
 ) -> (Coefficients, CoefficientSigmas) {
     use learned::*;
     let v = &l.with_residual();
+    let (layers, kernel_scale) = (arch.n_layers as f64, kernel_overhead_scale(gpu));
     let c = Coefficients {
-        step_overhead_s: (v[OVERHEAD] * arch.n_layers as f64 + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64)
-            * kernel_overhead_scale(gpu),
+        step_overhead_s: (v[OVERHEAD] * layers + v[MOE_OVERHEAD] * arch.n_moe_layers() as f64) * kernel_scale,
         per_seq_overhead_s: v[PER_SEQ],
         bandwidth_eff_bytes_s: v[BW] * gpu.hbm_bandwidth_bytes_s(),
         matmul_flops_eff_s: v[GEMM] * gpu.dense_flops_s(weight_dtype) * gpu.gemm_reference_share(weight_dtype),
@@ -568,7 +568,7 @@ pub fn coefficients_from_learned(
         frontend_serial_s: 0.0,
         grouped_gemm_rel: if arch.moe.is_some() { v[GROUPED].clamp(1e-3, 1.0) } else { 1.0 },
         api_per_token_s: v[API_TOKEN],
-        prefill_step_overhead_s: v[PREFILL_OVERHEAD] * arch.n_layers as f64 * kernel_overhead_scale(gpu),
+        prefill_step_overhead_s: v[PREFILL_OVERHEAD] * layers * kernel_scale,
     };
     let s = &l.sigma_log;
     let sig = CoefficientSigmas {

@@ -314,15 +314,17 @@ impl StepModel {
     /// The step's duration and its parts.
     #[inline]
     pub fn parts(&self, b: &BatchShape) -> StepParts {
-        let mut s = match &self.large {
-            Some(l) if l.ranks > 1 && l.stages == 1 && b.max_chunk > 1 => self.parts_prefill_on_one_rank(l, b),
-            _ => self.parts_with(&self.fixed(b.n_seqs, b.n_tokens), b.kv_read_tokens, b.attn_pairs, b.decode_pairs),
-        };
-        if b.max_chunk > 1 && s.total_s > 0.0 {
-            s.prefill_overhead_s = self.prefill_overhead_s;
-            s.total_s += self.prefill_overhead_s;
+        let prefill = b.max_chunk > 1;
+        match &self.large {
+            Some(l) if l.ranks > 1 && l.stages == 1 && prefill => self.parts_prefill_on_one_rank(l, b),
+            _ => self.parts_with(
+                &self.fixed(b.n_seqs, b.n_tokens),
+                b.kv_read_tokens,
+                b.attn_pairs,
+                b.decode_pairs,
+                prefill,
+            ),
         }
-        s
     }
 
     /// A step with a prompt chunk under attention DP: the chunk's sequence sits on one rank, which
@@ -342,7 +344,7 @@ impl StepModel {
         // share over its tp / N GPUs; a rank with the chunk alone counts its pairs and reads N times.
         let attn_pairs = (chunk_pairs(start, chunk) * n as f64).max(b.attn_pairs);
         let kv_read_tokens = ((start as u64 + chunk as u64) * n as u64).max(b.kv_read_tokens);
-        self.parts_with(&f, kv_read_tokens, attn_pairs, b.decode_pairs)
+        self.parts_with(&f, kv_read_tokens, attn_pairs, b.decode_pairs, true)
     }
 
     /// The parts a step's sequence and token counts decide. A decode stretch keeps both, so it
@@ -394,13 +396,22 @@ impl StepModel {
         }
     }
 
-    /// The whole step from its fixed parts and the context it reads: the one place the formula is
+    /// The whole step from its fixed parts and the context it reads, `prefill` where it computes a
+    /// prompt chunk (it pays Coefficients::prefill_step_overhead_s): the one place the formula is
     /// written.
     #[inline]
-    pub fn parts_with(&self, f: &FixedParts, kv_read_tokens: u64, attn_pairs: f64, decode_pairs: f64) -> StepParts {
+    pub fn parts_with(
+        &self,
+        f: &FixedParts,
+        kv_read_tokens: u64,
+        attn_pairs: f64,
+        decode_pairs: f64,
+        prefill: bool,
+    ) -> StepParts {
         if f.empty {
             return StepParts::default();
         }
+        let prefill_overhead_s = if prefill { self.prefill_overhead_s } else { 0.0 };
         let kv_s = kv_read_tokens as f64 * self.kv_bytes_per_token * self.inv_bw;
         let attention_s = attn_pairs * self.attn_s_per_pair + decode_pairs * self.attn_s_per_decode_pair_extra;
         let memory_s = f.weights_s + kv_s + f.state_s;
@@ -411,7 +422,9 @@ impl StepModel {
             + self.exposed * memory_s.min(compute_s)
             + f.communication_s
             + f.all_to_all_s
-            + f.pipeline_s;
+            + f.pipeline_s
+            // Last: a step without it sums as it did before the prefill cost was modelled.
+            + prefill_overhead_s;
         StepParts {
             weights_s: f.weights_s,
             kv_s,
@@ -424,7 +437,7 @@ impl StepModel {
             all_to_all_s: f.all_to_all_s,
             pipeline_s: f.pipeline_s,
             overhead_s: self.overhead_s,
-            prefill_overhead_s: 0.0,
+            prefill_overhead_s,
             per_seq_s: f.per_seq_s,
             memory_s,
             compute_s,
@@ -456,7 +469,7 @@ impl StepModel {
     #[inline]
     pub fn step_ns_with(&self, f: &FixedParts, kv_read_tokens: u64, attn_pairs: f64) -> u64 {
         // A decode stretch: every pair is a decoding token's.
-        round_ns(self.parts_with(f, kv_read_tokens, attn_pairs, attn_pairs).total_s * 1e9).max(1)
+        round_ns(self.parts_with(f, kv_read_tokens, attn_pairs, attn_pairs, false).total_s * 1e9).max(1)
     }
 
     /// Step duration in seconds.

@@ -12,6 +12,13 @@ fn capsim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
 }
 
+/// `capsim ARGS` that must succeed, its JSON output.
+fn capsim_json(args: &[&str]) -> serde_json::Value {
+    let o = capsim(args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 fn burst(n: u32, input: u32, output: u32) -> Workload {
     Workload::fixed(Arrivals::Burst { n }, input, output, None).unwrap()
 }
@@ -186,7 +193,7 @@ fn bad_values_are_named() {
 /// pool does not.
 #[test]
 fn capacity_picks_a_split_whose_smaller_neighbours_fail() {
-    let o = capsim(&[
+    let v = capsim_json(&[
         "capacity",
         "--disaggregated",
         "--target-rate",
@@ -201,8 +208,6 @@ fn capacity_picks_a_split_whose_smaller_neighbours_fail() {
         "tpot_mean_ms=15",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let best = &v["disaggregated"]["best"];
     assert_eq!(best["meets_slo"], true);
     let (p, d) = (best["prefill_workers"].as_u64().unwrap(), best["decode_workers"].as_u64().unwrap());
@@ -225,9 +230,7 @@ fn capacity_picks_a_split_whose_smaller_neighbours_fail() {
 
 #[test]
 fn explain_shows_the_kv_transfer() {
-    let o = capsim(&["explain", "--prefill-workers", "1", "--decode-workers", "1", "--context", "1000", "--json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = capsim_json(&["explain", "--prefill-workers", "1", "--decode-workers", "1", "--context", "1000", "--json"]);
     let t = &v["kv_transfer"];
     let expect = KV_TRANSFER_LATENCY_S
         + 1000.0 * t["link"]["bytes_per_token_per_gpu"].as_f64().unwrap() / t["link"]["bw_bytes_s"].as_f64().unwrap();
@@ -267,10 +270,7 @@ fn pools_with_their_own_attention_dp() {
         let mut a = vec!["explain", "--prefill-workers", "1", "--decode-workers", "1", "--decode-tp", "4"];
         a.extend_from_slice(extra);
         a.extend_from_slice(&["--context", "1000", "--json"]);
-        let o = capsim(&a);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["kv_transfer"].clone()
+        capsim_json(&a)["kv_transfer"].clone()
     };
     assert_eq!(link(&[])["link"]["bytes_per_token_per_gpu"], 24_576.0);
     let t = link(&["--decode-attention-dp", "4"]);
@@ -278,7 +278,7 @@ fn pools_with_their_own_attention_dp() {
     let bw = t["link"]["bw_bytes_s"].as_f64().unwrap();
     let expect = KV_TRANSFER_LATENCY_S + 1000.0 * 98_304.0 / bw;
     assert!((t["transfer_s"].as_f64().unwrap() - expect).abs() < 1e-12, "{t}");
-    let o = capsim(&[
+    let v = capsim_json(&[
         "simulate",
         "--prefill-workers",
         "1",
@@ -304,8 +304,6 @@ fn pools_with_their_own_attention_dp() {
         "4",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["requests_completed"], 40);
     assert_eq!(v["disaggregated"]["decode"]["attention_dp"], 4);
     assert_eq!(v["disaggregated"]["prefill"]["attention_dp"], 2);
