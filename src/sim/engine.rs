@@ -59,6 +59,8 @@ pub(super) struct Live {
     pub(super) pool_tick: u64,
     /// Its index in the running batch while the decode pool is active (sim/pool.rs).
     pub(super) run_pos: u32,
+    /// TensorRT-LLM attention DP with balance: the rank it was sent to (sim/trtllm.rs).
+    pub(super) adp_rank: u8,
 }
 
 impl Live {
@@ -90,6 +92,7 @@ impl Live {
         probe: Vec::new(),
         pool_tick: NONE,
         run_pos: 0,
+        adp_rank: 0,
     };
 
     /// Make this slot a new request of `prompt` + `output` tokens, in place: building the struct and
@@ -135,6 +138,7 @@ impl Live {
             probe: _,
             pool_tick,
             run_pos,
+            adp_rank,
         } = self;
         (*r_id, *r_client, *r_class, *r_arrival, *r_enqueued) = (id, client, class, arrival_ns, enqueued_ns);
         (*r_prompt, *r_output, *num_tokens, *r_measured) = (prompt, output, prompt, measured);
@@ -143,7 +147,7 @@ impl Live {
         (*preemptions, *admitted_seq, *registered, *cached_tokens, *uncached) = (0, 0, 0, 0, false);
         hashes.clear();
         table.clear();
-        (*pool_tick, *run_pos) = (NONE, 0);
+        (*pool_tick, *run_pos, *adp_rank) = (NONE, 0, 0);
     }
 
     /// What the run reports of it, finished at `now`.
@@ -194,10 +198,8 @@ pub(super) struct Engine<'a> {
     pub(super) spec: Option<super::spec::SpecState>,
     /// KV offload: the requests loading from host memory (sim/offload.rs); None without.
     pub(super) offload: Option<Box<super::offload::Offload>>,
-    /// TensorRT-LLM attention DP balance: iterations the waiting contexts have been held, and the
-    /// batching wait's (sim/trtllm.rs).
-    pub(super) adp_wait_iters: u32,
-    pub(super) adp_batching_iters: u32,
+    /// TensorRT-LLM attention DP balance: how long the waiting contexts have been held (sim/trtllm.rs).
+    pub(super) adp: super::trtllm::AdpState,
 }
 
 #[inline]

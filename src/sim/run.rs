@@ -300,8 +300,7 @@ impl<'a> Replica<'a> {
                 cache,
                 spec: p.speculative().map(super::spec::SpecState::new),
                 offload,
-                adp_wait_iters: 0,
-                adp_batching_iters: 0,
+                adp: Default::default(),
             },
             out: SimOutput {
                 records: Vec::with_capacity(expected_requests),
@@ -428,6 +427,10 @@ impl<'a> Replica<'a> {
                 if let Some(hashes) = a.content.take() {
                     r.hashes = hashes;
                 }
+            }
+            if let Some(b) = eng.p.engine.attention_dp_balance {
+                let rank = eng.least_active_rank(b.ranks);
+                eng.reqs[idx as usize].adp_rank = rank;
             }
             eng.waiting.push_back(idx);
         }
