@@ -52,14 +52,21 @@ impl Engine<'_> {
 
     /// Whether the held contexts may start now under TensorRT-LLM's attention DP balance
     /// ([`AdpState::release`]): which ranks have a waiting context, and which a generation request.
+    /// A disaggregated decode worker's arrivals come with their prompt's KV (all but the last
+    /// token's): TensorRT-LLM schedules those apart from the contexts (py_executor's
+    /// `fitting_disagg_gen_init_requests`), so the balance never holds them.
     fn adp_release(&mut self, b: &AdpBalance) -> bool {
-        if self.waiting.is_empty() {
+        let mut ctx = 0u64;
+        for &i in &self.waiting {
+            let r = &self.reqs[i as usize];
+            if r.computed == 0 || r.computed + 1 < r.prompt {
+                ctx |= rank_bit(b.ranks, r.adp_rank);
+            }
+        }
+        if ctx == 0 {
             return true;
         }
-        let (mut ctx, mut gen) = (0u64, 0u64);
-        for &i in &self.waiting {
-            ctx |= rank_bit(b.ranks, self.reqs[i as usize].adp_rank);
-        }
+        let mut gen = 0u64;
         for &i in &self.running {
             let r = &self.reqs[i as usize];
             if r.computed >= r.prompt {

@@ -236,6 +236,37 @@ fn trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout() {
     assert!(on.iter().any(|&t| t > 0.03), "some contexts were held");
 }
 
+/// A disaggregated decode worker's requests arrive with their prompt's KV: TensorRT-LLM schedules
+/// them apart from contexts (py_executor's `fitting_disagg_gen_init_requests`), so its attention-DP
+/// balance holds none of them; and a prefill worker generates nothing, so "some rank has no
+/// generation request" releases its contexts at once. The same run with either pool's balance on
+/// or off: the same records.
+#[test]
+fn the_balance_holds_no_handed_over_request() {
+    use capsim::profile::disagg::Disaggregated;
+    use capsim::sim::{simulate_disaggregated, SimOptions};
+    use capsim::workload::{Arrivals, LengthDist, Workload};
+    let trt = |balance: &str| profile_of("trtllm", "tensor_parallel = 2\nattention_dp = 2", balance, 0.01, 0.0, 1e30);
+    let on = "attention_dp_balance = true\nattention_dp_timeout_iters = 4\nattention_dp_batching_wait_iters = 0";
+    let mut w = Workload::fixed(
+        Arrivals::ClosedLoop { clients: 5, think_time_s: 0.0, think_exponential: false },
+        100,
+        20,
+        Some(100),
+    )
+    .unwrap();
+    w.spec.classes[0].output = LengthDist::Uniform { min: 5, max: 40 };
+    let run = |prefill: &str, decode: &str| {
+        let d = Disaggregated::new(trt(prefill), trt(decode), 1, 1);
+        let out = simulate_disaggregated(&d, &w, 3, SimOptions { horizon_s: 1e6, ..Default::default() });
+        assert_eq!(out.records.len(), 100);
+        out.records
+    };
+    let off = run("", "");
+    assert_eq!(run("", on), off, "the decode pool's balance holds nothing");
+    assert_eq!(run(on, ""), off, "nor the prefill pool's");
+}
+
 /// A prompt chunk under attention DP sits on one rank: that rank computes the whole chunk over its
 /// tp / N GPUs while the others wait at the MoE layers. Four ranks of one GPU each therefore spend
 /// four times what TP 4 without attention DP spends on the chunk's dense layers, attention and KV
