@@ -239,6 +239,9 @@ impl<'a> Engine<'a> {
     pub(super) fn complete(&mut self, idx: u32, now: u64, records: &mut Vec<RequestRecord>) -> u32 {
         let r = &self.reqs[idx as usize];
         records.push(r.record(now));
+        if self.p.engine.attention_dp_balance.is_some() {
+            self.adp.leave(r.adp_rank);
+        }
         let client = r.client;
         self.free(idx, true);
         self.free_slots.push(idx);

@@ -429,8 +429,7 @@ impl<'a> Replica<'a> {
                 }
             }
             if let Some(b) = eng.p.engine.attention_dp_balance {
-                let rank = eng.least_active_rank(b.ranks);
-                eng.reqs[idx as usize].adp_rank = rank;
+                eng.reqs[idx as usize].adp_rank = eng.adp.assign(b.ranks);
             }
             eng.waiting.push_back(idx);
         }

@@ -43,13 +43,6 @@ impl Engine<'_> {
         alone.then_some(rest)
     }
 
-    /// The attention-DP rank a new request goes to ([`least_active_rank`] over the running and
-    /// waiting requests). Only under the balance, whose release asks which ranks hold contexts.
-    pub(super) fn least_active_rank(&self, ranks: u32) -> u8 {
-        let reqs = &self.reqs;
-        least_active_rank(ranks, self.running.iter().chain(self.waiting.iter()).map(|&i| reqs[i as usize].adp_rank))
-    }
-
     /// Whether the held contexts may start now under TensorRT-LLM's attention DP balance
     /// ([`AdpState::release`]): which ranks have a waiting context, and which a generation request.
     /// A disaggregated decode worker's arrivals come with their prompt's KV (all but the last
@@ -147,19 +140,6 @@ impl Engine<'_> {
     }
 }
 
-/// The attention-DP rank a new request is sent to, given the ranks of the requests already active
-/// (running or waiting): the one with the fewest, ties to the lowest. TensorRT-LLM's executor
-/// request queue assigns each fetched request to the least-loaded rank (as read from the
-/// TensorRT-LLM source outside this repository's mirrors), and a request stays on its rank.
-pub(super) fn least_active_rank(ranks: u32, active: impl Iterator<Item = u8>) -> u8 {
-    let n = (ranks as usize).clamp(1, MAX_RANKS);
-    let mut count = [0u32; MAX_RANKS];
-    for r in active {
-        count[r as usize % n] += 1;
-    }
-    (0..n).min_by_key(|&r| (count[r], r)).unwrap_or(0) as u8
-}
-
 /// Ranks a bitmask holds: attention DP never spans more GPUs than a replica's 64.
 const MAX_RANKS: usize = 64;
 
@@ -178,20 +158,45 @@ fn all_ranks(ranks: u32) -> u64 {
 /// tensorrt_llm/_torch/pyexecutor/py_executor.py `_balance_adp_requests`, as read from the
 /// TensorRT-LLM source outside this repository's mirrors): iterations the waiting contexts have
 /// been held, and the batching wait's.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct AdpState {
     wait_iters: u32,
     batching_iters: u32,
+    /// Requests sent to each rank and not finished (running or waiting).
+    active: [u32; MAX_RANKS],
+}
+
+impl Default for AdpState {
+    fn default() -> Self {
+        AdpState { wait_iters: 0, batching_iters: 0, active: [0; MAX_RANKS] }
+    }
 }
 
 impl AdpState {
+    /// The rank a new request is sent to, counted active there: the one with the fewest active
+    /// requests, ties to the lowest. TensorRT-LLM's executor request queue assigns each fetched
+    /// request to the least-loaded rank (as read from the TensorRT-LLM source outside this
+    /// repository's mirrors), and a request stays on its rank.
+    pub(super) fn assign(&mut self, ranks: u32) -> u8 {
+        let n = (ranks as usize).clamp(1, MAX_RANKS);
+        let rank = (0..n).min_by_key(|&r| (self.active[r], r)).unwrap_or(0);
+        self.active[rank] += 1;
+        rank as u8
+    }
+
+    /// A request of `rank` finished.
+    pub(super) fn leave(&mut self, rank: u8) {
+        let a = &mut self.active[rank as usize % MAX_RANKS];
+        *a = a.saturating_sub(1);
+    }
+
     /// Whether the held contexts start this iteration, given the bitmasks of the ranks with a
     /// waiting context (`ctx`) and with a generation request (`gen`). They are held until every
     /// rank has a context, or some rank has no generation request, or they have waited
     /// `timeout_iters` iterations; when every rank has both, they wait `batching_wait_iters` more
     /// to batch.
     ///
-    /// Why per rank: a request stays on the rank it was sent to ([`least_active_rank`]), so in a
+    /// Why per rank: a request stays on the rank it was sent to ([`Self::assign`]), so in a
     /// steady closed loop a new request lands where one just finished, on a rank drawn by the
     /// completions, and "every rank has one" takes a coupon collector's draws (about 8 arrivals
     /// for 4 ranks), not as many arrivals as ranks. Counting the waiting requests instead released
@@ -223,10 +228,15 @@ mod tests {
 
     #[test]
     fn a_new_request_goes_to_the_least_active_rank() {
-        assert_eq!(least_active_rank(4, [0u8, 1, 2].into_iter()), 3);
-        assert_eq!(least_active_rank(4, [0u8, 0, 1, 2, 3].into_iter()), 1);
-        assert_eq!(least_active_rank(2, std::iter::empty()), 0);
-        assert_eq!(least_active_rank(64, (0..63u8).chain([0, 1])), 63);
+        let mut s = AdpState::default();
+        let sent: Vec<u8> = (0..5).map(|_| s.assign(4)).collect();
+        assert_eq!(sent, [0, 1, 2, 3, 0]);
+        s.leave(2);
+        assert_eq!(s.assign(4), 2, "where one just finished");
+        assert_eq!(s.assign(4), 1);
+        let mut s = AdpState::default();
+        assert_eq!((0..64).map(|_| s.assign(64)).last(), Some(63));
+        assert_eq!(AdpState::default().assign(1), 0);
     }
 
     #[test]
