@@ -202,31 +202,44 @@ fn explain_shows_the_all_to_all_and_the_pipeline() {
     assert!(!out.contains("all-to-all across DP ranks") && !out.contains("pipeline sends") && !out.contains("layout:"));
 }
 
-#[test]
-fn trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout() {
-    use capsim::sim::{simulate, SimOptions};
+/// A TensorRT-LLM profile of 2 attention-DP ranks with steps of exactly 10 ms, and `balance` (its
+/// attention_dp_* keys) in its engine table.
+fn trt_two_ranks(balance: &str) -> Profile {
+    profile_of("trtllm", "tensor_parallel = 2\nattention_dp = 2", balance, 0.01, 0.0, 1e30)
+}
+
+/// The balance on, holding a context at most 4 iterations.
+const BALANCE_4: &str =
+    "attention_dp_balance = true\nattention_dp_timeout_iters = 4\nattention_dp_batching_wait_iters = 0";
+
+/// A closed loop of 5 clients, 100-token prompts, outputs of 5 to 40 tokens, so requests finish one
+/// by one and their successors arrive alone.
+fn five_clients(requests: u64) -> capsim::workload::Workload {
     use capsim::workload::{Arrivals, LengthDist, Workload};
-    // Steps of exactly 10 ms (TensorRT-LLM, 2 ranks); a closed loop of 5 clients with outputs of 5 to
-    // 40 tokens, so requests finish one by one and their successors arrive alone.
-    let trt = |balance: &str| profile_of("trtllm", "tensor_parallel = 2\nattention_dp = 2", balance, 0.01, 0.0, 1e30);
     let mut w = Workload::fixed(
         Arrivals::ClosedLoop { clients: 5, think_time_s: 0.0, think_exponential: false },
         100,
         20,
-        Some(200),
+        Some(requests),
     )
     .unwrap();
     w.spec.classes[0].output = LengthDist::Uniform { min: 5, max: 40 };
+    w
+}
+
+#[test]
+fn trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout() {
+    use capsim::sim::{simulate, SimOptions};
+    let w = five_clients(200);
     let ttfts = |p: &Profile| {
         let out = simulate(p, &w, 7, SimOptions { horizon_s: 1e6, ..Default::default() });
         assert_eq!(out.records.len(), 200);
         out.records.iter().map(|r| r.ttft_s()).collect::<Vec<_>>()
     };
-    let off = ttfts(&trt(""));
+    let off = ttfts(&trt_two_ranks(""));
     // A step is 10 ms plus the MoE exchange between the two ranks (under 1.5 ms here).
     assert!(off.iter().all(|&t| (0.01..0.0115).contains(&t)), "without balance a context runs in the next step");
-    let on_profile =
-        trt("attention_dp_balance = true\nattention_dp_timeout_iters = 4\nattention_dp_batching_wait_iters = 0");
+    let on_profile = trt_two_ranks(BALANCE_4);
     assert_eq!(on_profile.engine.attention_dp_balance.map(|b| (b.ranks, b.timeout_iters)), Some((2, 4)));
     let on = ttfts(&on_profile);
     // A lone context waits for a second one or for 4 held iterations, then runs in its step: at
@@ -245,26 +258,16 @@ fn trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout() {
 fn the_balance_holds_no_handed_over_request() {
     use capsim::profile::disagg::Disaggregated;
     use capsim::sim::{simulate_disaggregated, SimOptions};
-    use capsim::workload::{Arrivals, LengthDist, Workload};
-    let trt = |balance: &str| profile_of("trtllm", "tensor_parallel = 2\nattention_dp = 2", balance, 0.01, 0.0, 1e30);
-    let on = "attention_dp_balance = true\nattention_dp_timeout_iters = 4\nattention_dp_batching_wait_iters = 0";
-    let mut w = Workload::fixed(
-        Arrivals::ClosedLoop { clients: 5, think_time_s: 0.0, think_exponential: false },
-        100,
-        20,
-        Some(100),
-    )
-    .unwrap();
-    w.spec.classes[0].output = LengthDist::Uniform { min: 5, max: 40 };
+    let w = five_clients(100);
     let run = |prefill: &str, decode: &str| {
-        let d = Disaggregated::new(trt(prefill), trt(decode), 1, 1);
+        let d = Disaggregated::new(trt_two_ranks(prefill), trt_two_ranks(decode), 1, 1);
         let out = simulate_disaggregated(&d, &w, 3, SimOptions { horizon_s: 1e6, ..Default::default() });
         assert_eq!(out.records.len(), 100);
         out.records
     };
     let off = run("", "");
-    assert_eq!(run("", on), off, "the decode pool's balance holds nothing");
-    assert_eq!(run(on, ""), off, "nor the prefill pool's");
+    assert_eq!(run("", BALANCE_4), off, "the decode pool's balance holds nothing");
+    assert_eq!(run(BALANCE_4, ""), off, "nor the prefill pool's");
 }
 
 /// A prompt chunk under attention DP sits on one rank: that rank computes the whole chunk over its
