@@ -444,8 +444,13 @@ pub fn express(
         (true, _) => return Err(Refusal::Disaggregated),
     };
     let large = !features(p).is_empty();
-    // Dynamo's disaggregated deployments name the engine behind it (`dynamo-sglang`, `dynamo-trt`).
-    let engine_name = if pools.is_some() { p.engine.trim_start_matches("dynamo-") } else { p.engine.as_str() };
+    // Disaggregated deployments name the router or KV transport before the engine behind it: Dynamo's
+    // (`dynamo-sglang`, `dynamo-trt`) and AMD's SGLang P/D over MoRI (`mori-sglang`: the image is
+    // lmsysorg/sglang-rocm, the KV moved by SGLang's MoRI transfer backend over the scale-out NICs).
+    let engine_name = match pools {
+        Some(_) => p.engine.trim_start_matches("dynamo-").trim_start_matches("mori-"),
+        None => p.engine.as_str(),
+    };
     let engine = engine_of(engine_name).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
     let gpu = catalog.gpu(&gpu_name(&p.gpu)).map_err(|_| Refusal::UnknownGpu(p.gpu.clone()))?;
     let model_key = model_name(&p.model);
