@@ -55,6 +55,19 @@ fn every_point_is_replayed_or_refused_with_a_reason() {
         .refused
         .iter()
         .any(|(p, r)| *r == Refusal::SpeculativeDecoding && p.spec_decoding.as_deref() == Some("mtp")));
+    // Disaggregated deployments that name their router or KV transport before the engine
+    // (Dynamo's `dynamo-sglang`, AMD's SGLang over MoRI `mori-sglang`) replay on the engine behind
+    // it, with both pools; another engine (AMD's ATOM) is refused by name.
+    for prefix in ["dynamo-", "mori-"] {
+        let named: Vec<_> = e.experiments.iter().filter(|x| x.point.engine.starts_with(prefix)).collect();
+        assert!(!named.is_empty(), "{prefix}* points replay");
+        assert!(named.iter().all(|x| x.pd.is_some()), "{prefix}* points are disaggregated");
+    }
+    assert!(e
+        .experiments
+        .iter()
+        .any(|x| x.point.engine == "mori-sglang" && x.engine == capsim::profile::EngineKind::Sglang));
+    assert!(e.refused.iter().any(|(p, r)| p.engine == "atom" && *r == Refusal::UnknownEngine("atom".into())));
     // Every replayed point carries its run, replayed as its client ran it.
     for x in &e.experiments {
         assert!(!x.points.is_empty());
