@@ -47,7 +47,8 @@ impl Engine<'_> {
     /// ([`AdpState::release`]): which ranks have a waiting context, and which a generation request.
     /// A disaggregated decode worker's arrivals come with their prompt's KV (all but the last
     /// token's): TensorRT-LLM schedules those apart from the contexts (py_executor's
-    /// `fitting_disagg_gen_init_requests`), so the balance never holds them.
+    /// `fitting_disagg_gen_init_requests`, as recalled, same caveat as [`AdpState::assign`]), so
+    /// the balance never holds them.
     fn adp_release(&mut self, b: &AdpBalance) -> bool {
         let mut ctx = 0u64;
         for &i in &self.waiting {
@@ -175,8 +176,9 @@ impl Default for AdpState {
 impl AdpState {
     /// The rank a new request is sent to, counted active there: the one with the fewest active
     /// requests, ties to the lowest. TensorRT-LLM's executor request queue assigns each fetched
-    /// request to the least-loaded rank (as read from the TensorRT-LLM source outside this
-    /// repository's mirrors), and a request stays on its rank.
+    /// request to the least-loaded rank, and a request stays on its rank (as recalled from
+    /// tensorrt_llm/_torch/pyexecutor/executor_request_queue.py, which is not among this
+    /// repository's mirrors and was too large to fetch: re-check against the release used).
     pub(super) fn assign(&mut self, ranks: u32) -> u8 {
         let n = (ranks as usize).clamp(1, MAX_RANKS);
         let rank = (0..n).min_by_key(|&r| (self.active[r], r)).unwrap_or(0);
