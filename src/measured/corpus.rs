@@ -381,11 +381,25 @@ pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, 
         let d = Doc { src: &meta_file, line: 1, v };
         let tp = count32(&d, "tp")?.unwrap_or(1).max(1);
         let ep = count32(&d, "ep")?.unwrap_or(1).max(1);
+        let workers = count32(&d, "workers")?.unwrap_or(0);
+        let dpa = d.opt_bool("dp_attention")?.unwrap_or(false);
+        // A worker's GPUs are its `tp`, and under DP attention each of them a rank; except where
+        // the pool's `num_gpus` gives each worker more GPUs than `tp` (SGLang's GB200 recipes,
+        // `tp: 1` with DP attention over 4 to 48 GPUs): there `tp` is each rank's, and the worker
+        // runs num_gpus / workers / tp ranks of it.
+        let per_worker = count32(&d, "num_gpus")?
+            .filter(|&n| workers > 0 && n.is_multiple_of(workers))
+            .map(|n| n / workers)
+            .filter(|&g| dpa && g > tp && g.is_multiple_of(tp));
+        let (gpus, ranks) = match per_worker {
+            Some(g) => (g, g / tp),
+            None => (tp, if dpa { tp } else { 1 }),
+        };
         Ok(PoolLayout {
-            workers: count32(&d, "workers")?.unwrap_or(0),
-            tensor_parallel: tp,
-            attention_dp: if d.opt_bool("dp_attention")?.unwrap_or(false) { tp } else { 1 },
-            moe_tp: if ep > 1 { 1 } else { tp },
+            workers,
+            tensor_parallel: gpus,
+            attention_dp: ranks,
+            moe_tp: if ep > 1 { 1 } else { gpus },
             moe_ep: ep,
             batch_size: None,
         })

@@ -68,6 +68,13 @@ fn every_point_is_replayed_or_refused_with_a_reason() {
         .iter()
         .any(|x| x.point.engine == "mori-sglang" && x.engine == capsim::profile::EngineKind::Sglang));
     assert!(e.refused.iter().any(|(p, r)| p.engine == "atom" && *r == Refusal::UnknownEngine("atom".into())));
+    // A pool whose `num_gpus` gives each worker more GPUs than its `tp` under DP attention (SGLang's
+    // GB200 recipes: tp 1, 10 prefill workers on 40 GPUs, 1 decode worker on 32) runs that many
+    // ranks of `tp` GPUs each.
+    let wide = e.experiments.iter().find(|x| x.point.id.contains("10ptp1-dpa_1dtp1-dpa_40+32gpu")).unwrap();
+    let pd = wide.pd.as_ref().unwrap();
+    assert_eq!((pd.prefill_workers, pd.prefill.tensor_parallel, pd.prefill.parallel.attention_dp), (10, 4, 4));
+    assert_eq!((pd.decode_workers, pd.decode.tensor_parallel, pd.decode.parallel.attention_dp), (1, 32, 32));
     // Every replayed point carries its run, replayed as its client ran it.
     for x in &e.experiments {
         assert!(!x.points.is_empty());
