@@ -90,7 +90,8 @@ pub struct EngineSettings {
 /// TensorRT-LLM's attention DP balance, resolved (sim/trtllm.rs `adp_release`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct AdpBalance {
-    /// Attention DP ranks.
+    /// Attention DP ranks: 2 to 64 (attention_dp > 1 divides tensor_parallel, which is at most 64),
+    /// so the simulator keeps one bit per rank in a u64.
     pub ranks: u32,
     pub timeout_iters: u32,
     pub batching_wait_iters: u32,

@@ -45,28 +45,16 @@ impl Engine<'_> {
 
     /// Whether the held contexts may start now under TensorRT-LLM's attention DP balance
     /// ([`AdpState::release`]): which ranks have a waiting context, and which a generation request.
-    /// A disaggregated decode worker's arrivals come with their prompt's KV (all but the last
-    /// token's): TensorRT-LLM schedules those apart from the contexts (py_executor's
+    /// A waiting request holds KV only when a prefill worker handed it over (a new or paused one
+    /// has none): TensorRT-LLM schedules those apart from the contexts (py_executor's
     /// `fitting_disagg_gen_init_requests`, as recalled, same caveat as [`AdpState::assign`]), so
     /// the balance never holds them.
     fn adp_release(&mut self, b: &AdpBalance) -> bool {
-        let mut ctx = 0u64;
-        for &i in &self.waiting {
-            let r = &self.reqs[i as usize];
-            if r.computed == 0 || r.computed + 1 < r.prompt {
-                ctx |= rank_bit(b.ranks, r.adp_rank);
-            }
-        }
+        let ctx = ranks_where(&self.reqs, &self.waiting, |r| r.computed == 0);
         if ctx == 0 {
             return true;
         }
-        let mut gen = 0u64;
-        for &i in &self.running {
-            let r = &self.reqs[i as usize];
-            if r.computed >= r.prompt {
-                gen |= rank_bit(b.ranks, r.adp_rank);
-            }
-        }
+        let gen = ranks_where(&self.reqs, &self.running, |r| r.computed >= r.prompt);
         self.adp.release(b, ctx, gen)
     }
 
@@ -141,24 +129,23 @@ impl Engine<'_> {
     }
 }
 
-/// Ranks a bitmask holds: attention DP never spans more GPUs than a replica's 64.
+/// Ranks a bitmask holds: AdpBalance::ranks is at most 64 (checked when the profile resolves).
 const MAX_RANKS: usize = 64;
 
-fn rank_bit(ranks: u32, rank: u8) -> u64 {
-    1u64 << (rank as usize % (ranks as usize).clamp(1, MAX_RANKS))
+/// The bitmask of the ranks of the requests `ids` that `keep`.
+fn ranks_where<'a>(reqs: &[Live], ids: impl IntoIterator<Item = &'a u32>, keep: impl Fn(&Live) -> bool) -> u64 {
+    ids.into_iter().map(|&i| &reqs[i as usize]).filter(|r| keep(r)).fold(0, |m, r| m | 1 << r.adp_rank)
 }
 
+/// The bitmask of ranks 0..ranks.
 fn all_ranks(ranks: u32) -> u64 {
-    match (ranks as usize).clamp(1, MAX_RANKS) {
-        MAX_RANKS => u64::MAX,
-        n => (1u64 << n) - 1,
-    }
+    u64::MAX >> (MAX_RANKS as u32 - ranks)
 }
 
 /// TensorRT-LLM's attention DP balance between iterations (`attention_dp_config.enable_balance`;
-/// tensorrt_llm/_torch/pyexecutor/py_executor.py `_balance_adp_requests`, as read from the
-/// TensorRT-LLM source outside this repository's mirrors): iterations the waiting contexts have
-/// been held, and the batching wait's.
+/// tensorrt_llm/_torch/pyexecutor/py_executor.py `_balance_adp_requests`, as recalled from the
+/// TensorRT-LLM source, same caveat as [`AdpState::assign`]): iterations the waiting contexts have
+/// been held, the batching wait's, and each rank's active requests.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct AdpState {
     wait_iters: u32,
@@ -180,16 +167,14 @@ impl AdpState {
     /// tensorrt_llm/_torch/pyexecutor/executor_request_queue.py, which is not among this
     /// repository's mirrors and was too large to fetch: re-check against the release used).
     pub(super) fn assign(&mut self, ranks: u32) -> u8 {
-        let n = (ranks as usize).clamp(1, MAX_RANKS);
-        let rank = (0..n).min_by_key(|&r| (self.active[r], r)).unwrap_or(0);
+        let rank = (0..ranks as usize).min_by_key(|&r| (self.active[r], r)).unwrap_or(0);
         self.active[rank] += 1;
         rank as u8
     }
 
-    /// A request of `rank` finished.
+    /// A request of `rank`, counted by [`Self::assign`], finished.
     pub(super) fn leave(&mut self, rank: u8) {
-        let a = &mut self.active[rank as usize % MAX_RANKS];
-        *a = a.saturating_sub(1);
+        self.active[rank as usize] -= 1;
     }
 
     /// Whether the held contexts start this iteration, given the bitmasks of the ranks with a
@@ -247,7 +232,7 @@ mod tests {
         let both = all_ranks(2);
         let mut s = AdpState::default();
         // Two contexts on rank 0 while both ranks generate: held, however many they are.
-        let rank0 = rank_bit(2, 0);
+        let rank0 = 1;
         assert!(!s.release(&b, rank0, both));
         assert!(!s.release(&b, rank0, both));
         // The third held iteration reaches the timeout.
