@@ -326,10 +326,13 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     if c.api_per_token_s > 0.0 && parts.total_s > 0.0 {
         // The API server streams every running sequence's token each step; a request's own API
         // time gets what that leaves (sim/run.rs, Replica::accept).
-        let busy = capsim::profile::api_busy_share(c.api_per_token_s, a.decode as f64, parts.total_s);
+        // One response per stream_interval tokens of a stream (--stream-interval).
+        let every = p.engine.stream_interval;
+        let busy = capsim::profile::api_busy_share(c.api_per_token_s / every as f64, a.decode as f64, parts.total_s);
         outln!(
-            "API server per streamed token (detokenization, SSE): {} us; streaming this step's {} tokens every {} ms keeps it {}% busy, so a request arriving now spends {} ms in it",
+            "API server per streamed token (detokenization, SSE): {} us{}; streaming this step's {} tokens every {} ms keeps it {}% busy, so a request arriving now spends {} ms in it",
             num(c.api_per_token_s * 1e6, 3),
+            if every > 1 { format!(", paid once per {every} tokens (--stream-interval)") } else { String::new() },
             a.decode,
             num(parts.total_s * 1e3, 4),
             num(busy * 100.0, 3),

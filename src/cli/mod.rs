@@ -330,6 +330,12 @@ pub struct ProfileArgs {
     /// SGLang: decode steps run back to back before new requests are considered (--num-continuous-decode-steps).
     #[arg(long, help_heading = "Engine")]
     pub num_continuous_decode_steps: Option<u32>,
+    /// SGLang: the scheduler takes new requests only every N decode steps (--scheduler-recv-interval).
+    #[arg(long, help_heading = "Engine")]
+    pub scheduler_recv_interval: Option<u32>,
+    /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM stream_interval): the API server's per-token cost is paid once per this many tokens.
+    #[arg(long, help_heading = "Engine")]
+    pub stream_interval: Option<u32>,
     /// SGLang: max_prefill_tokens of one prefill batch.
     #[arg(long, help_heading = "Engine")]
     pub max_prefill_tokens: Option<u32>,
@@ -504,6 +510,8 @@ impl ProfileArgs {
             enable_mixed_chunk: self.enable_mixed_chunk.then_some(true),
             interleave_decode: self.interleave_decode.then_some(true),
             num_continuous_decode_steps: self.num_continuous_decode_steps,
+            scheduler_recv_interval: self.scheduler_recv_interval,
+            stream_interval: self.stream_interval,
             max_prefill_tokens: self.max_prefill_tokens,
             new_token_ratio_init: self.new_token_ratio_init,
             new_token_ratio_min: self.new_token_ratio_min,
@@ -549,6 +557,8 @@ impl ProfileArgs {
             ("--enable-mixed-chunk", self.enable_mixed_chunk),
             ("--interleave-decode", self.interleave_decode),
             ("--num-continuous-decode-steps", self.num_continuous_decode_steps.is_some()),
+            ("--scheduler-recv-interval", self.scheduler_recv_interval.is_some()),
+            ("--stream-interval", self.stream_interval.is_some()),
             ("--max-prefill-tokens", self.max_prefill_tokens.is_some()),
             ("--new-token-ratio-init", self.new_token_ratio_init.is_some()),
             ("--new-token-ratio-min", self.new_token_ratio_min.is_some()),

@@ -48,6 +48,13 @@ pub struct EngineSettings {
     /// SGLang --num-continuous-decode-steps: decode steps run back to back before new requests are
     /// considered (default 1).
     pub num_continuous_decode_steps: Option<u32>,
+    /// SGLang --scheduler-recv-interval: the scheduler takes new requests from the tokenizer only
+    /// once every this many decode steps (right after a prefill or an idle spin; default 1: every
+    /// iteration).
+    pub scheduler_recv_interval: Option<u32>,
+    /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM
+    /// stream_interval; default 1): the API server handles one event per this many tokens of a stream.
+    pub stream_interval: Option<u32>,
     pub new_token_ratio_init: Option<f64>,
     pub new_token_ratio_min: Option<f64>,
     pub new_token_ratio_decay_steps: Option<u32>,
@@ -126,6 +133,8 @@ impl EngineSettings {
             enable_mixed_chunk,
             interleave_decode,
             num_continuous_decode_steps,
+            scheduler_recv_interval,
+            stream_interval,
             new_token_ratio_init,
             new_token_ratio_min,
             new_token_ratio_decay_steps,
@@ -165,6 +174,13 @@ pub struct EngineConfig {
     pub enable_mixed_chunk: bool,
     pub interleave_decode: bool,
     pub num_continuous_decode_steps: u32,
+    /// SGLang's scheduler_recv_interval (sim/run.rs `RecvSkipper`): 1 takes arrivals every iteration.
+    #[serde(skip_serializing_if = "is_one")]
+    pub recv_interval: u32,
+    /// Tokens per streamed response: the API server's cost per streamed token
+    /// (Coefficients::api_per_token_s) is per response, so it is paid once per this many tokens.
+    #[serde(skip_serializing_if = "is_one")]
+    pub stream_interval: u32,
     pub new_token_ratio_init: f64,
     pub new_token_ratio_min: f64,
     pub new_token_ratio_decay_steps: u32,
@@ -189,6 +205,10 @@ pub struct EngineConfig {
     /// TensorRT-LLM under attention DP with enable_balance (None otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attention_dp_balance: Option<AdpBalance>,
+}
+
+fn is_one(x: &u32) -> bool {
+    *x == 1
 }
 
 impl EngineConfig {
@@ -537,6 +557,21 @@ pub(super) fn resolve_engine(
     only("engine.reserve_full_prompt", s.reserve_full_prompt.is_some(), EngineKind::Vllm)?;
     only("engine.watermark", s.watermark.is_some(), EngineKind::Vllm)?;
     only("engine.attention_dp_balance", s.attention_dp_balance.is_some(), EngineKind::Trtllm)?;
+    only("engine.scheduler_recv_interval", s.scheduler_recv_interval.is_some(), EngineKind::Sglang)?;
+    if s.stream_interval == Some(0) {
+        return Err(err("engine.stream_interval", "must be at least 1".into()));
+    }
+    match s.scheduler_recv_interval {
+        Some(0) => return Err(err("engine.scheduler_recv_interval", "must be at least 1".into())),
+        // scheduler_recv_skipper.py asserts `not server_args.enable_dp_attention`.
+        Some(n) if n > 1 && par.attention_dp > 1 => {
+            return Err(err(
+                "engine.scheduler_recv_interval",
+                format!("SGLang does not run a receive interval ({n}) under attention DP; leave it at 1"),
+            ))
+        }
+        _ => {}
+    }
     // llm_args.py AttentionDpConfig: enable_balance False, timeout_iters 50, batching_wait_iters 10.
     let attention_dp_balance = (kind == EngineKind::Trtllm
         && par.attention_dp > 1
@@ -567,6 +602,8 @@ pub(super) fn resolve_engine(
         enable_mixed_chunk: s.enable_mixed_chunk.unwrap_or(false),
         interleave_decode: s.interleave_decode.unwrap_or(false),
         num_continuous_decode_steps: s.num_continuous_decode_steps.unwrap_or(1).max(1),
+        recv_interval: s.scheduler_recv_interval.unwrap_or(1),
+        stream_interval: s.stream_interval.unwrap_or(1),
         new_token_ratio_init: ratio_init,
         new_token_ratio_min: ratio_min,
         // SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: linear decay from init to min over 600 decode steps.

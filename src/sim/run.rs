@@ -218,6 +218,47 @@ pub(super) struct Replica<'a> {
     pub(super) ff_blocker: Option<(u32, u64)>,
     /// Record each first token's TTFT (SimOptions::until_first_tokens).
     keep_ttfts: bool,
+    /// SGLang's scheduler_recv_interval above 1 (None: arrivals are taken every iteration).
+    recv: Option<RecvSkipper>,
+}
+
+/// SGLang's SchedulerRecvSkipper (srt/managers/scheduler_recv_skipper.py, read at 0.5.5): each
+/// iteration adds its previous batch's weight to a counter, 1 for a decode (or target-verify) batch
+/// and 1000 for any other, and the scheduler takes the requests waiting at the tokenizer only once
+/// the counter reaches the interval, resetting it. Under decode a new request thus waits for the
+/// next multiple of the interval, up to that many decode steps; after a prefill it is taken at once.
+/// An idle engine spins through iterations of weight 1 in microseconds: it takes arrivals at once.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecvSkipper {
+    interval: u32,
+    /// The weights counted since the last take.
+    counter: u32,
+}
+
+impl RecvSkipper {
+    /// At the start of an iteration: whether the scheduler takes what has arrived (the count resets
+    /// whether or not anything has).
+    fn poll(&mut self, idle: bool) -> bool {
+        if idle || self.counter >= self.interval {
+            self.counter = 0;
+            return true;
+        }
+        false
+    }
+
+    /// After `steps` decode steps, each preceded by a poll that found nothing to take (a decode
+    /// stretch), or one prefill step.
+    fn count(&mut self, steps: u64, prefill: bool) {
+        let t = self.interval as u64;
+        self.counter = match (prefill, steps) {
+            (true, _) => self.interval,
+            (false, 0) => self.counter,
+            (false, n) => {
+                let c = if self.counter as u64 >= t { 0 } else { self.counter as u64 };
+                ((c + n - 1) % t + 1) as u32
+            }
+        };
+    }
 }
 
 /// The requests whose token gaps count: the workload's warm-up and cool-down left out, as
@@ -330,7 +371,8 @@ impl<'a> Replica<'a> {
             frontend_free: 0,
             serial_ns: SimTime::from_secs(p.coefficients.frontend_serial_s).0,
             overhead_ns: SimTime::from_secs(p.coefficients.request_overhead_s).0,
-            api_token_ns: p.coefficients.api_per_token_s * 1e9,
+            // One API event per stream_interval tokens of a stream.
+            api_token_ns: p.coefficients.api_per_token_s * 1e9 / e.stream_interval as f64,
             last_step: (0, 0, 0),
             kv_area: 0.0,
             // 1 ms, doubled whenever the buffer fills.
@@ -340,6 +382,8 @@ impl<'a> Replica<'a> {
             finished: Vec::new(),
             ff_blocker: None,
             keep_ttfts: opts.until_first_tokens,
+            recv: (e.kind == EngineKind::Sglang && e.recv_interval > 1)
+                .then_some(RecvSkipper { interval: e.recv_interval, counter: 0 }),
         }
     }
 
@@ -407,7 +451,8 @@ impl<'a> Replica<'a> {
         // A request rejected here makes its client send again (closed loops) at `now`, which the
         // caller learns only when this call returns: no fast-forward past it then.
         let mut rejected_now = false;
-        while self.inbox.front().is_some_and(|a| a.enqueued <= now) {
+        let take = self.recv.as_mut().is_none_or(|r| r.poll(eng.is_idle()));
+        while take && self.inbox.front().is_some_and(|a| a.enqueued <= now) {
             let mut a = self.inbox.pop_front().expect("front exists");
             if !eng.accepts(a.input, a.output) {
                 out.requests_rejected += 1;
@@ -446,7 +491,12 @@ impl<'a> Replica<'a> {
         if let Some(limit) = ff_limit.filter(|_| !rejected_now) {
             let next_enqueue = self.inbox.front().map_or(u64::MAX, |a| a.enqueued);
             let limit = limit.min(next_enqueue);
+            let steps_before = self.out.steps;
             if if pooled { self.fast_forward_pool(limit) } else { self.fast_forward(limit) } {
+                if let Some(r) = &mut self.recv {
+                    // The stretch began with this call's poll: its first step follows it.
+                    r.count(self.out.steps - steps_before, false);
+                }
                 return true;
             }
         }
@@ -472,6 +522,14 @@ impl<'a> Replica<'a> {
                 // KV offload: nothing runs until a copy from host memory ends (or a request arrives).
                 let next = self.inbox.front().map_or(u64::MAX, |a| a.enqueued);
                 self.now = done.min(next).max(now);
+                return true;
+            }
+            if let Some(r) =
+                self.recv.as_mut().filter(|_| !take && self.inbox.front().is_some_and(|a| a.enqueued <= now))
+            {
+                // An iteration that runs nothing has weight 1 and takes microseconds: SGLang spins
+                // through them and takes the held-back arrivals now.
+                r.counter = r.interval;
                 return true;
             }
             // Queued work that cannot start until something arrives (fits_ever() guarantees the head
@@ -506,6 +564,7 @@ impl<'a> Replica<'a> {
         let step_start = now;
         let now = now + dt;
         self.now = now;
+        let prefill_tokens_before = out.prefill_tokens;
         // Gaps of requests that also got a token from the previous step are this step's duration:
         // counted once per step, not per token.
         let mut gaps_of_one_step = 0u64;
@@ -556,6 +615,9 @@ impl<'a> Replica<'a> {
             }
         }
         out.itl_gaps.add_n(dt, gaps_of_one_step);
+        if let Some(r) = &mut self.recv {
+            r.count(1, out.prefill_tokens > prefill_tokens_before);
+        }
         if eng.spec.is_some() {
             finished_any |= eng.spec_emit(&mut out.decode_tokens);
         }

@@ -1,7 +1,8 @@
 use super::{const_profile, default_profile};
+use capsim::catalog::Catalog;
 use capsim::data;
 use capsim::metrics::{summarize, RequestSlo};
-use capsim::profile::Profile;
+use capsim::profile::{Profile, ProfileFile};
 use capsim::sim::{simulate, simulate_observed, SimOptions, SimOutput, StepView};
 use capsim::sweep::run_sweep;
 use capsim::workload::{Arrivals, LoadAxis, LoadTemplate, Process, RateSchedule, Workload};
@@ -365,6 +366,58 @@ fn sglang_continuous_decode_steps_hold_new_requests_back() {
     }
 }
 
+#[test]
+fn sglang_recv_interval_takes_new_requests_every_n_decode_steps() {
+    // A: 1-token prompt, 100 outputs from t = 0; B arrives at 25 ms. 10 ms steps. A's prefill (0-10)
+    // leaves the count past any interval, so the poll at 10 ms takes (nothing) and restarts it; each
+    // decode step then counts 1, and B is taken at the first poll after it arrives whose count has
+    // reached the interval (scheduler_recv_skipper.py):
+    // interval 1: poll at 30 -> prefill 30-40, TTFT 15 ms; 2: count 2 at 30 -> the same;
+    // 3: count 2 at 30, 3 at 40 -> prefill 40-50, 25 ms; 5: count 5 at 60 -> prefill 60-70, 45 ms.
+    use capsim::workload::TraceRecord;
+    let w = Workload::trace(
+        vec![
+            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100, hash_ids: vec![], session: None },
+            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![], session: None },
+        ],
+        0,
+        0,
+    )
+    .unwrap();
+    for (n, ttft_ms) in [(1, 15), (2, 15), (3, 25), (5, 45)] {
+        let p = const_profile("sglang", 0.010, &format!("scheduler_recv_interval = {n}"));
+        let r = by_id(&run(&p, &w));
+        assert_eq!(r[1].first_token.0 - r[1].arrival.0, ttft_ms * MS, "interval {n}");
+    }
+    // An idle engine takes an arrival at once, whatever the interval.
+    let alone = Workload::trace(
+        vec![TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![], session: None }],
+        0,
+        0,
+    )
+    .unwrap();
+    let p = const_profile("sglang", 0.010, "scheduler_recv_interval = 30");
+    let r = by_id(&run(&p, &alone));
+    assert_eq!(r[0].first_token.0 - r[0].arrival.0, 10 * MS);
+}
+
+#[test]
+fn recv_and_stream_intervals_are_checked_where_they_are_set() {
+    let bad = |engine: &str, extra: &str| {
+        let text = format!(
+            "name = \"x\"\n[model]\nname = \"Qwen3-Coder-30B-A3B-Instruct\"\nweight_dtype = \"fp8\"\nkv_dtype = \"bf16\"\n[gpu]\nname = \"H200 SXM\"\n[engine]\nkind = \"{engine}\"\n{extra}\n[coefficients]\nstep_overhead_s = 0.01\nper_seq_overhead_s = 0.0\nbandwidth_eff_bytes_s = 1e12\nmatmul_flops_eff_s = 1e14\nattention_flops_eff_s = 1e14\nrequest_overhead_s = 0.0\n[provenance]\nmethod = \"test\"\n"
+        );
+        let e = ProfileFile::parse("p.toml", &text).unwrap().resolve("p.toml", &Catalog::builtin()).unwrap_err();
+        e.to_string()
+    };
+    let e = bad("vllm", "scheduler_recv_interval = 10");
+    assert!(e.contains("engine.scheduler_recv_interval") && e.contains("sglang setting"), "{e}");
+    let e = bad("sglang", "scheduler_recv_interval = 0");
+    assert!(e.contains("engine.scheduler_recv_interval") && e.contains("at least 1"), "{e}");
+    let e = bad("trtllm", "stream_interval = 0");
+    assert!(e.contains("engine.stream_interval") && e.contains("at least 1"), "{e}");
+}
+
 /// One scenario of the swarm, drawn from `seed`: an engine policy and its settings, request lengths,
 /// a load; every invariant of [`check_invariants`] is checked at every step.
 fn swarm_case(seed: u64) {
@@ -530,9 +583,10 @@ fn fast_forward_equals_step_by_step_simulation() {
         let engine = ["vllm", "sglang"][g.gen_range(0..2)];
         let extra = if engine == "sglang" {
             format!(
-                "{extra}\nenable_mixed_chunk = {}\nnum_continuous_decode_steps = {}",
+                "{extra}\nenable_mixed_chunk = {}\nnum_continuous_decode_steps = {}\nscheduler_recv_interval = {}",
                 g.gen_bool(0.5),
-                g.gen_range(1..4)
+                g.gen_range(1..4),
+                [1, 1, 3, 10][g.gen_range(0..4)]
             )
         } else {
             extra
