@@ -9,8 +9,9 @@ use crate::catalog::Catalog;
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::Result;
 use crate::measured::corpus::{
-    read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint, PoolLayout,
+    read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint, PoolLayout, LAUNCH_SETTINGS,
 };
+use crate::measured::launch::LaunchTable;
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
 use crate::profile::{Deployment, EngineKind, EngineSettings, SpecMethod, Speculative};
 use crate::units::Dtype;
@@ -34,13 +35,18 @@ mod embedded {
 /// stated (corpus README). A stated assumption, reported with every use.
 pub const NVIDIA_ROUNDS: u64 = 10;
 
+/// capsim's launch settings of the shipped InferenceX deployments (crate::measured::launch).
+pub const INFERENCEX_LAUNCH: &str = include_str!("../calibration/corpus/inferencex-dsr1/launch_settings.json");
+
 /// The shipped corpus, as embedded in the binary.
 pub fn builtin_points() -> Result<Vec<CorpusPoint>> {
     let mut out = read_aic_e2e(AIC_E2E_PATH, AIC_E2E)?;
+    let launch = LaunchTable::parse(&format!("{INFERENCEX_PATH}/{LAUNCH_SETTINGS}"), INFERENCEX_LAUNCH)?;
     for (dep, meta, files) in embedded::INFERENCEX {
         let files: Vec<(String, &str)> = files.iter().map(|(n, t)| (n.to_string(), *t)).collect();
-        out.extend(read_inferencex_deployment(&format!("{INFERENCEX_PATH}/{dep}"), meta, &files)?);
+        out.extend(read_inferencex_deployment(&format!("{INFERENCEX_PATH}/{dep}"), meta, &files, Some(&launch))?);
     }
+    launch.check_known(|d| embedded::INFERENCEX.iter().any(|(dep, _, _)| *dep == d))?;
     Ok(out)
 }
 
@@ -319,7 +325,8 @@ fn weight_dtype(p: &CorpusPoint, moe: bool, amd: bool) -> std::result::Result<Dt
 /// - InferenceX, TensorRT-LLM: `MAX_NUM_TOKENS=$(( (CONC+ISL+64+63)/64*64 ))`, at least 8192
 ///   (SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_fp4_b200_trt.sh; the other
 ///   TRT scripts give ISL + OSL + 256 or 16384/32768 by sequence length, all a whole prompt and more).
-///   Its vLLM and SGLang scripts vary by recipe and are left at the engines' defaults.
+///   Its vLLM and SGLang scripts vary by recipe and are left at the engines' defaults, but for the
+///   settings inferencex-dsr1/launch_settings.json resolves (layout::launch_settings).
 /// - NVIDIA's rows (aiconfigurator's accuracy set): aiconfigurator's benchmark rules, assumed to be what
 ///   generated their engines' configs (ai-dynamo/aiconfigurator 095f58a,
 ///   src/aiconfigurator/generator/rule_plugin/benchmark/{trtllm,vllm,sglang}.rule): aggregated

@@ -184,6 +184,12 @@ struct Feat {
     /// The measured TTFT is a median (InferenceX's files), not a mean: the first round's burst is
     /// all above it, and a steady request waits for another prompt only when more than half do.
     ttft_median: bool,
+    /// SGLang's scheduler receive interval (1: every iteration): a request arriving under decode
+    /// waits for the next take, half the interval's decode steps on average, and the requests
+    /// taken together prefill in one batch.
+    recv_interval: f64,
+    /// Tokens per streamed response: the API server's per-token cost is paid once per this many.
+    stream_interval: f64,
     /// Member index per level (gpu, engine, pair, dtype, model), deployment, client.
     idx: [usize; N_LEVELS],
     dep: usize,
@@ -266,6 +272,8 @@ fn features(e: &Experiment, p: &Profile, idx: [usize; N_LEVELS], dep: usize) -> 
         ttft_s: sec(e.point.ttft_ms, 1e-3),
         tpot_s: sec(e.point.tpot_ms, 1e-3),
         ttft_median: matches!(e.point.ttft_ms, Some((crate::metrics::StatKind::P50, _))),
+        recv_interval: p.engine.recv_interval as f64,
+        stream_interval: p.engine.stream_interval as f64,
         idx,
         dep,
         client: CLIENTS.iter().position(|&k| k == e.point.client).unwrap_or(0),
@@ -294,20 +302,24 @@ fn predict(f: &Feat, x: &[f64; N_PARAMS], client_s: f64, rounds: f64) -> (f64, f
     let mut ttft = host + pf_total;
     for _ in 0..4 {
         // The API server streams c' tokens per TPOT; a request's own work gets what that leaves.
-        let rho = crate::profile::api_busy_share(v[API_TOKEN], f.c_eff, tpot);
+        let rho = crate::profile::api_busy_share(v[API_TOKEN] / f.stream_interval, f.c_eff, tpot);
         host = v[REQUEST] / (1.0 - rho) + client_s;
         let span = f.o1 * tpot;
         let cycle = ttft + span;
         tpot = t_dec + others * pf_extra * (span / cycle) / f.o1;
         let rho = (f.c_eff * pf_extra / cycle).min(0.95);
         let queued = rho / (1.0 - rho) * pf_extra / 2.0;
+        // The wait for the scheduler to take the request (half a decode step without a receive
+        // interval), and the prompts that arrived in the same interval and prefill with it.
+        let take = f.recv_interval * t_dec / 2.0;
+        let batched = f.c_eff / cycle * (f.recv_interval - 1.0) * t_dec * pf_extra;
         let mut wait = if f.ttft_median {
             // A request finds another prompt ahead with probability rho, and then waits about
             // exponentially with mean queued / rho: the median waits only where rho > 1/2.
-            t_dec / 2.0 + if rho > 0.5 { queued / rho * (2.0 * rho).ln() } else { 0.0 }
+            take + batched + if rho > 0.5 { queued / rho * (2.0 * rho).ln() } else { 0.0 }
         } else {
             let burst = others / 2.0 * pf_extra;
-            sync * burst + (1.0 - sync) * (t_dec / 2.0 + queued)
+            sync * burst + (1.0 - sync) * (take + batched + queued)
         };
         if f.c > f.c_eff {
             wait += (f.c - f.c_eff) / f.c_eff * (host + pf_total + f.o1 * tpot);

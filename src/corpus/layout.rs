@@ -151,7 +151,20 @@ pub fn layout(p: &CorpusPoint, engine: EngineKind, arch: &ModelArch) -> Option<L
 /// dsr1_fp4_b200_trt.sh, dsr1_fp8_b200_trt.sh, dsr1_fp8_h200_trt.sh) and TensorRT-LLM's defaults
 /// for gpt-oss (deprecated/gptoss_fp4_b200_trt.sh: `enable_balance: true` alone). NVIDIA's own rows
 /// (aiconfigurator's generated configs) leave it off, TensorRT-LLM's default.
+///
+/// And the settings the launch script gave where metadata.json does not resolve them
+/// (CorpusPoint::launch): InferenceX's B200 SGLang scripts' scheduler receive interval,
+/// running-request cap, chunk and prefill budgets and mem_fraction_static, and every NVIDIA
+/// deployment's stream interval.
 pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettings) -> EngineSettings {
+    if let Some(l) = &p.launch {
+        s.max_running_requests = l.max_running_requests.or(s.max_running_requests);
+        s.chunked_prefill_size = l.chunked_prefill_size.or(s.chunked_prefill_size);
+        s.max_prefill_tokens = l.max_prefill_tokens.or(s.max_prefill_tokens);
+        s.gpu_memory_utilization = l.mem_fraction_static.or(s.gpu_memory_utilization);
+        s.scheduler_recv_interval = l.scheduler_recv_interval.or(s.scheduler_recv_interval);
+        s.stream_interval = l.stream_interval.or(s.stream_interval);
+    }
     let inferencex = p.set != "aic-e2e" || from_inferencex_db(p);
     if s.kind == Some(EngineKind::Trtllm) && parallel.attention_dp > 1 && inferencex {
         s.attention_dp_balance = Some(true);

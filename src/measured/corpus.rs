@@ -14,6 +14,7 @@
 //! Errors name the file, the line (CSV) or the key (JSON), and the field.
 
 use super::json::Doc;
+use super::launch::LaunchTable;
 use crate::error::{Error, Result};
 use crate::metrics::StatKind;
 use serde::Serialize;
@@ -137,6 +138,9 @@ pub struct CorpusPoint {
     pub official: bool,
     /// InferenceX's `random_range_ratio` where the file states it (0.8 for official rows).
     pub range_ratio: Option<f64>,
+    /// Engine settings the launch script gave through shell variables (inferencex-dsr1's
+    /// launch_settings.json; None where it has no entry).
+    pub launch: Option<super::launch::LaunchSettings>,
 }
 
 /// The columns of aic-e2e/measured.csv capsim reads (the rest are the disaggregated workers' layout,
@@ -335,6 +339,7 @@ pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
             date: source_field(src, "measured").unwrap_or("").chars().take(10).collect(),
             official: true,
             range_ratio: None,
+            launch: None,
         });
     }
     Ok(out)
@@ -362,8 +367,17 @@ fn ms(d: &Doc, key: &str) -> Result<Option<f64>> {
 }
 
 /// One InferenceX deployment: its metadata.json and its point files, as (name, text).
-pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, &str)]) -> Result<Vec<CorpusPoint>> {
+///
+/// `launch`: launch_settings.json, whose entry for this folder (named by `dir`'s last component)
+/// gives each point's engine settings.
+pub fn read_inferencex_deployment(
+    dir: &str,
+    metadata: &str,
+    points: &[(String, &str)],
+    launch: Option<&LaunchTable>,
+) -> Result<Vec<CorpusPoint>> {
     let meta_file = format!("{dir}/metadata.json");
+    let folder = dir.rsplit('/').next().unwrap_or(dir);
     let mv: Value = crate::measured::parse_json_lenient(metadata)
         .map_err(|e| Error::input(&meta_file, Some(e.line()), None, format!("malformed JSON: {e}")))?;
     let m = Doc { src: &meta_file, line: 1, v: &mv };
@@ -473,21 +487,32 @@ pub fn read_inferencex_deployment(dir: &str, metadata: &str, points: &[(String, 
             date: o.opt_string("date")?.unwrap_or_default(),
             official,
             range_ratio,
+            launch: launch.and_then(|t| t.at(folder, conc)),
         });
     }
     Ok(out)
 }
 
+/// The name of the launch settings file in an InferenceX folder ([`super::launch`]).
+pub const LAUNCH_SETTINGS: &str = "launch_settings.json";
+
 /// Read an InferenceX folder on disk (`inferencex-dsr1/`): every deployment folder in name order,
-/// its metadata.json and its point files (every other `.json`), regular files only.
+/// its metadata.json and its point files (every other `.json`), regular files only, with
+/// [`LAUNCH_SETTINGS`] where the folder has one.
 pub fn read_inferencex_dir(root: &std::path::Path) -> Result<Vec<CorpusPoint>> {
     let io = |p: &std::path::Path, err| Error::Io { path: p.display().to_string(), err };
+    let launch_path = root.join(LAUNCH_SETTINGS);
+    let launch = match launch_path.is_file() {
+        true => Some(LaunchTable::parse(&launch_path.display().to_string(), &crate::error::read_file(&launch_path)?)?),
+        false => None,
+    };
     let mut dirs: Vec<_> = std::fs::read_dir(root)
         .map_err(|e| io(root, e))?
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| io(root, e))?;
     dirs.sort_by_key(|e| e.file_name());
     let mut out = Vec::new();
+    let mut folders = Vec::new();
     for d in dirs {
         let ft = d.file_type().map_err(|e| io(&d.path(), e))?;
         if !ft.is_dir() {
@@ -516,7 +541,11 @@ pub fn read_inferencex_dir(root: &std::path::Path) -> Result<Vec<CorpusPoint>> {
         }
         let refs: Vec<(String, &str)> = texts.iter().map(|(n, t)| (n.clone(), t.as_str())).collect();
         let label = format!("{}/{}", root.display(), d.file_name().to_string_lossy());
-        out.extend(read_inferencex_deployment(&label, &metadata, &refs)?);
+        out.extend(read_inferencex_deployment(&label, &metadata, &refs, launch.as_ref())?);
+        folders.push(d.file_name().to_string_lossy().to_string());
+    }
+    if let Some(t) = &launch {
+        t.check_known(|dep| folders.iter().any(|f| f == dep))?;
     }
     Ok(out)
 }

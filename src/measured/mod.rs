@@ -20,6 +20,7 @@ pub mod bench_serving;
 pub mod corpus;
 pub mod guidellm;
 pub mod json;
+pub mod launch;
 pub mod lengths;
 
 use crate::data::{Aggregation, LoadKind, Point};

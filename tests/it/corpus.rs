@@ -196,3 +196,74 @@ fn explain_names_the_host_costs() {
         assert!(t.contains(part), "{part} missing:\n{t}");
     }
 }
+
+/// InferenceX's launch settings that metadata.json leaves unresolved reach each point's engine:
+/// B200 SGLang's receive interval by concurrency and its memory fraction, every NVIDIA deployment's
+/// stream interval; AMD's scripts set neither.
+#[test]
+fn launch_settings_reach_the_points_they_were_read_for() {
+    let points = builtin_points().unwrap();
+    let at = |dep: &str, conc: u32| {
+        points
+            .iter()
+            .find(|p| p.id.contains(&format!("/{dep}/")) && p.concurrency == conc)
+            .unwrap_or_else(|| panic!("{dep} at {conc}"))
+    };
+    let l = at("dsr1-fp8-b200-sglang-tp8-v0.5.12-cu130", 64).launch.clone().unwrap();
+    assert_eq!((l.scheduler_recv_interval, l.stream_interval, l.max_running_requests), (Some(30), Some(30), Some(128)));
+    assert_eq!(
+        at("dsr1-fp8-b200-sglang-tp8-v0.5.12-cu130", 4).launch.as_ref().unwrap().scheduler_recv_interval,
+        Some(10)
+    );
+    // The TP 4 branch of the same script: 10 at any concurrency, and mem_fraction_static 0.95, at
+    // which DeepSeek-R1 FP8 fits 4 x B200 (the default 0.854 does not).
+    let tp4 = at("dsr1-fp8-b200-sglang-tp4-v0.5.12-cu130", 32);
+    let l = tp4.launch.as_ref().unwrap();
+    assert_eq!((l.scheduler_recv_interval, l.mem_fraction_static), (Some(10), Some(0.95)));
+    let catalog = Catalog::builtin();
+    let e = capsim::corpus::express(&catalog, tp4, &resolves(&catalog)).unwrap();
+    assert_eq!(
+        (e.deployment.settings.scheduler_recv_interval, e.deployment.settings.gpu_memory_utilization),
+        (Some(10), Some(0.95))
+    );
+    let trt = at("dsr1-fp8-h200-trt-tp8ep8-1.3.0rc14", 4).launch.clone().unwrap();
+    assert_eq!((trt.stream_interval, trt.scheduler_recv_interval), (Some(10), None));
+    assert!(points.iter().filter(|p| p.gpu.starts_with("mi")).all(|p| p.launch.is_none()));
+}
+
+#[test]
+fn a_bad_launch_settings_file_names_the_key() {
+    use capsim::measured::launch::LaunchTable;
+    let ok = r#"{"deployments": {"d": {"script": "s.sh", "scheduler_recv_interval": [[1, 10], [16, 30]]}}}"#;
+    let t = LaunchTable::parse("l.json", ok).unwrap();
+    assert_eq!(t.at("d", 15).unwrap().scheduler_recv_interval, Some(10));
+    assert_eq!(t.at("d", 16).unwrap().scheduler_recv_interval, Some(30));
+    assert!(t.at("other", 16).is_none());
+    for (bad, key) in [
+        (r#"{"deployments": {"d": {"script": "s", "recv": 3}}}"#, "deployments.d.recv"),
+        (
+            r#"{"deployments": {"d": {"script": "s", "scheduler_recv_interval": [[16, 30], [1, 10]]}}}"#,
+            "scheduler_recv_interval",
+        ),
+        (r#"{"deployments": {"d": {"script": "s", "scheduler_recv_interval": [[1, 0]]}}}"#, "scheduler_recv_interval"),
+        (r#"{"deployments": {"d": {"script": "s", "mem_fraction_static": 1.5}}}"#, "mem_fraction_static"),
+        (r#"{"deployments": {"d": {"script": "s", "stream_interval": -1}}}"#, "stream_interval"),
+        (r#"{"deployments": {"d": {"stream_interval": 10}}}"#, "deployments.d.script"),
+        (r#"{"deployments": 3}"#, "deployments"),
+        ("{", "l.json"),
+    ] {
+        let e = LaunchTable::parse("l.json", bad).unwrap_err().to_string();
+        assert!(e.contains("l.json") && e.contains(key), "{bad}: {e}");
+    }
+    // An entry for a deployment the corpus folder does not have is an error, not a setting dropped.
+    let dir = std::env::temp_dir().join(format!("capsim-launch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dep = dir.join("inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-x");
+    std::fs::create_dir_all(&dep).unwrap();
+    std::fs::write(dep.join("metadata.json"), r#"{"gpu": "h200", "engine": "sglang", "precision": "fp8", "tp": 8}"#)
+        .unwrap();
+    std::fs::write(dir.join("inferencex-dsr1/launch_settings.json"), ok).unwrap();
+    let e = read_points(&dir).unwrap_err().to_string();
+    assert!(e.contains("launch_settings.json") && e.contains("deployments.d"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -330,7 +330,7 @@ proptest! {
     fn fuzz_corpus_inferencex(muts in mutations(), meta in any::<bool>()) {
         let (m, p) = if meta { (mutate(IX_META, &muts), IX_POINT.to_string()) } else { (IX_META.to_string(), mutate(IX_POINT, &muts)) };
         let points = [("8192x1024_c4_2026-02-11.json".to_string(), p.as_str())];
-        check(capsim::measured::corpus::read_inferencex_deployment(IX_DIR, &m, &points), IX_DIR)?;
+        check(capsim::measured::corpus::read_inferencex_deployment(IX_DIR, &m, &points, None), IX_DIR)?;
     }
 
     #[test]

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Writes launch_settings.json: engine settings of InferenceX's single-node deployments that
+metadata.json does not resolve. capsim's own file, not the corpus curators'.
+
+- The SGLang settings InferenceX's B200 scripts pass through shell variables (metadata.json keeps
+  `--scheduler-recv-interval $SCHEDULER_RECV_INTERVAL` verbatim but not the value): read by hand from
+  each deployment's script at the commit its metadata.json records, written below with their lines.
+- `stream_interval` (tokens per streamed response: SGLang and vLLM `--stream-interval N`, TensorRT-LLM
+  `stream_interval: N` in the YAML its scripts write): found in each deployment's scripts at the
+  recorded commits; a deployment whose scripts never set it runs the engine's default, 1, and gets no
+  entry for it. Its scripts must agree.
+
+Needs a checkout of SemiAnalysisAI/InferenceX (Apache-2.0) holding those commits:
+    python3 launch_settings.py /path/to/InferenceX
+"""
+import glob
+import json
+import re
+import subprocess
+import sys
+
+# (script, commit, lines): the settings it gives. `scheduler_recv_interval` is a list of
+# [from_concurrency, value]: the last pair whose concurrency is at most the point's applies.
+RECV_BY_CONC = [[1, 10], [16, 30]]  # `if [[ $CONC -ge 16 ]]; then ...=30 else ...=10`
+FP4 = dict(max_running_requests=256, chunked_prefill_size=16384, mem_fraction_static=0.85,
+           scheduler_recv_interval=RECV_BY_CONC)
+MTP = dict(max_running_requests=512, chunked_prefill_size=16384, max_prefill_tokens=16384,
+           mem_fraction_static=0.82, scheduler_recv_interval=RECV_BY_CONC)
+FP8_TP8 = dict(max_running_requests=128, chunked_prefill_size=32768, max_prefill_tokens=32768,
+               mem_fraction_static=0.82, scheduler_recv_interval=RECV_BY_CONC)
+# `elif [[ $TP -eq 4 ]]` branch: SCHEDULER_RECV_INTERVAL=10 whatever the concurrency.
+FP8_TP4 = dict(max_running_requests=32, chunked_prefill_size=8192, max_prefill_tokens=8192,
+               mem_fraction_static=0.95, scheduler_recv_interval=[[1, 10]])
+
+SCRIPTS = {
+    ("benchmarks/single_node/dsr1_fp4_b200_mtp.sh", "70bf3a25", "36-40, 60-62"): MTP,
+    ("benchmarks/dsr1_fp4_b200_docker.sh", "7daaa8bb", "10-14, 22-24"): FP4,
+    ("benchmarks/single_node/dsr1_fp4_b200.sh", "d4948f99", "27-31, 45-47"): FP4,
+    ("benchmarks/dsr1_fp4_b200_docker.sh", "f6a9d0b6", "24-28, 36-38"): FP4,
+    ("benchmarks/dsr1_fp4_b200_docker.sh", "d27433df", "24-28, 36-38"): FP4,
+    ("benchmarks/single_node/dsr1_fp4_b200.sh", "12ba0ae0", "27-31, 40-42"): FP4,
+    ("benchmarks/dsr1_fp4_b200_docker.sh", "e06929c7", "10-14, 22-24"): FP4,
+    ("benchmarks/single_node/dsr1_fp8_b200_mtp.sh", "370a162f", "35-48"): MTP,
+    ("benchmarks/single_node/dsr1_fp8_b200_mtp.sh", "d4948f99", "35-48"): MTP,
+    ("benchmarks/dsr1_fp8_b200_mtp.sh", "ec912828", "35-48"): MTP,
+    ("benchmarks/single_node/dsr1_fp8_b200_mtp.sh", "12ba0ae0", "35-48"): MTP,
+    ("benchmarks/single_node/dsr1_fp8_b200.sh", "d4948f99", "29-59"): None,  # by TP
+    ("benchmarks/dsr1_fp8_b200_docker.sh", "1d29967c", "29-59"): None,  # by TP
+    ("benchmarks/single_node/dsr1_fp8_b200.sh", "370a162f", "29-59"): None,  # by TP
+    ("benchmarks/dsr1_fp8_b200_docker.sh", "f6a9d0b6", "26-30, 38-40"): FP8_TP8,
+    ("benchmarks/single_node/dsr1_fp8_b200.sh", "12ba0ae0", "29-59"): None,  # by TP
+    ("benchmarks/dsr1_fp8_b200_docker.sh", "189ae51c", "22-26, 34-36"): FP8_TP8,
+}
+
+DEPLOYMENTS = {
+    "dsr1-fp4-b200-sglang-mtp-tp8-v0.5.12-cu130": ("benchmarks/single_node/dsr1_fp4_b200_mtp.sh", "70bf3a25"),
+    "dsr1-fp4-b200-sglang-tp4-v0.5.5-cu129-amd64": ("benchmarks/dsr1_fp4_b200_docker.sh", "7daaa8bb"),
+    "dsr1-fp4-b200-sglang-tp8-v0.5.5-cu129-amd64": ("benchmarks/dsr1_fp4_b200_docker.sh", "7daaa8bb"),
+    "dsr1-fp4-b200-sglang-tp4ep4-v0.5.12-cu130": ("benchmarks/single_node/dsr1_fp4_b200.sh", "d4948f99"),
+    "dsr1-fp4-b200-sglang-tp8ep8-v0.5.12-cu130": ("benchmarks/single_node/dsr1_fp4_b200.sh", "d4948f99"),
+    "dsr1-fp4-b200-sglang-tp4ep4-v0.5.5-cu129-amd64": ("benchmarks/dsr1_fp4_b200_docker.sh", "f6a9d0b6"),
+    "dsr1-fp4-b200-sglang-tp8ep8-v0.5.5-cu129-amd64": ("benchmarks/dsr1_fp4_b200_docker.sh", "f6a9d0b6"),
+    "dsr1-fp4-b200-sglang-tp4ep4-v0.5.6-cu129-amd64": ("benchmarks/dsr1_fp4_b200_docker.sh", "d27433df"),
+    "dsr1-fp4-b200-sglang-tp8ep8-v0.5.6-cu129-amd64": ("benchmarks/dsr1_fp4_b200_docker.sh", "d27433df"),
+    "dsr1-fp4-b200-sglang-tp4ep4-v0.5.9-cu130": ("benchmarks/single_node/dsr1_fp4_b200.sh", "12ba0ae0"),
+    "dsr1-fp4-b200-sglang-tp8ep8-v0.5.9-cu130": ("benchmarks/single_node/dsr1_fp4_b200.sh", "12ba0ae0"),
+    "dsr1-fp4-b200-sglang-tp8-unknown-2025-11-02": ("benchmarks/dsr1_fp4_b200_docker.sh", "e06929c7"),
+    "dsr1-fp8-b200-sglang-mtp-tp8-v0.5.11-cu130": ("benchmarks/single_node/dsr1_fp8_b200_mtp.sh", "370a162f"),
+    "dsr1-fp8-b200-sglang-mtp-tp8-v0.5.12-cu130": ("benchmarks/single_node/dsr1_fp8_b200_mtp.sh", "d4948f99"),
+    "dsr1-fp8-b200-sglang-mtp-tp8-v0.5.8-cu130-amd64": ("benchmarks/dsr1_fp8_b200_mtp.sh", "ec912828"),
+    "dsr1-fp8-b200-sglang-mtp-tp8-v0.5.9-cu130": ("benchmarks/single_node/dsr1_fp8_b200_mtp.sh", "12ba0ae0"),
+    "dsr1-fp8-b200-sglang-tp4-v0.5.12-cu130": ("benchmarks/single_node/dsr1_fp8_b200.sh", "d4948f99"),
+    "dsr1-fp8-b200-sglang-tp8-v0.5.12-cu130": ("benchmarks/single_node/dsr1_fp8_b200.sh", "d4948f99"),
+    "dsr1-fp8-b200-sglang-tp4-v0.5.6-cu129-amd64": ("benchmarks/dsr1_fp8_b200_docker.sh", "1d29967c"),
+    "dsr1-fp8-b200-sglang-tp8-v0.5.6-cu129-amd64": ("benchmarks/dsr1_fp8_b200_docker.sh", "1d29967c"),
+    "dsr1-fp8-b200-sglang-tp8-v0.5.11-cu130": ("benchmarks/single_node/dsr1_fp8_b200.sh", "370a162f"),
+    "dsr1-fp8-b200-sglang-tp8-v0.5.5-cu129-amd64": ("benchmarks/dsr1_fp8_b200_docker.sh", "f6a9d0b6"),
+    "dsr1-fp8-b200-sglang-tp8-v0.5.9-cu130": ("benchmarks/single_node/dsr1_fp8_b200.sh", "12ba0ae0"),
+    "dsr1-fp8-b200-sglang-tp8ep8-v0.5.5-cu129-amd64": ("benchmarks/dsr1_fp8_b200_docker.sh", "189ae51c"),
+}
+
+
+def stream_intervals(repo):
+    """Deployment -> (stream_interval, where) for every single-node deployment whose scripts set it."""
+    found = {}
+    for meta_path in sorted(glob.glob("*/metadata.json")):
+        dep = meta_path.split("/")[0]
+        with open(meta_path) as f:
+            m = json.load(f)
+        if m.get("disagg") or m.get("engine") not in ("sglang", "trt", "vllm"):
+            continue
+        values = {}
+        for s in m.get("engine_scripts") or []:
+            text = subprocess.run(
+                ["git", "-C", repo, "show", f"{s['commit']}:{s['path']}"], capture_output=True, text=True, check=True
+            ).stdout
+            for i, line in enumerate(text.split("\n"), 1):
+                for v in re.findall(r"stream[-_]interval[\s=:]+(\d+)", line):
+                    values.setdefault(int(v), f"{s['path']} @ {s['commit'][:8]}, line {i}")
+        if len(values) > 1:
+            sys.exit(f"{dep}: its scripts disagree on stream_interval: {values}")
+        if values:
+            (v, where), = values.items()
+            found[dep] = (v, where)
+    return found
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 launch_settings.py /path/to/InferenceX")
+    streams = stream_intervals(sys.argv[1])
+    out = {
+        "about": "SGLang settings that InferenceX's B200 launch scripts pass through shell variables "
+        "(metadata.json keeps the launch lines verbatim but not the variables' values), read by hand from "
+        "each deployment's script at the commit its metadata.json records (SemiAnalysisAI/InferenceX, "
+        "Apache-2.0). Written by launch_settings.py; capsim's own file. scheduler_recv_interval: "
+        "[from_concurrency, value] pairs, the last whose concurrency is at most the point's applies. "
+        "mem_fraction_static is SGLang's --mem-fraction-static. stream_interval: tokens per streamed "
+        "response (SGLang/vLLM --stream-interval, TensorRT-LLM stream_interval), found in the scripts.",
+        "deployments": {},
+    }
+    for dep in sorted(set(DEPLOYMENTS) | set(streams)):
+        entry = {}
+        where = []
+        if dep in DEPLOYMENTS:
+            script, commit = DEPLOYMENTS[dep]
+            key = next(k for k in SCRIPTS if k[0] == script and k[1] == commit)
+            settings = SCRIPTS[key]
+            if settings is None:
+                settings = FP8_TP4 if "-tp4-" in dep else FP8_TP8
+            entry.update(settings)
+            where.append(f"{script} @ {commit}, lines {key[2]}")
+        if dep in streams:
+            entry["stream_interval"] = streams[dep][0]
+            where.append(f"stream_interval: {streams[dep][1]}")
+        out["deployments"][dep] = {"script": "; ".join(where), **entry}
+    with open("launch_settings.json", "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

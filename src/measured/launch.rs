@@ -1,0 +1,151 @@
+//! Engine settings a corpus deployment's launch script gave its engine where the corpus's files do
+//! not resolve them: InferenceX's B200 SGLang scripts pass `--scheduler-recv-interval
+//! $SCHEDULER_RECV_INTERVAL`, `--max-running-requests $MAX_RUNNING_REQUESTS` and the like, which
+//! metadata.json records verbatim, and its TensorRT-LLM scripts set `stream_interval` in a YAML file
+//! the launch lines only name. `inferencex-dsr1/launch_settings.json` (capsim's own file, written by
+//! `launch_settings.py` beside it from the scripts at the commits metadata.json records) resolves them
+//! per deployment; this reader turns it into [`LaunchSettings`] per point.
+
+use super::json::Doc;
+use crate::error::{Error, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The settings one point's engine was launched with, as its script gives them (None: not given, the
+/// engine's default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LaunchSettings {
+    /// SGLang --max-running-requests.
+    pub max_running_requests: Option<u32>,
+    /// SGLang --chunked-prefill-size.
+    pub chunked_prefill_size: Option<u32>,
+    /// SGLang --max-prefill-tokens.
+    pub max_prefill_tokens: Option<u32>,
+    /// SGLang --mem-fraction-static.
+    pub mem_fraction_static: Option<f64>,
+    /// SGLang --scheduler-recv-interval at the point's concurrency.
+    pub scheduler_recv_interval: Option<u32>,
+    /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM
+    /// stream_interval).
+    pub stream_interval: Option<u32>,
+    /// Where the values were read (script, commit, lines).
+    pub script: String,
+}
+
+/// One deployment's entry: the settings, with the receive interval by concurrency.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    base: LaunchSettings,
+    /// (from concurrency, interval), ascending: the last whose concurrency is at most a point's applies.
+    recv_by_conc: Vec<(u32, u32)>,
+}
+
+/// launch_settings.json, read: each deployment's entry by folder name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaunchTable {
+    file: String,
+    entries: BTreeMap<String, Entry>,
+}
+
+const KEYS: [&str; 7] = [
+    "script",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "mem_fraction_static",
+    "scheduler_recv_interval",
+    "stream_interval",
+];
+
+impl LaunchTable {
+    /// Parse `text` (the file `file`); every error names the file and the key.
+    pub fn parse(file: &str, text: &str) -> Result<LaunchTable> {
+        let v: Value = super::parse_json_lenient(text)
+            .map_err(|e| Error::input(file, Some(e.line()), None, format!("malformed JSON: {e}")))?;
+        let top = Doc { src: file, line: 1, v: &v };
+        let Some(deps) = v.get("deployments").and_then(Value::as_object) else {
+            return Err(top.err("deployments", "required: an object of deployment folder -> settings"));
+        };
+        let mut entries = BTreeMap::new();
+        for (dep, e) in deps {
+            let key = |k: &str| format!("deployments.{dep}.{k}");
+            let Some(obj) = e.as_object() else {
+                return Err(top.err(&format!("deployments.{dep}"), "must be an object"));
+            };
+            if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
+                return Err(top.err(&key(k), format!("unknown key; known: {}", KEYS.join(", "))));
+            }
+            let d = Doc { src: file, line: 1, v: e };
+            let count = |k: &str| -> Result<Option<u32>> {
+                match d.opt_num(k)? {
+                    None => Ok(None),
+                    Some(x) if x.fract() == 0.0 && (1.0..=u32::MAX as f64).contains(&x) => Ok(Some(x as u32)),
+                    Some(x) => Err(top.err(&key(k), format!("must be a whole number >= 1, got {x}"))),
+                }
+            };
+            let mem = match d.opt_num("mem_fraction_static")? {
+                Some(x) if !(x > 0.0 && x <= 1.0) => {
+                    return Err(top.err(&key("mem_fraction_static"), format!("must be in (0, 1], got {x}")))
+                }
+                x => x,
+            };
+            let mut recv_by_conc = Vec::new();
+            if let Some(r) = e.get("scheduler_recv_interval").filter(|r| !r.is_null()) {
+                let bad = || {
+                    top.err(
+                        &key("scheduler_recv_interval"),
+                        "must be a list of [from_concurrency, interval] pairs of whole numbers >= 1, concurrency ascending from 1",
+                    )
+                };
+                for pair in r.as_array().ok_or_else(bad)? {
+                    let p = pair.as_array().filter(|p| p.len() == 2).ok_or_else(bad)?;
+                    let n = |x: &Value| x.as_u64().filter(|&n| n >= 1 && n <= u32::MAX as u64).map(|n| n as u32);
+                    let (c, i) = (n(&p[0]).ok_or_else(bad)?, n(&p[1]).ok_or_else(bad)?);
+                    if recv_by_conc.last().is_some_and(|&(prev, _)| prev >= c) || (recv_by_conc.is_empty() && c != 1) {
+                        return Err(bad());
+                    }
+                    recv_by_conc.push((c, i));
+                }
+                if recv_by_conc.is_empty() {
+                    return Err(bad());
+                }
+            }
+            let base = LaunchSettings {
+                max_running_requests: count("max_running_requests")?,
+                chunked_prefill_size: count("chunked_prefill_size")?,
+                max_prefill_tokens: count("max_prefill_tokens")?,
+                mem_fraction_static: mem,
+                scheduler_recv_interval: None,
+                stream_interval: count("stream_interval")?,
+                script: d
+                    .opt_string("script")?
+                    .ok_or_else(|| top.err(&key("script"), "required: where the values were read"))?,
+            };
+            entries.insert(dep.clone(), Entry { base, recv_by_conc });
+        }
+        Ok(LaunchTable { file: file.to_string(), entries })
+    }
+
+    /// The settings of deployment folder `dep` at client concurrency `conc` (None: the file has no
+    /// entry for it).
+    pub fn at(&self, dep: &str, conc: u32) -> Option<LaunchSettings> {
+        let e = self.entries.get(dep)?;
+        let recv = e.recv_by_conc.iter().rev().find(|&&(from, _)| from <= conc).map(|&(_, i)| i);
+        Some(LaunchSettings { scheduler_recv_interval: recv, ..e.base.clone() })
+    }
+
+    /// An error for the first entry whose deployment is not among `known` (an entry for a folder the
+    /// corpus does not have is a typo, not a setting to drop silently).
+    pub fn check_known(&self, mut known: impl FnMut(&str) -> bool) -> Result<()> {
+        match self.entries.keys().find(|d| !known(d)) {
+            Some(d) => Err(Error::input(
+                &self.file,
+                None,
+                Some(&format!("deployments.{d}")),
+                "no deployment folder of that name in the corpus",
+            )),
+            None => Ok(()),
+        }
+    }
+}
