@@ -47,6 +47,7 @@ pub fn builtin_points() -> Result<Vec<CorpusPoint>> {
         out.extend(read_inferencex_deployment(&format!("{INFERENCEX_PATH}/{dep}"), meta, &files, Some(&launch))?);
     }
     launch.check_known(|d| embedded::INFERENCEX.iter().any(|(dep, _, _)| *dep == d))?;
+    launch.attach_layouts(&mut out);
     Ok(out)
 }
 
@@ -70,6 +71,11 @@ pub fn read_points(dir: &Path) -> Result<Vec<CorpusPoint>> {
     }
     if ix.is_dir() {
         out.extend(read_inferencex_dir(&ix)?);
+        let launch = ix.join(LAUNCH_SETTINGS);
+        if launch.is_file() {
+            LaunchTable::parse(&launch.display().to_string(), &crate::error::read_file(&launch)?)?
+                .attach_layouts(&mut out);
+        }
     }
     Ok(out)
 }

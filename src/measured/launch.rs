@@ -41,11 +41,14 @@ struct Entry {
     recv_by_conc: Vec<(u32, u32)>,
 }
 
-/// launch_settings.json, read: each deployment's entry by folder name.
+/// launch_settings.json, read: each deployment's entry by folder name, and each plain layout's
+/// (`dsr1-fp8-b200-sglang-tp8`: what every folder of it agrees on) for InferenceX's own database
+/// rows in aic-e2e, which name no folder.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LaunchTable {
     file: String,
     entries: BTreeMap<String, Entry>,
+    layouts: BTreeMap<String, Entry>,
 }
 
 const KEYS: [&str; 7] = [
@@ -67,11 +70,24 @@ impl LaunchTable {
         let Some(deps) = v.get("deployments").and_then(Value::as_object) else {
             return Err(top.err("deployments", "required: an object of deployment folder -> settings"));
         };
+        let layouts = match v.get("layouts") {
+            None => serde_json::Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err(top.err("layouts", "must be an object of layout -> settings")),
+        };
+        let entries = Self::entries(&top, "deployments", deps)?;
+        let layouts = Self::entries(&top, "layouts", &layouts)?;
+        Ok(LaunchTable { file: file.to_string(), entries, layouts })
+    }
+
+    /// The entries of the object `section` of the file.
+    fn entries(top: &Doc, section: &str, deps: &serde_json::Map<String, Value>) -> Result<BTreeMap<String, Entry>> {
+        let file = top.src;
         let mut entries = BTreeMap::new();
         for (dep, e) in deps {
-            let key = |k: &str| format!("deployments.{dep}.{k}");
+            let key = |k: &str| format!("{section}.{dep}.{k}");
             let Some(obj) = e.as_object() else {
-                return Err(top.err(&format!("deployments.{dep}"), "must be an object"));
+                return Err(top.err(&format!("{section}.{dep}"), "must be an object"));
             };
             if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
                 return Err(top.err(&key(k), format!("unknown key; known: {}", KEYS.join(", "))));
@@ -124,15 +140,37 @@ impl LaunchTable {
             };
             entries.insert(dep.clone(), Entry { base, recv_by_conc });
         }
-        Ok(LaunchTable { file: file.to_string(), entries })
+        Ok(entries)
     }
 
     /// The settings of deployment folder `dep` at client concurrency `conc` (None: the file has no
     /// entry for it).
     pub fn at(&self, dep: &str, conc: u32) -> Option<LaunchSettings> {
-        let e = self.entries.get(dep)?;
+        Self::resolve(self.entries.get(dep)?, conc)
+    }
+
+    fn resolve(e: &Entry, conc: u32) -> Option<LaunchSettings> {
         let recv = e.recv_by_conc.iter().rev().find(|&&(from, _)| from <= conc).map(|&(_, i)| i);
         Some(LaunchSettings { scheduler_recv_interval: recv, ..e.base.clone() })
+    }
+
+    /// Gives InferenceX's own database rows in aic-e2e (`dsr1_b200_sglang_fp8_agg_...`) the
+    /// settings of their plain layout where the file has them: those rows name the configuration
+    /// (model, GPU, engine, precision, TP) but no folder, and every folder of that layout was
+    /// launched with the same settings. Rows with expert or attention-DP columns are left alone.
+    pub fn attach_layouts(&self, points: &mut [super::corpus::CorpusPoint]) {
+        for p in points.iter_mut().filter(|p| p.set == "aic-e2e" && p.client == super::corpus::Client::InferenceX) {
+            if p.launch.is_some() || p.moe_ep > 1 || p.attention_dp > 1 {
+                continue;
+            }
+            let parts: Vec<&str> = p.id.split('_').collect();
+            let [model, gpu, engine, precision, ..] = parts[..] else { continue };
+            let engine = if engine == "trtllm" { "trt" } else { engine };
+            let key = format!("{model}-{precision}-{gpu}-{engine}-tp{}", p.tensor_parallel);
+            if let Some(e) = self.layouts.get(&key) {
+                p.launch = Self::resolve(e, p.concurrency);
+            }
+        }
     }
 
     /// An error for the first entry whose deployment is not among `known` (an entry for a folder the

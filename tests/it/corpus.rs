@@ -229,6 +229,16 @@ fn launch_settings_reach_the_points_they_were_read_for() {
     let trt = at("dsr1-fp8-h200-trt-tp8ep8-1.3.0rc14", 4).launch.clone().unwrap();
     assert_eq!((trt.stream_interval, trt.scheduler_recv_interval), (Some(10), None));
     assert!(points.iter().filter(|p| p.gpu.starts_with("mi")).all(|p| p.launch.is_none()));
+    // InferenceX's own database rows in aic-e2e take their plain layout's settings.
+    let db = |id: &str| points.iter().find(|p| p.id == id).unwrap_or_else(|| panic!("{id}"));
+    let l = db("dsr1_h200_sglang_fp8_agg_1024x1024_c16_cfg81").launch.clone().unwrap();
+    assert_eq!((l.stream_interval, l.scheduler_recv_interval), (Some(10), None));
+    let b200 = points
+        .iter()
+        .find(|p| p.id.starts_with("dsr1_b200_sglang_fp8_agg") && p.tensor_parallel == 8 && p.concurrency >= 16)
+        .expect("a B200 SGLang FP8 database row");
+    assert_eq!(b200.launch.as_ref().unwrap().scheduler_recv_interval, Some(30));
+    assert!(points.iter().filter(|p| p.set == "aic-e2e" && p.client != Client::InferenceX).all(|p| p.launch.is_none()));
 }
 
 #[test]

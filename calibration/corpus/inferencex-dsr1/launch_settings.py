@@ -116,7 +116,9 @@ def main():
         "Apache-2.0). Written by launch_settings.py; capsim's own file. scheduler_recv_interval: "
         "[from_concurrency, value] pairs, the last whose concurrency is at most the point's applies. "
         "mem_fraction_static is SGLang's --mem-fraction-static. stream_interval: tokens per streamed "
-        "response (SGLang/vLLM --stream-interval, TensorRT-LLM stream_interval), found in the scripts.",
+        "response (SGLang/vLLM --stream-interval, TensorRT-LLM stream_interval), found in the scripts. "
+        "layouts: for InferenceX's database rows in aic-e2e, which name no folder, the settings every "
+        "folder of a plain layout (model-precision-gpu-engine-tpN) agrees on.",
         "deployments": {},
     }
     for dep in sorted(set(DEPLOYMENTS) | set(streams)):
@@ -134,6 +136,25 @@ def main():
             entry["stream_interval"] = streams[dep][0]
             where.append(f"stream_interval: {streams[dep][1]}")
         out["deployments"][dep] = {"script": "; ".join(where), **entry}
+    # InferenceX's own database rows in aic-e2e (`db-dump` in silicon_data_source) name no folder:
+    # a plain layout (`<model>-<precision>-<gpu>-<engine>-tp<N>`, no EP, DP attention or MTP) takes
+    # the settings every folder of that layout agrees on.
+    by_layout = {}
+    for dep in sorted(glob.glob("*/metadata.json")):
+        dep = dep.split("/")[0]
+        m = re.match(r"^([a-z0-9]+-(?:fp4|fp8)-[a-z0-9]+-(?:sglang|trt|vllm))-(tp\d+)-", dep)
+        if not m:
+            continue
+        settings = {k: v for k, v in out["deployments"].get(dep, {}).items() if k != "script"}
+        by_layout.setdefault(f"{m.group(1)}-{m.group(2)}", []).append((dep, json.dumps(settings, sort_keys=True)))
+    out["layouts"] = {}
+    for key, deps in sorted(by_layout.items()):
+        kinds = {s for _, s in deps}
+        if len(kinds) == 1 and kinds != {"{}"}:
+            out["layouts"][key] = {
+                "script": f"the settings of all {len(deps)} folders of this layout ({deps[0][0]}, ...)",
+                **json.loads(kinds.pop()),
+            }
     with open("launch_settings.json", "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
