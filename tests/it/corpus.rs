@@ -241,6 +241,26 @@ fn launch_settings_reach_the_points_they_were_read_for() {
     assert!(points.iter().filter(|p| p.set == "aic-e2e" && p.client != Client::InferenceX).all(|p| p.launch.is_none()));
 }
 
+/// InferenceX's database rows in aic-e2e: a `dsr1_` row is DeepSeek-R1 (its model_path says
+/// DeepSeek-V3), and one that repeats an inferencex-dsr1 point is refused naming that point.
+#[test]
+fn inferencex_database_rows_are_deepseek_r1_and_replayed_once() {
+    let catalog = Catalog::builtin();
+    let all = express_all(&catalog, builtin_points().unwrap(), &resolves(&catalog));
+    let (dup, why) = all
+        .refused
+        .iter()
+        .find(|(p, _)| p.id == "dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81")
+        .expect("the database copy of an inferencex-dsr1 point is refused");
+    let Refusal::Duplicate(of) = why else { panic!("{why:?}") };
+    assert!(of.starts_with("calibration/corpus/inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-v0.5.9-cu130/"), "{of}");
+    let twin = all.experiments.iter().find(|e| &e.point.id == of).expect("the folder point is replayed");
+    assert_eq!((twin.point.ttft_ms.unwrap().1 - dup.ttft_ms.unwrap().1).abs() < 1e-6, true);
+    let db: Vec<_> = all.experiments.iter().filter(|e| e.point.id.starts_with("dsr1_")).collect();
+    assert!(!db.is_empty() && db.iter().all(|e| e.model == "DeepSeek-R1"));
+    assert!(all.experiments.iter().all(|e| e.model != "DeepSeek-V3" || !e.point.id.starts_with("dsr1_")));
+}
+
 #[test]
 fn a_bad_launch_settings_file_names_the_key() {
     use capsim::measured::launch::LaunchTable;
