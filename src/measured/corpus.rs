@@ -426,6 +426,16 @@ pub fn read_inferencex_deployment(
         let tp = count32(&m, "tp")?.ok_or_else(|| m.err("tp", "required for a single-node deployment"))?;
         (tp, count32(&m, "ep")?.unwrap_or(1), m.opt_bool("dp_attention")?.unwrap_or(false))
     };
+    // SGLang's literal launch flags (the values launch_settings.json resolves from shell variables
+    // come first).
+    let stated = match (disaggregated, engine.as_str()) {
+        (false, "sglang") => super::launch::stated_sglang_flags(&mv),
+        _ => None,
+    };
+    let launch_at = |conc: u32| match (launch.and_then(|t| t.at(folder, conc)), &stated) {
+        (Some(t), Some(s)) => Some(t.or(s)),
+        (t, s) => t.or_else(|| s.clone()),
+    };
     let mut out = Vec::new();
     for (name, text) in points {
         let file = format!("{dir}/{name}");
@@ -487,7 +497,7 @@ pub fn read_inferencex_deployment(
             date: o.opt_string("date")?.unwrap_or_default(),
             official,
             range_ratio,
-            launch: launch.and_then(|t| t.at(folder, conc)),
+            launch: launch_at(conc),
         });
     }
     Ok(out)

@@ -187,3 +187,53 @@ impl LaunchTable {
         }
     }
 }
+
+/// The SGLang settings an InferenceX deployment's metadata.json states as literal values
+/// (`engine_scripts[].flags_found_in_script`: `"chunked_prefill_size": "32768"`), where every script
+/// of the deployment agrees; a shell variable (`"$CHUNKED_PREFILL_SIZE"`) or a list of values (two
+/// launch lines chosen by sequence length) states nothing. None where no such value is stated.
+pub fn stated_sglang_flags(metadata: &Value) -> Option<LaunchSettings> {
+    let scripts = metadata.get("engine_scripts")?.as_array()?;
+    let literal = |key: &str| -> Option<f64> {
+        let mut value: Option<f64> = None;
+        for s in scripts {
+            let v = s.get("flags_found_in_script")?.get(key)?;
+            let x = v.as_str()?.trim().parse::<f64>().ok().filter(|x| x.is_finite() && *x > 0.0)?;
+            if value.is_some_and(|y| y != x) {
+                return None;
+            }
+            value = Some(x);
+        }
+        value
+    };
+    let count = |key: &str| literal(key).filter(|x| x.fract() == 0.0 && *x <= u32::MAX as f64).map(|x| x as u32);
+    let out = LaunchSettings {
+        max_running_requests: count("max_running_requests"),
+        chunked_prefill_size: count("chunked_prefill_size"),
+        max_prefill_tokens: count("max_prefill_tokens"),
+        mem_fraction_static: literal("mem_fraction_static").filter(|x| *x <= 1.0),
+        scheduler_recv_interval: None,
+        stream_interval: None,
+        script: "metadata.json engine_scripts[].flags_found_in_script".into(),
+    };
+    let any = out.max_running_requests.is_some()
+        || out.chunked_prefill_size.is_some()
+        || out.max_prefill_tokens.is_some()
+        || out.mem_fraction_static.is_some();
+    any.then_some(out)
+}
+
+impl LaunchSettings {
+    /// These settings, each one missing taken from `other`.
+    pub fn or(self, other: &LaunchSettings) -> LaunchSettings {
+        LaunchSettings {
+            max_running_requests: self.max_running_requests.or(other.max_running_requests),
+            chunked_prefill_size: self.chunked_prefill_size.or(other.chunked_prefill_size),
+            max_prefill_tokens: self.max_prefill_tokens.or(other.max_prefill_tokens),
+            mem_fraction_static: self.mem_fraction_static.or(other.mem_fraction_static),
+            scheduler_recv_interval: self.scheduler_recv_interval.or(other.scheduler_recv_interval),
+            stream_interval: self.stream_interval.or(other.stream_interval),
+            script: format!("{}; {}", self.script, other.script),
+        }
+    }
+}

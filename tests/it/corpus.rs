@@ -228,7 +228,17 @@ fn launch_settings_reach_the_points_they_were_read_for() {
     );
     let trt = at("dsr1-fp8-h200-trt-tp8ep8-1.3.0rc14", 4).launch.clone().unwrap();
     assert_eq!((trt.stream_interval, trt.scheduler_recv_interval), (Some(10), None));
-    assert!(points.iter().filter(|p| p.gpu.starts_with("mi")).all(|p| p.launch.is_none()));
+    let amd = points.iter().filter(|p| p.gpu.starts_with("mi")).filter_map(|p| p.launch.as_ref());
+    assert!(amd.clone().all(|l| l.stream_interval.is_none() && l.scheduler_recv_interval.is_none()));
+    // Literal flags metadata.json states are read from it: H200's SGLang scripts and AMD's.
+    let h200 = at("dsr1-fp8-h200-sglang-tp8-v0.5.9-cu130", 4).launch.clone().unwrap();
+    assert_eq!(
+        (h200.chunked_prefill_size, h200.max_prefill_tokens, h200.mem_fraction_static, h200.stream_interval),
+        (Some(32768), Some(32768), Some(0.82), Some(10))
+    );
+    // Two launch lines by sequence length (512 and 256 running requests) state no single value.
+    assert_eq!(h200.max_running_requests, None);
+    assert!(amd.clone().any(|l| l.mem_fraction_static == Some(0.8)));
     // InferenceX's own database rows in aic-e2e take their plain layout's settings.
     let db = |id: &str| points.iter().find(|p| p.id == id).unwrap_or_else(|| panic!("{id}"));
     let l = db("dsr1_h200_sglang_fp8_agg_1024x1024_c16_cfg81").launch.clone().unwrap();
@@ -255,7 +265,7 @@ fn inferencex_database_rows_are_deepseek_r1_and_replayed_once() {
     let Refusal::Duplicate(of) = why else { panic!("{why:?}") };
     assert!(of.starts_with("calibration/corpus/inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-v0.5.9-cu130/"), "{of}");
     let twin = all.experiments.iter().find(|e| &e.point.id == of).expect("the folder point is replayed");
-    assert_eq!((twin.point.ttft_ms.unwrap().1 - dup.ttft_ms.unwrap().1).abs() < 1e-6, true);
+    assert!((twin.point.ttft_ms.unwrap().1 - dup.ttft_ms.unwrap().1).abs() < 1e-6);
     let db: Vec<_> = all.experiments.iter().filter(|e| e.point.id.starts_with("dsr1_")).collect();
     assert!(!db.is_empty() && db.iter().all(|e| e.model == "DeepSeek-R1"));
     assert!(all.experiments.iter().all(|e| e.model != "DeepSeek-V3" || !e.point.id.starts_with("dsr1_")));

@@ -105,6 +105,29 @@ def stream_intervals(repo):
     return found
 
 
+def stated_sglang_flags(dep):
+    """The literal SGLang flags metadata.json states for `dep` where all its scripts agree (capsim's
+    reader takes them from metadata.json itself: src/measured/launch.rs `stated_sglang_flags`)."""
+    with open(f"{dep}/metadata.json") as f:
+        m = json.load(f)
+    if m.get("disagg") or m.get("engine") != "sglang":
+        return {}
+    out = {}
+    for key in ("max_running_requests", "chunked_prefill_size", "max_prefill_tokens", "mem_fraction_static"):
+        values = set()
+        for s in m.get("engine_scripts") or []:
+            v = (s.get("flags_found_in_script") or {}).get(key)
+            try:
+                values.add(float(v.strip()) if isinstance(v, str) else None)
+            except ValueError:
+                values.add(None)
+        if len(values) == 1 and None not in values:
+            (v,) = values
+            if v > 0 and (key == "mem_fraction_static" and v <= 1 or key != "mem_fraction_static" and v == int(v)):
+                out[key] = v if key == "mem_fraction_static" else int(v)
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: python3 launch_settings.py /path/to/InferenceX")
@@ -145,7 +168,7 @@ def main():
         m = re.match(r"^([a-z0-9]+-(?:fp4|fp8)-[a-z0-9]+-(?:sglang|trt|vllm))-(tp\d+)-", dep)
         if not m:
             continue
-        settings = {k: v for k, v in out["deployments"].get(dep, {}).items() if k != "script"}
+        settings = {**stated_sglang_flags(dep), **{k: v for k, v in out["deployments"].get(dep, {}).items() if k != "script"}}
         by_layout.setdefault(f"{m.group(1)}-{m.group(2)}", []).append((dep, json.dumps(settings, sort_keys=True)))
     out["layouts"] = {}
     for key, deps in sorted(by_layout.items()):
