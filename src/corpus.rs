@@ -699,15 +699,17 @@ pub fn express_all(
     };
     let gpu = |g: &str| catalog.gpu(&gpu_name(g)).map_or_else(|_| g.to_string(), |s| s.name.clone());
     let key = |p: &CorpusPoint| (gpu(&p.gpu), engine_of(&p.engine), p.isl, p.osl, p.concurrency, p.disaggregated);
-    let folder_points: Vec<&CorpusPoint> = points.iter().filter(|p| p.set == "inferencex-dsr1").collect();
+    let folder_points: Vec<(_, &CorpusPoint)> =
+        points.iter().filter(|p| p.set == "inferencex-dsr1").map(|p| (key(p), p)).collect();
     let duplicate_of = |p: &CorpusPoint| -> Option<String> {
         if !(p.set == "aic-e2e" && p.client == Client::InferenceX) {
             return None;
         }
+        let k = key(p);
         folder_points
             .iter()
-            .find(|q| key(q) == key(p) && same(q.ttft_ms, p.ttft_ms) && same(q.tpot_ms, p.tpot_ms))
-            .map(|q| q.id.clone())
+            .find(|(kq, q)| *kq == k && same(q.ttft_ms, p.ttft_ms) && same(q.tpot_ms, p.tpot_ms))
+            .map(|(_, q)| q.id.clone())
     };
     let duplicates: Vec<Option<String>> = points.iter().map(duplicate_of).collect();
     let mut experiments = Vec::new();

@@ -138,8 +138,9 @@ pub struct CorpusPoint {
     pub official: bool,
     /// InferenceX's `random_range_ratio` where the file states it (0.8 for official rows).
     pub range_ratio: Option<f64>,
-    /// Engine settings the launch script gave through shell variables (inferencex-dsr1's
-    /// launch_settings.json; None where it has no entry).
+    /// Engine settings the launch script gave that the point's own files do not resolve
+    /// (inferencex-dsr1's launch_settings.json, by folder or, for InferenceX's database rows in
+    /// aic-e2e, by layout) or state as literal flags (metadata.json); None where nothing does.
     pub launch: Option<super::launch::LaunchSettings>,
 }
 
@@ -369,7 +370,7 @@ fn ms(d: &Doc, key: &str) -> Result<Option<f64>> {
 /// One InferenceX deployment: its metadata.json and its point files, as (name, text).
 ///
 /// `launch`: launch_settings.json, whose entry for this folder (named by `dir`'s last component)
-/// gives each point's engine settings.
+/// gives each point's engine settings, before the SGLang flags metadata.json states as literals.
 pub fn read_inferencex_deployment(
     dir: &str,
     metadata: &str,
