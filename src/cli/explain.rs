@@ -133,6 +133,10 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         if let Some(k) = &p.engine.kv_offload {
             v["kv_offload"] = offload_json(k, p.engine.block_size_tokens, a.prefill_start);
         }
+        if p.engine.recv_interval > 1 {
+            let n = p.engine.recv_interval;
+            v["scheduler_recv_interval"] = json!({"interval": n, "mean_wait_s": n as f64 * parts.total_s / 2.0});
+        }
         if let Some(d) = &pd {
             v["kv_transfer"] = super::disagg::transfer_json(d, a.context.max(a.prefill_start + a.prefill));
         }
@@ -337,6 +341,14 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             num(parts.total_s * 1e3, 4),
             num(busy * 100.0, 3),
             num(c.request_overhead_s / (1.0 - busy) * 1e3, 3)
+        )?;
+    }
+    if p.engine.recv_interval > 1 && parts.total_s > 0.0 {
+        // sim/run.rs RecvSkipper: new requests are taken once every N decode steps.
+        let n = p.engine.recv_interval;
+        outln!(
+            "scheduler receive interval: SGLang takes new requests once every {n} decode steps (--scheduler-recv-interval); one arriving under steps like this waits about {} ms before it is scheduled",
+            num(n as f64 * parts.total_s / 2.0 * 1e3, 3)
         )?;
     }
     if let Some(k) = &p.engine.kv_offload {

@@ -188,6 +188,18 @@ fn a_bad_learned_model_file_is_refused_with_its_key() {
 }
 
 #[test]
+fn explain_names_the_receive_and_stream_intervals() {
+    let base =
+        ["explain", "--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--engine", "sglang", "--decode", "64"];
+    let o = capsim(&[&base[..], &["--scheduler-recv-interval", "30", "--stream-interval", "10"]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("once every 30 decode steps") && t.contains("paid once per 10 tokens"), "{t}");
+    let plain = text(&capsim(&base));
+    assert!(!plain.contains("receive interval") && !plain.contains("paid once per"), "{plain}");
+}
+
+#[test]
 fn explain_names_the_host_costs() {
     let o = capsim(&["explain", "--model", "Llama-3.1-70B", "--gpu", "H200 SXM", "--tp", "4", "--decode", "64"]);
     assert!(o.status.success(), "{}", text(&o));
