@@ -9,7 +9,8 @@ use crate::catalog::Catalog;
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::Result;
 use crate::measured::corpus::{
-    read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, Client, CorpusPoint, PoolLayout, LAUNCH_SETTINGS,
+    read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, read_launch_table, Client, CorpusPoint, PoolLayout,
+    LAUNCH_SETTINGS,
 };
 use crate::measured::launch::LaunchTable;
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
@@ -70,11 +71,10 @@ pub fn read_points(dir: &Path) -> Result<Vec<CorpusPoint>> {
         out.extend(read_aic_e2e(&aic.display().to_string(), &text)?);
     }
     if ix.is_dir() {
-        out.extend(read_inferencex_dir(&ix)?);
-        let launch = ix.join(LAUNCH_SETTINGS);
-        if launch.is_file() {
-            LaunchTable::parse(&launch.display().to_string(), &crate::error::read_file(&launch)?)?
-                .attach_layouts(&mut out);
+        let launch = read_launch_table(&ix)?;
+        out.extend(read_inferencex_dir(&ix, launch.as_ref())?);
+        if let Some(t) = &launch {
+            t.attach_layouts(&mut out);
         }
     }
     Ok(out)
@@ -307,7 +307,7 @@ fn model_name(m: &str) -> String {
 /// TPOT as the point there, whose metadata names DeepSeek-R1-0528. The two share one architecture;
 /// the name decides which model a protocol holds out.
 fn is_dsr1_db_row(p: &CorpusPoint) -> bool {
-    p.set == "aic-e2e" && p.client == Client::InferenceX && p.id.starts_with("dsr1_")
+    p.is_inferencex_db_row() && p.id.starts_with("dsr1_")
 }
 
 fn engine_of(e: &str) -> Option<EngineKind> {
@@ -702,7 +702,7 @@ pub fn express_all(
     let folder_points: Vec<(_, &CorpusPoint)> =
         points.iter().filter(|p| p.set == "inferencex-dsr1").map(|p| (key(p), p)).collect();
     let duplicate_of = |p: &CorpusPoint| -> Option<String> {
-        if !(p.set == "aic-e2e" && p.client == Client::InferenceX) {
+        if !p.is_inferencex_db_row() {
             return None;
         }
         let k = key(p);

@@ -106,6 +106,8 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     let ms = |s: f64| s * 1e3;
     let hidden = parts.memory_s.min(parts.compute_s) * (1.0 - parts.exposed);
     let bound = if parts.memory_s >= parts.compute_s { "memory" } else { "compute" };
+    // sim/run.rs RecvSkipper: new requests are taken once every N decode steps, half of them on average.
+    let recv_wait_s = p.engine.recv_interval as f64 * parts.total_s / 2.0;
     if a.json {
         let v = json!({
             "profile": p.name(),
@@ -134,8 +136,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             v["kv_offload"] = offload_json(k, p.engine.block_size_tokens, a.prefill_start);
         }
         if p.engine.recv_interval > 1 {
-            let n = p.engine.recv_interval;
-            v["scheduler_recv_interval"] = json!({"interval": n, "mean_wait_s": n as f64 * parts.total_s / 2.0});
+            v["scheduler_recv_interval"] = json!({"interval": p.engine.recv_interval, "mean_wait_s": recv_wait_s});
         }
         if let Some(d) = &pd {
             v["kv_transfer"] = super::disagg::transfer_json(d, a.context.max(a.prefill_start + a.prefill));
@@ -330,9 +331,8 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     if c.api_per_token_s > 0.0 && parts.total_s > 0.0 {
         // The API server streams every running sequence's token each step; a request's own API
         // time gets what that leaves (sim/run.rs, Replica::accept).
-        // One response per stream_interval tokens of a stream (--stream-interval).
         let every = p.engine.stream_interval;
-        let busy = capsim::profile::api_busy_share(c.api_per_token_s / every as f64, a.decode as f64, parts.total_s);
+        let busy = capsim::profile::api_busy_share(p.api_per_streamed_token_s(), a.decode as f64, parts.total_s);
         outln!(
             "API server per streamed token (detokenization, SSE): {} us{}; streaming this step's {} tokens every {} ms keeps it {}% busy, so a request arriving now spends {} ms in it",
             num(c.api_per_token_s * 1e6, 3),
@@ -344,11 +344,10 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         )?;
     }
     if p.engine.recv_interval > 1 && parts.total_s > 0.0 {
-        // sim/run.rs RecvSkipper: new requests are taken once every N decode steps.
-        let n = p.engine.recv_interval;
         outln!(
-            "scheduler receive interval: SGLang takes new requests once every {n} decode steps (--scheduler-recv-interval); one arriving under steps like this waits about {} ms before it is scheduled",
-            num(n as f64 * parts.total_s / 2.0 * 1e3, 3)
+            "scheduler receive interval: SGLang takes new requests once every {} decode steps (--scheduler-recv-interval); one arriving under steps like this waits about {} ms before it is scheduled",
+            p.engine.recv_interval,
+            num(recv_wait_s * 1e3, 3)
         )?;
     }
     if let Some(k) = &p.engine.kv_offload {

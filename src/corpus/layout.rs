@@ -30,7 +30,7 @@
 
 use super::Refusal;
 use crate::catalog::ModelArch;
-use crate::measured::corpus::{Client, CorpusPoint, PoolLayout};
+use crate::measured::corpus::{CorpusPoint, PoolLayout};
 use crate::profile::{EngineKind, EngineSettings, Parallel};
 
 /// A point's layout: the replica's GPUs, the large-deployment layout and each rank's batch (the
@@ -91,7 +91,7 @@ fn id_tp_ep(id: &str) -> Option<(u32, u32)> {
 
 /// Whether the row comes from InferenceX's database through aiconfigurator's adapter (see above).
 fn from_inferencex_db(p: &CorpusPoint) -> bool {
-    p.set == "aic-e2e" && (p.client == Client::InferenceX || id_tp_ep(&p.id).is_some())
+    p.is_inferencex_db_row() || (p.set == "aic-e2e" && id_tp_ep(&p.id).is_some())
 }
 
 /// The layout of `p`, or None where the columns do not make one (the caller refuses the point with

@@ -144,6 +144,14 @@ pub struct CorpusPoint {
     pub launch: Option<super::launch::LaunchSettings>,
 }
 
+impl CorpusPoint {
+    /// A row of InferenceX's own database in aic-e2e (`db-dump` in silicon_data_source): InferenceX's
+    /// client, a configuration named by the id, no inferencex-dsr1 folder of its own.
+    pub fn is_inferencex_db_row(&self) -> bool {
+        self.set == "aic-e2e" && self.client == Client::InferenceX
+    }
+}
+
 /// The columns of aic-e2e/measured.csv capsim reads (the rest are the disaggregated workers' layout,
 /// read only to say a row is disaggregated).
 #[derive(Debug, serde::Deserialize)]
@@ -507,16 +515,21 @@ pub fn read_inferencex_deployment(
 /// The name of the launch settings file in an InferenceX folder ([`super::launch`]).
 pub const LAUNCH_SETTINGS: &str = "launch_settings.json";
 
+/// The folder's [`LAUNCH_SETTINGS`], where it has one.
+pub fn read_launch_table(root: &std::path::Path) -> Result<Option<LaunchTable>> {
+    let path = root.join(LAUNCH_SETTINGS);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    LaunchTable::parse(&path.display().to_string(), &crate::error::read_file(&path)?).map(Some)
+}
+
 /// Read an InferenceX folder on disk (`inferencex-dsr1/`): every deployment folder in name order,
-/// its metadata.json and its point files (every other `.json`), regular files only, with
-/// [`LAUNCH_SETTINGS`] where the folder has one.
-pub fn read_inferencex_dir(root: &std::path::Path) -> Result<Vec<CorpusPoint>> {
+/// its metadata.json and its point files (every other `.json`), regular files only, each point with
+/// its settings from `launch` (the folder's [`read_launch_table`]), whose every entry must name a
+/// folder.
+pub fn read_inferencex_dir(root: &std::path::Path, launch: Option<&LaunchTable>) -> Result<Vec<CorpusPoint>> {
     let io = |p: &std::path::Path, err| Error::Io { path: p.display().to_string(), err };
-    let launch_path = root.join(LAUNCH_SETTINGS);
-    let launch = match launch_path.is_file() {
-        true => Some(LaunchTable::parse(&launch_path.display().to_string(), &crate::error::read_file(&launch_path)?)?),
-        false => None,
-    };
     let mut dirs: Vec<_> = std::fs::read_dir(root)
         .map_err(|e| io(root, e))?
         .collect::<std::io::Result<Vec<_>>>()
@@ -552,10 +565,10 @@ pub fn read_inferencex_dir(root: &std::path::Path) -> Result<Vec<CorpusPoint>> {
         }
         let refs: Vec<(String, &str)> = texts.iter().map(|(n, t)| (n.clone(), t.as_str())).collect();
         let label = format!("{}/{}", root.display(), d.file_name().to_string_lossy());
-        out.extend(read_inferencex_deployment(&label, &metadata, &refs, launch.as_ref())?);
+        out.extend(read_inferencex_deployment(&label, &metadata, &refs, launch)?);
         folders.push(d.file_name().to_string_lossy().to_string());
     }
-    if let Some(t) = &launch {
+    if let Some(t) = launch {
         t.check_known(|dep| folders.iter().any(|f| f == dep))?;
     }
     Ok(out)

@@ -159,7 +159,7 @@ impl LaunchTable {
     /// (model, GPU, engine, precision, TP) but no folder, and every folder of that layout was
     /// launched with the same settings. Rows with expert or attention-DP columns are left alone.
     pub fn attach_layouts(&self, points: &mut [super::corpus::CorpusPoint]) {
-        for p in points.iter_mut().filter(|p| p.set == "aic-e2e" && p.client == super::corpus::Client::InferenceX) {
+        for p in points.iter_mut().filter(|p| p.is_inferencex_db_row()) {
             if p.launch.is_some() || p.moe_ep > 1 || p.attention_dp > 1 {
                 continue;
             }

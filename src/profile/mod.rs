@@ -472,6 +472,12 @@ impl Profile {
         &self.file.name
     }
 
+    /// The API server's cost per streamed token as the engine streams: its per-response cost
+    /// (Coefficients::api_per_token_s) once per EngineConfig::stream_interval tokens.
+    pub fn api_per_streamed_token_s(&self) -> f64 {
+        self.coefficients.api_per_token_s / self.engine.stream_interval as f64
+    }
+
     /// Its speculative decoding (None: plain decoding), validated by [`ProfileFile::resolve`].
     pub fn speculative(&self) -> Option<&Speculative> {
         self.file.speculative.as_ref()

@@ -246,6 +246,12 @@ impl RecvSkipper {
         false
     }
 
+    /// An iteration that runs nothing (requests wait but none can start): it has weight 1 and takes
+    /// microseconds, so SGLang spins through them and takes the held-back arrivals at the next poll.
+    fn spin(&mut self) {
+        self.counter = self.interval;
+    }
+
     /// After `steps` decode steps, each preceded by a poll that found nothing to take (a decode
     /// stretch), or one prefill step.
     fn count(&mut self, steps: u64, prefill: bool) {
@@ -371,8 +377,7 @@ impl<'a> Replica<'a> {
             frontend_free: 0,
             serial_ns: SimTime::from_secs(p.coefficients.frontend_serial_s).0,
             overhead_ns: SimTime::from_secs(p.coefficients.request_overhead_s).0,
-            // One API event per stream_interval tokens of a stream.
-            api_token_ns: p.coefficients.api_per_token_s * 1e9 / e.stream_interval as f64,
+            api_token_ns: p.api_per_streamed_token_s() * 1e9,
             last_step: (0, 0, 0),
             kv_area: 0.0,
             // 1 ms, doubled whenever the buffer fills.
@@ -382,8 +387,8 @@ impl<'a> Replica<'a> {
             finished: Vec::new(),
             ff_blocker: None,
             keep_ttfts: opts.until_first_tokens,
-            recv: (e.kind == EngineKind::Sglang && e.recv_interval > 1)
-                .then_some(RecvSkipper { interval: e.recv_interval, counter: 0 }),
+            // Above 1 only for SGLang (the profile refuses it elsewhere).
+            recv: (e.recv_interval > 1).then_some(RecvSkipper { interval: e.recv_interval, counter: 0 }),
         }
     }
 
@@ -527,9 +532,7 @@ impl<'a> Replica<'a> {
             if let Some(r) =
                 self.recv.as_mut().filter(|_| !take && self.inbox.front().is_some_and(|a| a.enqueued <= now))
             {
-                // An iteration that runs nothing has weight 1 and takes microseconds: SGLang spins
-                // through them and takes the held-back arrivals now.
-                r.counter = r.interval;
+                r.spin();
                 return true;
             }
             // Queued work that cannot start until something arrives (fits_ever() guarantees the head

@@ -37,10 +37,9 @@ mod workload;
 use capsim::catalog::Catalog;
 use capsim::profile::{Profile, ProfileFile};
 
-/// A profile whose steps take exactly `overhead_s` (bandwidth and FLOP/s so large that the variable
-/// terms round to 0 ns): the scenarios of hand-computable tests. `engine_extra` adds `[engine]` keys.
-pub fn const_profile(engine: &str, overhead_s: f64, engine_extra: &str) -> Profile {
-    let text = format!(
+/// [`const_profile`]'s TOML, for tests that resolve it themselves.
+pub fn const_profile_text(engine: &str, overhead_s: f64, engine_extra: &str) -> String {
+    format!(
         r#"
 name = "const"
 [model]
@@ -62,7 +61,13 @@ request_overhead_s = 0.0
 [provenance]
 method = "test"
 "#
-    );
+    )
+}
+
+/// A profile whose steps take exactly `overhead_s` (bandwidth and FLOP/s so large that the variable
+/// terms round to 0 ns): the scenarios of hand-computable tests. `engine_extra` adds `[engine]` keys.
+pub fn const_profile(engine: &str, overhead_s: f64, engine_extra: &str) -> Profile {
+    let text = const_profile_text(engine, overhead_s, engine_extra);
     ProfileFile::parse("test", &text).unwrap().resolve("test", &Catalog::builtin()).unwrap()
 }
 

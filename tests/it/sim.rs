@@ -344,21 +344,25 @@ fn time_varying_rate_follows_the_schedule() {
     assert!((lo - 1000.0).abs() < 120.0 && (hi - 4000.0).abs() < 250.0, "{lo} {hi}");
 }
 
+/// A: a 1-token prompt with 100 outputs from t = 0; B, a 1-token request, arrives at 25 ms.
+fn decode_and_a_late_arrival() -> Workload {
+    use capsim::workload::TraceRecord;
+    let req = |arrival_s: f64, output_tokens: u32| TraceRecord {
+        arrival_s,
+        input_tokens: 1,
+        output_tokens,
+        hash_ids: vec![],
+        session: None,
+    };
+    Workload::trace(vec![req(0.0, 100), req(0.025, 1)], 0, 0).unwrap()
+}
+
 #[test]
 fn sglang_continuous_decode_steps_hold_new_requests_back() {
     // A: 1-token prompt, 100 outputs from t = 0; B arrives at 25 ms. 10 ms steps.
     // k = 1: after A's prefill (0-10) and decodes (10-20, 20-30), B is prefilled at 30-40: TTFT 15 ms.
     // k = 8: A's decode run must reach 8 steps first (until 90 ms): B is prefilled at 90-100, TTFT 75 ms.
-    use capsim::workload::TraceRecord;
-    let w = Workload::trace(
-        vec![
-            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100, hash_ids: vec![], session: None },
-            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![], session: None },
-        ],
-        0,
-        0,
-    )
-    .unwrap();
+    let w = decode_and_a_late_arrival();
     for (k, ttft_ms) in [(1, 15), (8, 75)] {
         let p = const_profile("sglang", 0.010, &format!("num_continuous_decode_steps = {k}"));
         let r = by_id(&run(&p, &w));
@@ -374,22 +378,14 @@ fn sglang_recv_interval_takes_new_requests_every_n_decode_steps() {
     // reached the interval (scheduler_recv_skipper.py):
     // interval 1: poll at 30 -> prefill 30-40, TTFT 15 ms; 2: count 2 at 30 -> the same;
     // 3: count 2 at 30, 3 at 40 -> prefill 40-50, 25 ms; 5: count 5 at 60 -> prefill 60-70, 45 ms.
-    use capsim::workload::TraceRecord;
-    let w = Workload::trace(
-        vec![
-            TraceRecord { arrival_s: 0.0, input_tokens: 1, output_tokens: 100, hash_ids: vec![], session: None },
-            TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![], session: None },
-        ],
-        0,
-        0,
-    )
-    .unwrap();
+    let w = decode_and_a_late_arrival();
     for (n, ttft_ms) in [(1, 15), (2, 15), (3, 25), (5, 45)] {
         let p = const_profile("sglang", 0.010, &format!("scheduler_recv_interval = {n}"));
         let r = by_id(&run(&p, &w));
         assert_eq!(r[1].first_token.0 - r[1].arrival.0, ttft_ms * MS, "interval {n}");
     }
     // An idle engine takes an arrival at once, whatever the interval.
+    use capsim::workload::TraceRecord;
     let alone = Workload::trace(
         vec![TraceRecord { arrival_s: 0.025, input_tokens: 1, output_tokens: 1, hash_ids: vec![], session: None }],
         0,
@@ -404,9 +400,7 @@ fn sglang_recv_interval_takes_new_requests_every_n_decode_steps() {
 #[test]
 fn recv_and_stream_intervals_are_checked_where_they_are_set() {
     let bad = |engine: &str, extra: &str| {
-        let text = format!(
-            "name = \"x\"\n[model]\nname = \"Qwen3-Coder-30B-A3B-Instruct\"\nweight_dtype = \"fp8\"\nkv_dtype = \"bf16\"\n[gpu]\nname = \"H200 SXM\"\n[engine]\nkind = \"{engine}\"\n{extra}\n[coefficients]\nstep_overhead_s = 0.01\nper_seq_overhead_s = 0.0\nbandwidth_eff_bytes_s = 1e12\nmatmul_flops_eff_s = 1e14\nattention_flops_eff_s = 1e14\nrequest_overhead_s = 0.0\n[provenance]\nmethod = \"test\"\n"
-        );
+        let text = super::const_profile_text(engine, 0.01, extra);
         let e = ProfileFile::parse("p.toml", &text).unwrap().resolve("p.toml", &Catalog::builtin()).unwrap_err();
         e.to_string()
     };
