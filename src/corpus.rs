@@ -107,9 +107,18 @@ pub enum Refusal {
     NoStatistic,
     /// The deployment does not resolve (does not fit in memory, context beyond the model's window).
     DoesNotResolve(String),
-    /// InferenceX's database row in aic-e2e that is the same measurement as an inferencex-dsr1 point
-    /// (same GPU, engine, lengths, concurrency, TTFT and TPOT): replayed once, as that point (its id).
-    Duplicate(String),
+    /// The same measurement as another corpus point (same GPU, engine, lengths, concurrency, TTFT
+    /// and TPOT): replayed once, as that point ([`Duplicate::of`]).
+    Duplicate(Duplicate),
+}
+
+/// Which point a copy repeats.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Duplicate {
+    /// The id of the point replayed in its place.
+    pub of: String,
+    /// Whether that point is an inferencex-dsr1 file (else an aic-e2e row).
+    pub of_folder_point: bool,
 }
 
 impl Refusal {
@@ -129,7 +138,8 @@ impl Refusal {
             Refusal::UnknownDtype(d) => format!("precision not known: {d}"),
             Refusal::NoStatistic => "no TTFT or TPOT statistic".into(),
             Refusal::DoesNotResolve(why) => format!("deployment does not resolve: {why}"),
-            Refusal::Duplicate(_) => "a second copy of an inferencex-dsr1 point (InferenceX's database row)".into(),
+            Refusal::Duplicate(d) if d.of_folder_point => "a copy of an inferencex-dsr1 point".into(),
+            Refusal::Duplicate(_) => "a copy of another aic-e2e row".into(),
         }
     }
 }
@@ -461,6 +471,7 @@ pub fn express(
     p: &CorpusPoint,
     check: &dyn Fn(&Deployment) -> std::result::Result<(), String>,
 ) -> std::result::Result<Experiment, Refusal> {
+    let p = &p.as_compared();
     if !p.official || p.range_ratio.is_some_and(|r| (r - 0.8).abs() > 1e-9) {
         return Err(Refusal::Unofficial);
     }
@@ -691,32 +702,12 @@ pub fn express_all(
         cache.borrow_mut().insert(key, r.clone());
         r
     };
-    // InferenceX's database rows that repeat an inferencex-dsr1 point: replayed once, as the point.
-    let same = |a: Option<(crate::metrics::StatKind, f64)>, b: Option<(crate::metrics::StatKind, f64)>| match (a, b) {
-        (Some((_, x)), Some((_, y))) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()),
-        (None, None) => true,
-        _ => false,
-    };
-    let gpu = |g: &str| catalog.gpu(&gpu_name(g)).map_or_else(|_| g.to_string(), |s| s.name.clone());
-    let key = |p: &CorpusPoint| (gpu(&p.gpu), engine_of(&p.engine), p.isl, p.osl, p.concurrency, p.disaggregated);
-    let folder_points: Vec<(_, &CorpusPoint)> =
-        points.iter().filter(|p| p.set == "inferencex-dsr1").map(|p| (key(p), p)).collect();
-    let duplicate_of = |p: &CorpusPoint| -> Option<String> {
-        if !p.is_inferencex_db_row() {
-            return None;
-        }
-        let k = key(p);
-        folder_points
-            .iter()
-            .find(|(kq, q)| *kq == k && same(q.ttft_ms, p.ttft_ms) && same(q.tpot_ms, p.tpot_ms))
-            .map(|(_, q)| q.id.clone())
-    };
-    let duplicates: Vec<Option<String>> = points.iter().map(duplicate_of).collect();
+    let duplicates = copies(catalog, &points);
     let mut experiments = Vec::new();
     let mut refused = Vec::new();
     for (p, dup) in points.into_iter().zip(duplicates) {
-        if let Some(id) = dup {
-            refused.push((p, Refusal::Duplicate(id)));
+        if let Some(d) = dup {
+            refused.push((p, Refusal::Duplicate(d)));
             continue;
         }
         match express(catalog, &p, &cached) {
@@ -725,6 +716,50 @@ pub fn express_all(
         }
     }
     Expressed { experiments, refused }
+}
+
+/// For each point, the point it copies, if any: the same GPU, engine, lengths, concurrency and
+/// disaggregation with TTFT and TPOT equal to 1e-9. aic-e2e repeats measurements: InferenceX's
+/// database rows repeat inferencex-dsr1's files, and the NVIDIA dumps (`source_file=2026-03-25.csv`,
+/// `2026-04-06.csv`) repeat both and each other (about 1,300 rows in all). A copy replayed again would
+/// count its measurement twice in the fit and the statistics, and a NVIDIA row that copies an
+/// InferenceX run would be replayed with the wrong client (fixed lengths, a fitted request count,
+/// not InferenceX's uniform lengths and 10 x concurrency requests). The point kept is the one whose
+/// client is best stated: an inferencex-dsr1 file, then an InferenceX database row, then the first
+/// other row in file order.
+fn copies(catalog: &Catalog, points: &[CorpusPoint]) -> Vec<Option<Duplicate>> {
+    use std::collections::HashMap;
+    let same = |a: Option<(crate::metrics::StatKind, f64)>, b: Option<(crate::metrics::StatKind, f64)>| match (a, b) {
+        (Some((_, x)), Some((_, y))) => (x - y).abs() <= 1e-9 * x.abs().max(y.abs()),
+        (None, None) => true,
+        _ => false,
+    };
+    let gpu = |g: &str| catalog.gpu(&gpu_name(g)).map_or_else(|_| g.to_string(), |s| s.name.clone());
+    let rank = |p: &CorpusPoint| match (p.set, p.is_inferencex_db_row()) {
+        ("inferencex-dsr1", _) => 0,
+        (_, true) => 1,
+        _ => 2,
+    };
+    let mut order: Vec<usize> = (0..points.len()).collect();
+    order.sort_by_key(|&i| (rank(&points[i]), i));
+    let mut kept: HashMap<_, Vec<usize>> = HashMap::new();
+    let mut out = vec![None; points.len()];
+    for i in order {
+        let p = &points[i];
+        // A P/D deployment's engine behind its router or transport (`dynamo-sglang`): aic-e2e writes
+        // the engine alone.
+        let engine = p.engine.trim_start_matches("dynamo-").trim_start_matches("mori-");
+        let key = (gpu(&p.gpu), engine_of(engine).map(|e| e.as_str()), p.isl, p.osl, p.concurrency, p.disaggregated);
+        let group = kept.entry(key).or_default();
+        match group.iter().find(|&&j| same(points[j].ttft_ms, p.ttft_ms) && same(points[j].tpot_ms, p.tpot_ms)) {
+            Some(&j) => {
+                out[i] =
+                    Some(Duplicate { of: points[j].id.clone(), of_folder_point: points[j].set == "inferencex-dsr1" })
+            }
+            None => group.push(i),
+        }
+    }
+    out
 }
 
 /// The corpus (embedded, or the folder `dir`) expressed on `catalog`, each deployment checked by

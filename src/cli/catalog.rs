@@ -269,7 +269,13 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
         let refused: Vec<_> = if list {
             e.refused
                 .iter()
-                .map(|(p, r)| json!({"id": p.id, "file": p.file, "line": p.line, "reason": r.label()}))
+                .map(|(p, r)| {
+                    let mut v = json!({"id": p.id, "file": p.file, "line": p.line, "reason": r.label()});
+                    if let capsim::corpus::Refusal::Duplicate(d) = r {
+                        v["copy_of"] = json!(d.of);
+                    }
+                    v
+                })
                 .collect()
         } else {
             vec![]
@@ -311,7 +317,10 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
         outln!()?;
         for (p, r) in &e.refused {
             let at = if p.line > 0 { format!("{}:{}", p.file, p.line) } else { p.file.clone() };
-            outln!("{at}  {}  {}", p.id, r.label())?;
+            match r {
+                capsim::corpus::Refusal::Duplicate(d) => outln!("{at}  {}  {}: {}", p.id, r.label(), d.of)?,
+                _ => outln!("{at}  {}  {}", p.id, r.label())?,
+            }
         }
     }
     Ok(())

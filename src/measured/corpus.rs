@@ -131,6 +131,9 @@ pub struct CorpusPoint {
     /// TTFT (ms) and TPOT (ms) with the statistic the source kept (mean, else median).
     pub ttft_ms: Option<(StatKind, f64)>,
     pub tpot_ms: Option<(StatKind, f64)>,
+    /// The median TTFT (ms) of a run that stalled once ([`stalled`]), whose mean TTFT is mostly the
+    /// stall: the replay compares this instead (crate::corpus::express).
+    pub stalled_ttft_p50_ms: Option<f64>,
     /// The date it was measured, where stated.
     pub date: String,
     /// An official row of its source (InferenceX marks its Together-cluster baselines unofficial:
@@ -149,6 +152,16 @@ impl CorpusPoint {
     /// client, a configuration named by the id, no inferencex-dsr1 folder of its own.
     pub fn is_inferencex_db_row(&self) -> bool {
         self.set == "aic-e2e" && self.client == Client::InferenceX
+    }
+
+    /// The point with the statistics a replay compares: a stalled run's median TTFT in place of
+    /// its mean ([`CorpusPoint::stalled_ttft_p50_ms`]), else the point as stated.
+    pub fn as_compared(&self) -> CorpusPoint {
+        let mut p = self.clone();
+        if let Some(ms) = self.stalled_ttft_p50_ms {
+            p.ttft_ms = Some((StatKind::P50, ms));
+        }
+        p
     }
 }
 
@@ -345,6 +358,7 @@ pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
             requests: (client == Client::InferenceX).then_some(10 * concurrency as u64),
             ttft_ms: ms("silicon_ttft_ms", &r.silicon_ttft_ms)?,
             tpot_ms: ms("silicon_tpot_ms", &r.silicon_tpot_ms)?,
+            stalled_ttft_p50_ms: None,
             date: source_field(src, "measured").unwrap_or("").chars().take(10).collect(),
             official: true,
             range_ratio: None,
@@ -470,6 +484,10 @@ pub fn read_inferencex_deployment(
             }
             Ok(ms(&o, &format!("median_{metric}_ms"))?.map(|x| (StatKind::P50, x)))
         };
+        let stalled_ttft_p50_ms = match stalled(&o)? {
+            true if o.opt_num("mean_ttft_ms")?.is_some() => ms(&o, "median_ttft_ms")?,
+            _ => None,
+        };
         let requests = o.count("num_prompts")?;
         out.push(CorpusPoint {
             id: format!("{dir}/{name}"),
@@ -503,6 +521,7 @@ pub fn read_inferencex_deployment(
             requests: Some(requests.unwrap_or(10 * conc as u64)),
             ttft_ms: stat("ttft")?,
             tpot_ms: stat("tpot")?,
+            stalled_ttft_p50_ms,
             date: o.opt_string("date")?.unwrap_or_default(),
             official,
             range_ratio,
@@ -510,6 +529,23 @@ pub fn read_inferencex_deployment(
         });
     }
     Ok(out)
+}
+
+/// Whether a point's run stalled: some request waited for its first token more than twice as long
+/// as the median request took from send to last token (p99 TTFT > 2 x median E2E latency). No queue
+/// of a closed loop does that (a client's request waits behind at most the requests in flight, each
+/// about one E2E long, and the first round's burst of prefills is shorter still), but a one-time stall
+/// does: DeepSeek-R1 FP4 on B200 under SGLang 0.5.5 (InferenceX, November 2025) has p99 TTFT 78 s
+/// against a median E2E of 30 s and a median TTFT of 0.87 s, and its mean TTFT (2.4 s) is mostly the
+/// stall. Such a point's median TTFT is the statistic compared (`stalled_ttft_p50_ms`); 11 of the 474 points that state a
+/// mean qualify, the next largest ratio is 1.5. The rule cannot see a stall shorter than twice a
+/// request's life: the same deployments' 1K/8K points (median E2E 140 s) show the same 70-80 s p99
+/// and keep their mean.
+fn stalled(o: &Doc) -> Result<bool> {
+    let (Some(p99), Some(e2e)) = (ms(o, "p99_ttft_ms")?, ms(o, "median_e2el_ms")?) else {
+        return Ok(false);
+    };
+    Ok(p99 > 2.0 * e2e)
 }
 
 /// The name of the launch settings file in an InferenceX folder ([`super::launch`]).

@@ -274,13 +274,91 @@ fn inferencex_database_rows_are_deepseek_r1_and_replayed_once() {
         .iter()
         .find(|(p, _)| p.id == "dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81")
         .expect("the database copy of an inferencex-dsr1 point is refused");
-    let Refusal::Duplicate(of) = why else { panic!("{why:?}") };
+    let Refusal::Duplicate(capsim::corpus::Duplicate { of, of_folder_point: true }) = why else { panic!("{why:?}") };
     assert!(of.starts_with("calibration/corpus/inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-v0.5.9-cu130/"), "{of}");
     let twin = all.experiments.iter().find(|e| &e.point.id == of).expect("the folder point is replayed");
     assert!((twin.point.ttft_ms.unwrap().1 - dup.ttft_ms.unwrap().1).abs() < 1e-6);
     let db: Vec<_> = all.experiments.iter().filter(|e| e.point.id.starts_with("dsr1_")).collect();
     assert!(!db.is_empty() && db.iter().all(|e| e.model == "DeepSeek-R1"));
     assert!(all.experiments.iter().all(|e| e.model != "DeepSeek-V3" || !e.point.id.starts_with("dsr1_")));
+}
+
+/// NVIDIA's dumps in aic-e2e repeat InferenceX's runs and each other: each copy is refused naming
+/// the point replayed in its place, the one whose client is best stated.
+#[test]
+fn copies_in_aic_e2e_are_replayed_once_as_the_best_stated_point() {
+    use capsim::corpus::Duplicate;
+    let catalog = Catalog::builtin();
+    let all = express_all(&catalog, builtin_points().unwrap(), &resolves(&catalog));
+    let refusal = |id: &str| {
+        all.refused.iter().find(|(p, _)| p.id == id).map(|(_, r)| r.clone()).unwrap_or_else(|| panic!("{id} refused"))
+    };
+    // A NVIDIA row that is InferenceX's November 2025 run: the folder point is kept.
+    let Refusal::Duplicate(Duplicate { of, of_folder_point: true }) =
+        refusal("2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c8_tp8_ep1_6")
+    else {
+        panic!("not a copy of the folder point")
+    };
+    assert!(of.ends_with("dsr1-fp4-b200-sglang-tp8-v0.5.5-cu129-amd64/8192x1024_c8_2025-11-10.json"), "{of}");
+    // The April dump repeats the March one: the earlier row is kept.
+    let copies: Vec<_> = all
+        .refused
+        .iter()
+        .filter_map(|(p, r)| match r {
+            Refusal::Duplicate(d) if !d.of_folder_point => Some((p, d)),
+            _ => None,
+        })
+        .collect();
+    assert!(copies.iter().any(|(p, d)| p.id.starts_with("2026_04_06") && d.of.starts_with("2026_03_25")));
+    // Every copy names a point that is replayed or refused for another reason than being a copy,
+    // with the same measurement.
+    for (p, d) in &copies {
+        let kept =
+            all.experiments.iter().map(|e| &e.point).chain(all.refused.iter().map(|(q, _)| q)).find(|q| q.id == d.of);
+        let kept = kept.unwrap_or_else(|| panic!("{} copies {}, which is not in the corpus", p.id, d.of));
+        assert!(!all.refused.iter().any(|(q, r)| q.id == kept.id && matches!(r, Refusal::Duplicate(_))));
+        assert_eq!((kept.isl, kept.osl, kept.concurrency), (p.isl, p.osl, p.concurrency), "{}", p.id);
+        assert!((kept.ttft_ms.unwrap().1 - p.ttft_ms.unwrap().1).abs() < 1e-6 * p.ttft_ms.unwrap().1);
+    }
+    // No two replayed points are the same measurement.
+    let mut seen = std::collections::HashSet::new();
+    for e in &all.experiments {
+        let p = &e.point;
+        let key = (
+            e.gpu.clone(),
+            p.isl,
+            p.osl,
+            p.concurrency,
+            p.ttft_ms.map(|t| t.1.to_bits()),
+            p.tpot_ms.map(|t| t.1.to_bits()),
+        );
+        assert!(seen.insert(key), "{} is replayed twice", p.id);
+    }
+}
+
+/// A run whose p99 TTFT is beyond twice its median E2E stalled once (InferenceX's SGLang 0.5.5 runs
+/// on B200 waited about 75 s at the start): its median TTFT is compared, not the stall-laden mean.
+#[test]
+fn a_stalled_run_is_compared_on_its_median_ttft() {
+    use capsim::metrics::StatKind;
+    let points = builtin_points().unwrap();
+    let find = |suffix: &str| points.iter().find(|p| p.id.ends_with(suffix)).unwrap_or_else(|| panic!("{suffix}"));
+    // mean 9,188 ms, median 565 ms, p99 98,817 ms against a median E2E of 13,332 ms.
+    let stalled = find("dsr1-fp4-b200-sglang-tp8-v0.5.5-cu129-amd64/8192x1024_c8_2025-11-10.json");
+    assert_eq!(stalled.ttft_ms.unwrap().0, StatKind::Mean, "the point keeps what the file states");
+    let (kind, ms) = stalled.as_compared().ttft_ms.unwrap();
+    assert_eq!(kind, StatKind::P50);
+    assert!((ms - 564.8048506118357).abs() < 1e-9, "{ms}");
+    assert_eq!(stalled.as_compared().tpot_ms.unwrap().0, StatKind::Mean);
+    let catalog = Catalog::builtin();
+    let all = express_all(&catalog, points.clone(), &resolves(&catalog));
+    let e = all.experiments.iter().find(|e| e.point.id == stalled.id).expect("replayed");
+    assert_eq!(e.point.ttft_ms.unwrap().0, StatKind::P50, "the replay compares the median");
+    // The same deployment's 1K/8K point: p99 70.8 s within twice a 139.5 s request, so its mean stays.
+    let long = find("dsr1-fp4-b200-sglang-tp8-v0.5.5-cu129-amd64/1024x8192_c64_2025-11-10.json");
+    assert_eq!(long.stalled_ttft_p50_ms, None);
+    let n = points.iter().filter(|p| p.stalled_ttft_p50_ms.is_some()).count();
+    assert_eq!(n, 11, "11 of the 474 points that state a mean TTFT stalled");
 }
 
 #[test]
