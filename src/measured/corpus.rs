@@ -534,13 +534,13 @@ pub fn read_inferencex_deployment(
 /// Whether a point's run stalled: some request waited for its first token more than twice as long
 /// as the median request took from send to last token (p99 TTFT > 2 x median E2E latency). No queue
 /// of a closed loop does that (a client's request waits behind at most the requests in flight, each
-/// about one E2E long, and the first round's burst of prefills is shorter still), but a one-time stall
-/// does: DeepSeek-R1 FP4 on B200 under SGLang 0.5.5 (InferenceX, November 2025) has p99 TTFT 78 s
-/// against a median E2E of 30 s and a median TTFT of 0.87 s, and its mean TTFT (2.4 s) is mostly the
-/// stall. Such a point's median TTFT is the statistic compared (`stalled_ttft_p50_ms`); 11 of the 474 points that state a
-/// mean qualify, the next largest ratio is 1.5. The rule cannot see a stall shorter than twice a
-/// request's life: the same deployments' 1K/8K points (median E2E 140 s) show the same 70-80 s p99
-/// and keep their mean.
+/// about one E2E long, and the first round's burst of prefills is shorter still), but a one-time
+/// stall at the start does: DeepSeek-R1 FP4 on 8 x B200 under SGLang 0.5.5 (InferenceX, November
+/// 2025), 8K/1K at 8 clients, has p99 TTFT 98.8 s against a median E2E of 13.3 s and a median TTFT
+/// of 0.56 s, and its mean TTFT (9.2 s) is mostly the stall. Such a point's median TTFT is the
+/// statistic compared (`stalled_ttft_p50_ms`); 11 of the 474 points that state a mean qualify, the
+/// next largest ratio is 1.5. The rule cannot see a stall shorter than twice a request's life: the
+/// same deployments' 1K/8K points (median E2E 140 s) show the same 70-80 s p99 and keep their mean.
 fn stalled(o: &Doc) -> Result<bool> {
     let (Some(p99), Some(e2e)) = (ms(o, "p99_ttft_ms")?, ms(o, "median_e2el_ms")?) else {
         return Ok(false);
