@@ -105,6 +105,17 @@ fn points_corpus_prints_the_counts_by_reason() {
     assert_eq!(v["refused_points"].as_array().unwrap().len() as u64, v["refused"].as_u64().unwrap());
     let by_reason: u64 = v["refused_by_reason"].as_array().unwrap().iter().map(|r| r["points"].as_u64().unwrap()).sum();
     assert_eq!(by_reason, v["refused"].as_u64().unwrap());
+    // A copy names the point replayed in its place, in JSON and in the text list.
+    let refused = v["refused_points"].as_array().unwrap();
+    let copies: Vec<_> = refused.iter().filter(|r| r["reason"].as_str().unwrap().starts_with("a copy of")).collect();
+    assert!(!copies.is_empty() && copies.iter().all(|r| r["copy_of"].is_string()));
+    assert!(refused
+        .iter()
+        .filter(|r| !r["reason"].as_str().unwrap().starts_with("a copy of"))
+        .all(|r| r.get("copy_of").is_none()));
+    let list = text(&capsim(&["points", "--corpus", "--list"]));
+    let of = copies[0]["copy_of"].as_str().unwrap();
+    assert!(list.lines().any(|l| l.contains(copies[0]["id"].as_str().unwrap()) && l.ends_with(of)), "{of}");
 }
 
 #[test]
