@@ -107,6 +107,8 @@ pub enum Refusal {
     NoStatistic,
     /// The deployment does not resolve (does not fit in memory, context beyond the model's window).
     DoesNotResolve(String),
+    /// Speculative decoding the row does not mark ([`unmarked_mtp`]).
+    UnstatedMtp,
     /// The same measurement as another corpus point (same GPU, engine, lengths, concurrency, TTFT
     /// and TPOT): replayed once, as that point ([`Duplicate::of`]).
     Duplicate(Duplicate),
@@ -128,6 +130,7 @@ impl Refusal {
             Refusal::Unofficial => "unofficial row of its source (another client setup)".into(),
             Refusal::Disaggregated => "disaggregated prefill/decode without a stated layout or concurrency".into(),
             Refusal::SpeculativeDecoding => "speculative decoding of a method capsim has not read".into(),
+            Refusal::UnstatedMtp => "MTP the row does not mark (the image and day of an InferenceX MTP run)".into(),
             Refusal::AttentionDp => "attention data parallelism".into(),
             Refusal::PipelineParallel => "pipeline parallelism".into(),
             Refusal::MixedMoeLayout => "MoE split over TP and EP at once".into(),
@@ -703,11 +706,16 @@ pub fn express_all(
         r
     };
     let duplicates = copies(catalog, &points);
+    let mtp = unmarked_mtp(catalog, &points);
     let mut experiments = Vec::new();
     let mut refused = Vec::new();
-    for (p, dup) in points.into_iter().zip(duplicates) {
+    for ((p, dup), mtp) in points.into_iter().zip(duplicates).zip(mtp) {
         if let Some(d) = dup {
             refused.push((p, Refusal::Duplicate(d)));
+            continue;
+        }
+        if mtp {
+            refused.push((p, Refusal::UnstatedMtp));
             continue;
         }
         match express(catalog, &p, &cached) {
@@ -716,6 +724,42 @@ pub fn express_all(
         }
     }
     Expressed { experiments, refused }
+}
+
+/// NVIDIA's rows that ran multi-token prediction without saying so (aic-e2e has no
+/// speculative-decoding column). The NVIDIA dumps hold InferenceX's runs (see [`copies`]), and a
+/// DeepSeek-R1 row measured on the day, GPU, engine and image of an inferencex-dsr1 MTP deployment's
+/// run, and of no plain deployment's, is that MTP run. The rows' TPOTs say the same: against
+/// InferenceX's runs of the same precision, TP, lengths and concurrency,
+/// - B200 TensorRT-LLM 1.2.0rc6.post3 (5-6 February 2026, an image InferenceX pinned for MTP only;
+///   its plain B200 runs used 1.2.0rc6.post2): 0.92 x the MTP runs' TPOT (median of 50 pairs),
+///   0.59 x the plain runs' (54), where the post2 rows sit at 1.00 x plain (46) and 1.36 x MTP (24);
+/// - H200 TensorRT-LLM 1.1.0rc2.post2 of 14 January 2026: 1.00 x MTP (11 pairs, several equal to
+///   the digit), 0.62 x plain (96); the same image's rows of 28 January match the plain runs.
+///
+/// The draft length they ran is not stated, so they are refused rather than replayed as plain
+/// decoding 40% too slow. Returns, per point, whether it is such a row.
+fn unmarked_mtp(catalog: &Catalog, points: &[CorpusPoint]) -> Vec<bool> {
+    use std::collections::HashSet;
+    let gpu = |g: &str| catalog.gpu(&gpu_name(g)).map_or_else(|_| g.to_string(), |s| s.name.clone());
+    let run = |p: &CorpusPoint| {
+        (gpu(&p.gpu), engine_of(&p.engine).map(|e| e.as_str()), p.engine_version.clone(), p.date.clone())
+    };
+    let folder = || points.iter().filter(|p| p.set == "inferencex-dsr1" && !p.disaggregated && !p.date.is_empty());
+    let plain: HashSet<_> = folder().filter(|p| p.spec_decoding.is_none()).map(run).collect();
+    let mtp: HashSet<_> =
+        folder().filter(|p| p.spec_decoding.is_some()).map(run).filter(|k| !plain.contains(k)).collect();
+    points
+        .iter()
+        .map(|p| {
+            p.set == "aic-e2e"
+                && p.client != crate::measured::corpus::Client::InferenceX
+                && p.spec_decoding.is_none()
+                && !p.engine_version.is_empty()
+                && p.model.to_ascii_lowercase().contains("deepseek-r1")
+                && mtp.contains(&run(p))
+        })
+        .collect()
 }
 
 /// For each point, the point it copies, if any: the same GPU, engine, lengths, concurrency and

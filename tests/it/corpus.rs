@@ -347,6 +347,37 @@ fn copies_in_aic_e2e_are_replayed_once_as_the_best_stated_point() {
     }
 }
 
+/// NVIDIA's DeepSeek-R1 rows measured on the day, GPU, engine and image of an InferenceX MTP run ran
+/// MTP without saying so: refused. The same image's rows of another day (H200 TensorRT-LLM
+/// 1.1.0rc2.post2 on 28 January 2026, when InferenceX ran it plain) are replayed.
+#[test]
+fn unmarked_mtp_rows_are_refused_with_their_reason() {
+    let catalog = Catalog::builtin();
+    let all = express_all(&catalog, builtin_points().unwrap(), &resolves(&catalog));
+    let refused: Vec<_> =
+        all.refused.iter().filter(|(_, r)| matches!(r, Refusal::UnstatedMtp)).map(|(p, _)| p).collect();
+    let runs: std::collections::BTreeSet<_> =
+        refused.iter().map(|p| (p.gpu.as_str(), p.engine_version.as_str(), p.date.as_str())).collect();
+    let expected = [
+        ("b200_sxm", "1.1.0rc2.post2", "2026-01-14"),
+        ("b200_sxm", "1.2.0rc6.post3", "2026-02-05"),
+        ("b200_sxm", "1.2.0rc6.post3", "2026-02-06"),
+        ("h200_sxm", "1.1.0rc2.post2", "2026-01-14"),
+    ];
+    assert_eq!(runs.into_iter().collect::<Vec<_>>(), expected);
+    assert!(refused.iter().all(|p| p.engine == "trtllm" && p.set == "aic-e2e"));
+    let replayed = |gpu: &str, version: &str, date: &str| {
+        all.experiments.iter().any(|e| {
+            let p = &e.point;
+            p.set == "aic-e2e" && p.gpu == gpu && p.engine_version == version && p.date == date
+        })
+    };
+    assert!(replayed("h200_sxm", "1.1.0rc2.post2", "2026-01-28"));
+    assert!(replayed("b200_sxm", "1.2.0rc6.post2", "2026-01-29"));
+    let o = capsim(&["points", "--corpus"]);
+    assert!(text(&o).contains("MTP the row does not mark"), "{}", text(&o));
+}
+
 /// A run whose p99 TTFT is beyond twice its median E2E stalled once (InferenceX's SGLang 0.5.5 runs
 /// on B200 waited about 75 s at the start): its median TTFT is compared, not the stall-laden mean.
 #[test]
