@@ -108,7 +108,7 @@ pub enum Refusal {
     /// The deployment does not resolve (does not fit in memory, context beyond the model's window).
     DoesNotResolve(String),
     /// Speculative decoding the row does not mark ([`unmarked_mtp`]).
-    UnstatedMtp,
+    UnmarkedMtp,
     /// The same measurement as another corpus point (same GPU, engine, lengths, concurrency, TTFT
     /// and TPOT): replayed once, as that point ([`Duplicate::of`]).
     Duplicate(Duplicate),
@@ -130,7 +130,7 @@ impl Refusal {
             Refusal::Unofficial => "unofficial row of its source (another client setup)".into(),
             Refusal::Disaggregated => "disaggregated prefill/decode without a stated layout or concurrency".into(),
             Refusal::SpeculativeDecoding => "speculative decoding of a method capsim has not read".into(),
-            Refusal::UnstatedMtp => "MTP the row does not mark (the image and day of an InferenceX MTP run)".into(),
+            Refusal::UnmarkedMtp => "MTP the row does not mark (the image and day of an InferenceX MTP run)".into(),
             Refusal::AttentionDp => "attention data parallelism".into(),
             Refusal::PipelineParallel => "pipeline parallelism".into(),
             Refusal::MixedMoeLayout => "MoE split over TP and EP at once".into(),
@@ -715,7 +715,7 @@ pub fn express_all(
             continue;
         }
         if mtp {
-            refused.push((p, Refusal::UnstatedMtp));
+            refused.push((p, Refusal::UnmarkedMtp));
             continue;
         }
         match express(catalog, &p, &cached) {

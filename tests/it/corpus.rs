@@ -355,7 +355,7 @@ fn unmarked_mtp_rows_are_refused_with_their_reason() {
     let catalog = Catalog::builtin();
     let all = express_all(&catalog, builtin_points().unwrap(), &resolves(&catalog));
     let refused: Vec<_> =
-        all.refused.iter().filter(|(_, r)| matches!(r, Refusal::UnstatedMtp)).map(|(p, _)| p).collect();
+        all.refused.iter().filter(|(_, r)| matches!(r, Refusal::UnmarkedMtp)).map(|(p, _)| p).collect();
     let runs: std::collections::BTreeSet<_> =
         refused.iter().map(|p| (p.gpu.as_str(), p.engine_version.as_str(), p.date.as_str())).collect();
     let expected = [
