@@ -291,6 +291,22 @@ impl Experiment {
     }
 }
 
+/// The engine behind a disaggregated deployment's router or KV transport, which its name comes first
+/// in: Dynamo's (`dynamo-sglang`, `dynamo-trt`) and AMD's SGLang P/D over MoRI (`mori-sglang`: the
+/// image is lmsysorg/sglang-rocm, the KV moved by SGLang's MoRI transfer backend over the scale-out
+/// NICs). aic-e2e writes the engine alone.
+fn engine_behind_router(e: &str) -> &str {
+    e.trim_start_matches("dynamo-").trim_start_matches("mori-")
+}
+
+/// A point's GPU (the catalog's name where the catalog has it, else as written) and engine (behind
+/// any router): how two rows of different sets name the same deployment ([`copies`],
+/// [`unmarked_mtp`]).
+fn gpu_and_engine(catalog: &Catalog, p: &CorpusPoint) -> (String, Option<&'static str>) {
+    let gpu = catalog.gpu(&gpu_name(&p.gpu)).map_or_else(|_| p.gpu.clone(), |s| s.name.clone());
+    (gpu, engine_of(engine_behind_router(&p.engine)).map(|e| e.as_str()))
+}
+
 /// The catalog GPU a corpus name means (the sets write `h100_sxm`, `b200_sxm`, `gb200`, `h200`).
 fn gpu_name(g: &str) -> String {
     match g {
@@ -474,7 +490,7 @@ pub fn express(
     p: &CorpusPoint,
     check: &dyn Fn(&Deployment) -> std::result::Result<(), String>,
 ) -> std::result::Result<Experiment, Refusal> {
-    let p = &p.as_compared();
+    let p = &*p.as_compared();
     if !p.official || p.range_ratio.is_some_and(|r| (r - 0.8).abs() > 1e-9) {
         return Err(Refusal::Unofficial);
     }
@@ -484,11 +500,8 @@ pub fn express(
         (true, _) => return Err(Refusal::Disaggregated),
     };
     let large = !features(p).is_empty();
-    // Disaggregated deployments name the router or KV transport before the engine behind it: Dynamo's
-    // (`dynamo-sglang`, `dynamo-trt`) and AMD's SGLang P/D over MoRI (`mori-sglang`: the image is
-    // lmsysorg/sglang-rocm, the KV moved by SGLang's MoRI transfer backend over the scale-out NICs).
     let engine_name = match pools {
-        Some(_) => p.engine.trim_start_matches("dynamo-").trim_start_matches("mori-"),
+        Some(_) => engine_behind_router(&p.engine),
         None => p.engine.as_str(),
     };
     let engine = engine_of(engine_name).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
@@ -741,10 +754,7 @@ pub fn express_all(
 /// decoding 40% too slow. Returns, per point, whether it is such a row.
 fn unmarked_mtp(catalog: &Catalog, points: &[CorpusPoint]) -> Vec<bool> {
     use std::collections::HashSet;
-    let gpu = |g: &str| catalog.gpu(&gpu_name(g)).map_or_else(|_| g.to_string(), |s| s.name.clone());
-    let run = |p: &CorpusPoint| {
-        (gpu(&p.gpu), engine_of(&p.engine).map(|e| e.as_str()), p.engine_version.clone(), p.date.clone())
-    };
+    let run = |p: &CorpusPoint| (gpu_and_engine(catalog, p), p.engine_version.clone(), p.date.clone());
     let folder = || points.iter().filter(|p| p.set == "inferencex-dsr1" && !p.disaggregated && !p.date.is_empty());
     let plain: HashSet<_> = folder().filter(|p| p.spec_decoding.is_none()).map(run).collect();
     let mtp: HashSet<_> =
@@ -778,7 +788,6 @@ fn copies(catalog: &Catalog, points: &[CorpusPoint]) -> Vec<Option<Duplicate>> {
         (None, None) => true,
         _ => false,
     };
-    let gpu = |g: &str| catalog.gpu(&gpu_name(g)).map_or_else(|_| g.to_string(), |s| s.name.clone());
     let rank = |p: &CorpusPoint| match (p.set, p.is_inferencex_db_row()) {
         ("inferencex-dsr1", _) => 0,
         (_, true) => 1,
@@ -790,10 +799,7 @@ fn copies(catalog: &Catalog, points: &[CorpusPoint]) -> Vec<Option<Duplicate>> {
     let mut out = vec![None; points.len()];
     for i in order {
         let p = &points[i];
-        // A P/D deployment's engine behind its router or transport (`dynamo-sglang`): aic-e2e writes
-        // the engine alone.
-        let engine = p.engine.trim_start_matches("dynamo-").trim_start_matches("mori-");
-        let key = (gpu(&p.gpu), engine_of(engine).map(|e| e.as_str()), p.isl, p.osl, p.concurrency, p.disaggregated);
+        let key = (gpu_and_engine(catalog, p), p.isl, p.osl, p.concurrency, p.disaggregated);
         let group = kept.entry(key).or_default();
         match group.iter().find(|&&j| same(points[j].ttft_ms, p.ttft_ms) && same(points[j].tpot_ms, p.tpot_ms)) {
             Some(&j) => {

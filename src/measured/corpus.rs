@@ -156,12 +156,11 @@ impl CorpusPoint {
 
     /// The point with the statistics a replay compares: a stalled run's median TTFT in place of
     /// its mean ([`CorpusPoint::stalled_ttft_p50_ms`]), else the point as stated.
-    pub fn as_compared(&self) -> CorpusPoint {
-        let mut p = self.clone();
-        if let Some(ms) = self.stalled_ttft_p50_ms {
-            p.ttft_ms = Some((StatKind::P50, ms));
+    pub fn as_compared(&self) -> std::borrow::Cow<'_, CorpusPoint> {
+        match self.stalled_ttft_p50_ms {
+            None => std::borrow::Cow::Borrowed(self),
+            Some(ms) => std::borrow::Cow::Owned(CorpusPoint { ttft_ms: Some((StatKind::P50, ms)), ..self.clone() }),
         }
-        p
     }
 }
 
