@@ -230,7 +230,9 @@ impl Feature {
     }
 }
 
-/// The large-deployment features of a corpus point, from what its source states.
+/// The large-deployment features a corpus point's columns state: whether its layout must be
+/// resolved (corpus/layout.rs) before it is replayed. What it is replayed as is
+/// [`Experiment::features`], from the resolved layout.
 pub fn features(p: &CorpusPoint) -> Vec<Feature> {
     let mut f = Vec::new();
     if p.disaggregated {
@@ -257,10 +259,34 @@ impl Experiment {
         crate::hardware::learned::ModelKey { family: &self.family, name: &self.model }
     }
 
-    /// The large-deployment features of its point (empty: a plain aggregated deployment, which the
-    /// learned model is fitted on).
+    /// The large-deployment features of the deployment it is replayed on (empty: a plain aggregated
+    /// deployment, which the learned model is fitted on): the layout its source's columns resolve to
+    /// (corpus/layout.rs), not the columns. InferenceX's database rows state a single node's GPUs as
+    /// TP x EP (`tp8ep8` is 64 "TP" GPUs with moe_tp 8) and its vLLM rows DP ranks the launch runs as
+    /// expert parallelism over TP GPUs: both are plain layouts, experts whole over the TP group.
     pub fn features(&self) -> Vec<Feature> {
-        features(&self.point)
+        let pools = match &self.pd {
+            Some(pd) => vec![&pd.prefill, &pd.decode],
+            None => vec![&self.deployment],
+        };
+        let any = |f: &dyn Fn(&Deployment) -> bool| pools.iter().any(|d| f(d));
+        let mut f = Vec::new();
+        if self.pd.is_some() {
+            f.push(Feature::Disaggregated);
+        }
+        if any(&|d| d.speculative.is_some()) {
+            f.push(Feature::Speculative);
+        }
+        if any(&|d| d.parallel.attention_dp > 1) {
+            f.push(Feature::AttentionDp);
+        }
+        if any(&|d| d.parallel.pipeline_parallel > 1) {
+            f.push(Feature::PipelineParallel);
+        }
+        if any(&|d| d.parallel.expert_parallel_size > 1 && d.parallel.expert_parallel_size != d.tensor_parallel) {
+            f.push(Feature::WideEp);
+        }
+        f
     }
 
     /// A plain aggregated deployment: fitted on by `calibrate --corpus` and the plain protocols.

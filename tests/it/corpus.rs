@@ -439,3 +439,25 @@ fn a_bad_launch_settings_file_names_the_key() {
     assert!(e.contains("launch_settings.json") && e.contains("deployments.d"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A point's features are those of the layout it is replayed on, not of its columns: InferenceX's
+/// database rows state a single node's TP8 EP8 as 64 GPUs with moe_tp 8 and its vLLM rows the EP
+/// ranks as attention DP, both plain layouts (experts whole over the TP group), so they are fitted
+/// on; a row with DP attention stays a large deployment.
+#[test]
+fn a_point_is_large_by_the_layout_it_is_replayed_on() {
+    let catalog = Catalog::builtin();
+    let all = express_all(&catalog, builtin_points().unwrap(), &resolves(&catalog));
+    let get =
+        |id: &str| all.experiments.iter().find(|e| e.point.id == id).unwrap_or_else(|| panic!("{id} is replayed"));
+    for (id, tp) in
+        [("dsr1_h200_trtllm_fp8_agg_1024x1024_c32_cfg181", 8), ("kimik2_5_b200_vllm_fp4_agg_1024x1024_c32_cfg635", 4)]
+    {
+        let e = get(id);
+        assert!(!capsim::corpus::features(&e.point).is_empty(), "{id}: its columns need resolving");
+        assert_eq!((e.deployment.tensor_parallel, e.deployment.expert_parallel), (tp, true), "{id}");
+        assert!(e.is_plain() && e.features().is_empty(), "{id}: {:?}", e.features());
+    }
+    let dpa = get("dsr1_h200_trtllm_fp8_agg_8192x1024_c64_cfg183");
+    assert_eq!(dpa.features(), vec![capsim::corpus::Feature::AttentionDp]);
+}
