@@ -497,7 +497,8 @@ fn build_unmeasured(
     let (c, s) = match learned {
         Some(m) => {
             let l = m.lookup_arch(&gpu.name, d.engine.as_str(), d.weight_dtype, &arch, None);
-            coefficients_from_learned(&l, shared, &arch, gpu, d.weight_dtype)
+            let moe_tp = if d.expert_parallel { 1 } else { d.parallel.moe_tp(d.tensor_parallel) };
+            coefficients_from_learned(&l, shared, &arch, gpu, d.weight_dtype, moe_tp)
         }
         None => shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk),
     };
@@ -552,6 +553,7 @@ pub fn coefficients_from_learned(
     arch: &ModelArch,
     gpu: &GpuSpec,
     weight_dtype: Dtype,
+    moe_tp: u32,
 ) -> (Coefficients, CoefficientSigmas) {
     use learned::*;
     let v = &l.with_residual();
@@ -566,7 +568,11 @@ pub fn coefficients_from_learned(
         mem_compute_overlap: shared.mem_compute_overlap.value.clamp(0.0, 1.0),
         expert_spread: v[SPREAD].clamp(1e-3, 1.0),
         frontend_serial_s: 0.0,
-        grouped_gemm_rel: if arch.moe.is_some() { v[GROUPED].clamp(1e-3, 1.0) } else { 1.0 },
+        grouped_gemm_rel: if arch.moe.is_some() {
+            (v[GROUPED] * grouped_slice_efficiency(arch, moe_tp)).clamp(1e-3, 1.0)
+        } else {
+            1.0
+        },
         api_per_token_s: v[API_TOKEN],
         prefill_step_overhead_s: v[PREFILL_OVERHEAD] * layers * kernel_scale,
     };

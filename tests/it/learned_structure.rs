@@ -33,7 +33,7 @@ fn a_dense_model_pays_no_moe_layer_overhead() {
     let step_overhead = |model: &str| {
         let arch = c.model(model).unwrap();
         let l = m.lookup_arch(&gpu.name, "vllm", Dtype::Fp8, &arch, None);
-        let (coef, _) = capsim::hardware::coefficients_from_learned(&l, &c.hardware, &arch, gpu, Dtype::Fp8);
+        let (coef, _) = capsim::hardware::coefficients_from_learned(&l, &c.hardware, &arch, gpu, Dtype::Fp8, 1);
         (coef.step_overhead_s, l.values(), arch)
     };
     let (dense, v, arch) = step_overhead("Llama-3.1-70B");
@@ -192,4 +192,35 @@ fn a_requests_api_time_stretches_with_the_tokens_streamed() {
     let c = Catalog::builtin();
     let m = c.learned.as_ref().expect("a learned model ships");
     assert!(m.global[capsim::hardware::learned::API_TOKEN] > 0.0);
+}
+
+/// A MoE expert split over TP GPUs into slices of N columns runs its grouped GEMMs at N / (N + 256)
+/// of a whole expert's rate: DeepSeek-R1 (2,048 columns) split 8 ways at 0.5, whole at 0.89. The
+/// learned share is the whole expert's; a dense model has no experts to slice.
+#[test]
+fn an_expert_split_over_tp_runs_at_its_slice_rate() {
+    use capsim::hardware::learned::grouped_slice_efficiency;
+    let c = Catalog::builtin();
+    let r1 = c.model("DeepSeek-R1").unwrap();
+    approx::assert_relative_eq!(grouped_slice_efficiency(&r1, 8), 0.5, max_relative = 1e-12);
+    approx::assert_relative_eq!(grouped_slice_efficiency(&r1, 1), 2048.0 / 2304.0, max_relative = 1e-12);
+    assert_eq!(grouped_slice_efficiency(&c.model("Llama-3.1-70B").unwrap(), 8), 1.0);
+    let m = c.learned.as_ref().expect("a learned model ships");
+    let gpu = c.gpu("B200").unwrap();
+    let l = m.lookup_arch(&gpu.name, "sglang", Dtype::Fp8, &r1, None);
+    let grouped = |moe_tp| capsim::hardware::coefficients_from_learned(&l, &c.hardware, &r1, gpu, Dtype::Fp8, moe_tp).0;
+    let (split, whole) = (grouped(8).grouped_gemm_rel, grouped(1).grouped_gemm_rel);
+    approx::assert_relative_eq!(whole / split, (2048.0 / 2304.0) / 0.5, max_relative = 1e-9);
+    // The same through a deployment: TP 8 with experts split, and with experts whole on each GPU.
+    let explain = |extra: &[&str]| {
+        let mut args = vec!["explain", "--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--engine", "sglang"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--precision", "fp8", "--decode", "0", "--prefill", "8192", "--json"]);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim")).args(&args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["parts_s"]["expert_matmul_s"].as_f64().unwrap_or_else(|| panic!("{v}"))
+    };
+    let (t_split, t_whole) = (explain(&[]), explain(&["--expert-parallel"]));
+    approx::assert_relative_eq!(t_split / t_whole, (2048.0 / 2304.0) / 0.5, max_relative = 1e-6);
 }
