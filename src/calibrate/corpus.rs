@@ -222,7 +222,7 @@ fn unit_profile(catalog: &Catalog, e: &Experiment) -> crate::error::Result<Profi
     c.attention_flops_eff_s = p.gpu.dense_flops_s(Dtype::Bf16);
     // The expert slice's rate is the deployment's own (learned::grouped_slice_efficiency), as in
     // hardware::coefficients_from_learned: the fit learns the whole expert's share.
-    let moe_tp = if p.expert_parallel { 1 } else { p.parallel.moe_tp(p.tensor_parallel) };
+    let moe_tp = p.parallel.expert_split(p.tensor_parallel, p.expert_parallel);
     c.grouped_gemm_rel = crate::hardware::learned::grouped_slice_efficiency(&p.arch, moe_tp);
     c.request_overhead_s = 0.0;
     c.frontend_serial_s = 0.0;
@@ -861,7 +861,7 @@ pub fn profile_for_deployment(
 ) -> crate::error::Result<Profile> {
     let l = learned_for(model, e, own_residual);
     let mut p = unmeasured_profile(catalog, shared, "corpus", deployment)?;
-    let moe_tp = if p.expert_parallel { 1 } else { p.parallel.moe_tp(p.tensor_parallel) };
+    let moe_tp = p.parallel.expert_split(p.tensor_parallel, p.expert_parallel);
     let (mut c, s) =
         crate::hardware::coefficients_from_learned(&l, shared, &p.arch, &p.gpu, e.deployment.weight_dtype, moe_tp);
     if client_cost {

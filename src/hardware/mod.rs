@@ -497,7 +497,7 @@ fn build_unmeasured(
     let (c, s) = match learned {
         Some(m) => {
             let l = m.lookup_arch(&gpu.name, d.engine.as_str(), d.weight_dtype, &arch, None);
-            let moe_tp = if d.expert_parallel { 1 } else { d.parallel.moe_tp(d.tensor_parallel) };
+            let moe_tp = d.parallel.expert_split(d.tensor_parallel, d.expert_parallel);
             coefficients_from_learned(&l, shared, &arch, gpu, d.weight_dtype, moe_tp)
         }
         None => shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk),

@@ -94,6 +94,16 @@ impl Parallel {
         tp / self.expert_parallel_size
     }
 
+    /// GPUs each expert is split over for a replica of `tp` GPUs whose plain `expert_parallel`
+    /// switch may also place whole experts on each GPU (a profile's or deployment's pair).
+    pub fn expert_split(&self, tp: u32, expert_parallel: bool) -> u32 {
+        if expert_parallel {
+            1
+        } else {
+            self.moe_tp(tp).max(1)
+        }
+    }
+
     /// Copies of the KV cache, relative to one, that one attention rank stores over its GPUs.
     pub fn kv_replication(&self, arch: &ModelArch, tp: u32) -> f64 {
         arch.kv_replication(self.attention_tp(tp))

@@ -107,12 +107,12 @@ impl Profile {
             let (c, sig) = match &catalog.learned {
                 Some(m) => {
                     let l = m.lookup_arch(&new_gpu.name, kind.as_str(), w, arch, None);
-                    let tp = f.gpu.tensor_parallel.unwrap_or(1);
-                    let moe_tp = if f.gpu.expert_parallel.unwrap_or(false) {
-                        1
-                    } else {
-                        tp / f.gpu.expert_parallel_size.unwrap_or(1).clamp(1, tp.max(1))
+                    let tp = f.gpu.tensor_parallel.unwrap_or(1).max(1);
+                    let par = crate::profile::Parallel {
+                        expert_parallel_size: f.gpu.expert_parallel_size.unwrap_or(1).clamp(1, tp),
+                        ..crate::profile::Parallel::plain()
                     };
+                    let moe_tp = par.expert_split(tp, f.gpu.expert_parallel.unwrap_or(false));
                     crate::hardware::coefficients_from_learned(&l, shared, arch, &new_gpu, w, moe_tp)
                 }
                 None => shared.coefficients_for(arch, &new_gpu, w, chunk),
