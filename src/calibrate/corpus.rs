@@ -62,9 +62,10 @@ pub const GLOBAL_PRIOR: [(f64, f64); N_PARAMS] = [
 /// GPU's peaks and kernel-benchmark shares (catalog) already say how it differs, and each GPU of the
 /// corpus serves its own mix of models, so a loose GPU offset soaks up what belongs to a model or
 /// an engine and stays behind when the GPU is not there (H100's MoE cost per layer under
-/// TensorRT-LLM had come out 0.58x the global value, learned on Qwen3-235B alone). A quarter is what the held-out protocols preferred in the
-/// closed form (`cargo run --release --example corpus_lab`; half and a quarter, against 1): this is
-/// a choice made on those protocols, so their figures are not fully held out in it.
+/// TensorRT-LLM had come out 0.58x the global value, learned on Qwen3-235B alone). A quarter is
+/// what the held-out protocols preferred in the closed form (`cargo run --release --example
+/// corpus_lab`; half and a quarter, against 1): a choice made on those protocols, so their figures
+/// are not fully held out in it.
 pub const LEVEL_PRIOR_SIGMA: [[f64; N_PARAMS]; N_LEVELS] = [
     [0.3, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3, 0.5],
     [0.2, 0.3, 0.3, 0.3, 0.5, 0.5, 0.5, 1e-4, 0.5, 0.3, 0.5],
