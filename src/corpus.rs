@@ -233,7 +233,7 @@ impl Feature {
 /// The large-deployment features a corpus point's columns state: whether its layout must be
 /// resolved (corpus/layout.rs) before it is replayed. What it is replayed as is
 /// [`Experiment::features`], from the resolved layout.
-pub fn features(p: &CorpusPoint) -> Vec<Feature> {
+pub fn stated_features(p: &CorpusPoint) -> Vec<Feature> {
     let mut f = Vec::new();
     if p.disaggregated {
         f.push(Feature::Disaggregated);
@@ -283,7 +283,7 @@ impl Experiment {
         if any(&|d| d.parallel.pipeline_parallel > 1) {
             f.push(Feature::PipelineParallel);
         }
-        if any(&|d| d.parallel.expert_parallel_size > 1 && d.parallel.expert_parallel_size != d.tensor_parallel) {
+        if any(&|d| d.parallel.wide_ep(d.tensor_parallel)) {
             f.push(Feature::WideEp);
         }
         f
@@ -525,7 +525,7 @@ pub fn express(
         (true, Some((pre, dec))) if p.concurrency > 0 && pre.workers > 0 && dec.workers > 0 => Some((pre, dec)),
         (true, _) => return Err(Refusal::Disaggregated),
     };
-    let large = !features(p).is_empty();
+    let large = !stated_features(p).is_empty();
     let engine_name = match pools {
         Some(_) => engine_behind_router(&p.engine),
         None => p.engine.as_str(),
@@ -789,7 +789,7 @@ fn unmarked_mtp(catalog: &Catalog, points: &[CorpusPoint]) -> Vec<bool> {
         .iter()
         .map(|p| {
             p.set == "aic-e2e"
-                && p.client != crate::measured::corpus::Client::InferenceX
+                && !p.is_inferencex_db_row()
                 && p.spec_decoding.is_none()
                 && !p.engine_version.is_empty()
                 && p.model.to_ascii_lowercase().contains("deepseek-r1")

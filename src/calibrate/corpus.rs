@@ -215,16 +215,16 @@ struct Feat {
 fn unit_profile(catalog: &Catalog, e: &Experiment) -> crate::error::Result<Profile> {
     let mut p = unmeasured_profile(catalog, &catalog.hardware, "unit", &e.deployment)?;
     let w = e.deployment.weight_dtype;
+    // The expert slice's rate is the deployment's own (learned::grouped_slice_efficiency), as in
+    // hardware::coefficients_from_learned: the fit learns the whole expert's share.
+    let slice = crate::hardware::learned::grouped_slice_efficiency(&p.arch, p.expert_split());
     let c = &mut p.coefficients;
     c.step_overhead_s = 0.0;
     c.per_seq_overhead_s = 0.0;
     c.bandwidth_eff_bytes_s = p.gpu.hbm_bandwidth_bytes_s();
     c.matmul_flops_eff_s = p.gpu.dense_flops_s(w) * p.gpu.gemm_reference_share(w);
     c.attention_flops_eff_s = p.gpu.dense_flops_s(Dtype::Bf16);
-    // The expert slice's rate is the deployment's own (learned::grouped_slice_efficiency), as in
-    // hardware::coefficients_from_learned: the fit learns the whole expert's share.
-    let moe_tp = p.parallel.expert_split(p.tensor_parallel, p.expert_parallel);
-    c.grouped_gemm_rel = crate::hardware::learned::grouped_slice_efficiency(&p.arch, moe_tp);
+    c.grouped_gemm_rel = slice;
     c.request_overhead_s = 0.0;
     c.frontend_serial_s = 0.0;
     c.api_per_token_s = 0.0;
@@ -862,9 +862,9 @@ pub fn profile_for_deployment(
 ) -> crate::error::Result<Profile> {
     let l = learned_for(model, e, own_residual);
     let mut p = unmeasured_profile(catalog, shared, "corpus", deployment)?;
-    let moe_tp = p.parallel.expert_split(p.tensor_parallel, p.expert_parallel);
+    let split = p.expert_split();
     let (mut c, s) =
-        crate::hardware::coefficients_from_learned(&l, shared, &p.arch, &p.gpu, e.deployment.weight_dtype, moe_tp);
+        crate::hardware::coefficients_from_learned(&l, shared, &p.arch, &p.gpu, e.deployment.weight_dtype, split);
     if client_cost {
         c.request_overhead_s +=
             model.clients.iter().find(|k| k.client == e.point.client.as_str()).map_or(0.0, |k| k.overhead_s);

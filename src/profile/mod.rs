@@ -472,6 +472,11 @@ impl Profile {
         &self.file.name
     }
 
+    /// GPUs each MoE expert is split over ([`Parallel::expert_split`]).
+    pub fn expert_split(&self) -> u32 {
+        self.parallel.expert_split(self.tensor_parallel, self.expert_parallel)
+    }
+
     /// The API server's cost per streamed token as the engine streams: its per-response cost
     /// (Coefficients::api_per_token_s) once per EngineConfig::stream_interval tokens.
     pub fn api_per_streamed_token_s(&self) -> f64 {

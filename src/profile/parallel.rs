@@ -76,7 +76,13 @@ impl Parallel {
     /// The step model needs the large-deployment arithmetic (sim/step_large.rs): attention DP, PP, or
     /// experts split over TP and EP at once.
     pub fn is_large(&self, tp: u32) -> bool {
-        !self.is_plain() || (self.expert_parallel_size > 1 && self.expert_parallel_size != tp)
+        !self.is_plain() || self.wide_ep(tp)
+    }
+
+    /// Experts spread over an EP group other than the TP group (wider, or split over TP and EP at
+    /// once); an EP group equal to TP is the plain `expert_parallel` layout.
+    pub fn wide_ep(&self, tp: u32) -> bool {
+        self.expert_parallel_size > 1 && self.expert_parallel_size != tp
     }
 
     /// GPUs of the whole replica.

@@ -454,7 +454,7 @@ fn a_point_is_large_by_the_layout_it_is_replayed_on() {
         [("dsr1_h200_trtllm_fp8_agg_1024x1024_c32_cfg181", 8), ("kimik2_5_b200_vllm_fp4_agg_1024x1024_c32_cfg635", 4)]
     {
         let e = get(id);
-        assert!(!capsim::corpus::features(&e.point).is_empty(), "{id}: its columns need resolving");
+        assert!(!capsim::corpus::stated_features(&e.point).is_empty(), "{id}: its columns need resolving");
         assert_eq!((e.deployment.tensor_parallel, e.deployment.expert_parallel), (tp, true), "{id}");
         assert!(e.is_plain() && e.features().is_empty(), "{id}: {:?}", e.features());
     }
