@@ -363,16 +363,20 @@ impl<'a> Engine<'a> {
     }
     /// Whether the engine would ever accept this request: prompt + output within the model's context
     /// (vLLM, SGLang and TensorRT-LLM all refuse longer ones), the whole sequence fits the empty cache,
-    /// and (TensorRT-LLM without chunked prefill) its prompt fits max_num_tokens, as the engine
-    /// refuses a prompt longer than max_num_tokens. A sequence's token counts are u32: one longer
-    /// than u32::MAX tokens (a conversation's history on a model of a longer context) is rejected
-    /// as beyond the context, never wrapped.
-    pub(super) fn accepts(&self, prompt: u32, output: u32) -> bool {
+    /// and (TensorRT-LLM without chunked prefill) the prompt tokens it still has to compute fit
+    /// max_num_tokens, as the engine refuses a context longer than max_num_tokens. `kv_ready` of the
+    /// prompt's tokens arrive computed (a disaggregated decode worker receives all but the last
+    /// from the prefill worker: TensorRT-LLM's generation-only requests, whose decode workers run
+    /// max_num_tokens of a few tokens per sequence, e.g. NVIDIA srt-slurm recipes/trtllm/gb200-fp4/
+    /// 8k1k/stp/ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml `max_num_tokens: 16` for 8K prompts). A
+    /// sequence's token counts are u32: one longer than u32::MAX tokens (a conversation's history
+    /// on a model of a longer context) is rejected as beyond the context, never wrapped.
+    pub(super) fn accepts(&self, prompt: u32, output: u32, kv_ready: u32) -> bool {
         let e = &self.p.engine;
         let tokens = prompt as u64 + output as u64;
         tokens <= self.p.arch.max_context.min(u32::MAX as u64)
             && self.fits_ever(prompt, output)
-            && (e.chunked_prefill || prompt <= e.max_num_batched_tokens)
+            && (e.chunked_prefill || prompt.saturating_sub(kv_ready) <= e.max_num_batched_tokens)
     }
     pub(super) fn preempt(&mut self, idx: u32) {
         self.free(idx, false);

@@ -459,7 +459,7 @@ impl<'a> Replica<'a> {
         let take = self.recv.as_mut().is_none_or(|r| r.poll(eng.is_idle()));
         while take && self.inbox.front().is_some_and(|a| a.enqueued <= now) {
             let mut a = self.inbox.pop_front().expect("front exists");
-            if !eng.accepts(a.input, a.output) {
+            if !eng.accepts(a.input, a.output, a.kv_ready) {
                 out.requests_rejected += 1;
                 rejected_now = true;
                 on_finish(now, a.client, true);

@@ -54,6 +54,39 @@ fn one_request_by_hand() {
     assert_eq!(out.decode_tokens + out.prefill_tokens, 1000 + 10);
 }
 
+/// A TensorRT-LLM decode worker's token cap bounds what it computes, not the prompt it receives: the
+/// recipes run decode workers at `max_num_tokens` of a few tokens per sequence (NVIDIA srt-slurm
+/// ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml: 16 for 8K prompts), and a request arrives there with
+/// its prompt's KV computed. The same run as [`one_request_by_hand`] with the decode worker capped
+/// at 16 tokens a step: served, nothing rejected, the same times.
+#[test]
+fn a_decode_worker_takes_prompts_longer_than_its_token_cap() {
+    let p = const_profile("trtllm", STEP_S, "max_num_batched_tokens = 2048");
+    let capped = const_profile("trtllm", STEP_S, "max_num_batched_tokens = 16\nmax_num_seqs = 16");
+    let out = simulate_disaggregated(
+        &Disaggregated::new(p.clone(), capped, 1, 1),
+        &burst(4, 1000, 10),
+        0,
+        SimOptions::default(),
+    );
+    let reference =
+        simulate_disaggregated(&Disaggregated::new(p.clone(), p, 1, 1), &burst(4, 1000, 10), 0, SimOptions::default());
+    assert_eq!(out.requests_rejected, 0);
+    assert_eq!(out.records.len(), 4);
+    let times =
+        |o: &capsim::sim::SimOutput| o.records.iter().map(|r| (r.first_token.0, r.finish.0)).collect::<Vec<_>>();
+    assert_eq!(times(&out), times(&reference));
+    // The prefill worker's cap still refuses a prompt it would have to compute whole.
+    let small = const_profile("trtllm", STEP_S, "max_num_batched_tokens = 512");
+    let refused = simulate_disaggregated(
+        &Disaggregated::new(small.clone(), small, 1, 1),
+        &burst(1, 1000, 10),
+        0,
+        SimOptions::default(),
+    );
+    assert_eq!((refused.requests_rejected, refused.records.len()), (1, 0));
+}
+
 /// Across nodes: a prefill pool on H100 SXM and a decode pool on H200 SXM go over the network, 50
 /// GB/s per GPU (ConnectX-7 NDR, models/gpus.toml).
 #[test]
