@@ -10,7 +10,7 @@ use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::Result;
 use crate::measured::corpus::{
     read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, read_launch_table, Client, CorpusPoint, PoolLayout,
-    LAUNCH_SETTINGS,
+    LAUNCH_SETTINGS, PD_RECIPES,
 };
 use crate::measured::launch::LaunchTable;
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
@@ -39,15 +39,28 @@ pub const NVIDIA_ROUNDS: u64 = 10;
 /// capsim's launch settings of the shipped InferenceX deployments (crate::measured::launch).
 pub const INFERENCEX_LAUNCH: &str = include_str!("../calibration/corpus/inferencex-dsr1/launch_settings.json");
 
+/// capsim's per-pool settings of the shipped InferenceX disaggregated points (crate::measured::pd_recipes).
+pub const INFERENCEX_PD_RECIPES: &str = include_str!("../calibration/corpus/inferencex-dsr1/pd_recipes.json");
+
 /// The shipped corpus, as embedded in the binary.
 pub fn builtin_points() -> Result<Vec<CorpusPoint>> {
     let mut out = read_aic_e2e(AIC_E2E_PATH, AIC_E2E)?;
-    let launch = LaunchTable::parse(&format!("{INFERENCEX_PATH}/{LAUNCH_SETTINGS}"), INFERENCEX_LAUNCH)?;
+    let launch = LaunchTable::parse(&format!("{INFERENCEX_PATH}/{LAUNCH_SETTINGS}"), INFERENCEX_LAUNCH)?
+        .with_pd_recipes(&format!("{INFERENCEX_PATH}/{PD_RECIPES}"), INFERENCEX_PD_RECIPES)?;
     for (dep, meta, files) in embedded::INFERENCEX {
         let files: Vec<(String, &str)> = files.iter().map(|(n, t)| (n.to_string(), *t)).collect();
         out.extend(read_inferencex_deployment(&format!("{INFERENCEX_PATH}/{dep}"), meta, &files, Some(&launch))?);
     }
-    launch.check_known(|d| embedded::INFERENCEX.iter().any(|(dep, _, _)| *dep == d))?;
+    launch.check_known(
+        |d| embedded::INFERENCEX.iter().any(|(dep, _, _)| *dep == d),
+        |p| {
+            embedded::INFERENCEX.iter().any(|(dep, _, files)| {
+                p.strip_prefix(*dep)
+                    .and_then(|r| r.strip_prefix('/'))
+                    .is_some_and(|f| files.iter().any(|(n, _)| *n == f))
+            })
+        },
+    )?;
     launch.attach_layouts(&mut out);
     Ok(out)
 }
@@ -589,18 +602,34 @@ pub fn express(
         None => None,
         Some((pre, dec)) => {
             let pool = |l: PoolLayout, prefill: bool| -> std::result::Result<Deployment, Refusal> {
+                // The recipe the point launched, where pd_recipes.json resolves it, over the
+                // pool as metadata.json states it.
+                let recipe = p.pd_launch.as_deref().map(|r| if prefill { &r.prefill } else { &r.decode });
+                let l = recipe.map_or(l, |r| layout::recipe_pool(l, r));
                 let w = layout::worker(p, &l, moe, gpu.link_domain_gpus.max(1))?;
-                Ok(Deployment {
+                let settings = layout::launch_settings(
+                    p,
+                    &w.parallel,
+                    pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
+                );
+                let mut d = Deployment {
                     tensor_parallel: w.gpus,
                     expert_parallel: w.expert_parallel,
                     parallel: w.parallel,
-                    settings: layout::launch_settings(
-                        p,
-                        &w.parallel,
-                        pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
-                    ),
+                    settings: recipe.map_or(settings.clone(), |r| layout::recipe_settings(settings, r)),
                     ..deployment.clone()
-                })
+                };
+                if let Some(r) = recipe {
+                    d.kv_dtype = match r.kv_dtype.as_deref() {
+                        Some("fp8") => Dtype::Fp8,
+                        Some(_) => Dtype::Bf16,
+                        None => d.kv_dtype,
+                    };
+                    if let (Some(s), Some(k)) = (d.speculative.as_mut(), r.spec_tokens.filter(|&k| k > 0)) {
+                        s.tokens = k;
+                    }
+                }
+                Ok(d)
             };
             let (prefill, decode) = (pool(pre, true)?, pool(dec, false)?);
             check(&prefill).map_err(Refusal::DoesNotResolve)?;

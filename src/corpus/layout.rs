@@ -31,6 +31,7 @@
 use super::Refusal;
 use crate::catalog::ModelArch;
 use crate::measured::corpus::{CorpusPoint, PoolLayout};
+use crate::measured::pd_recipes::PoolLaunch;
 use crate::profile::{EngineKind, EngineSettings, Parallel};
 
 /// A point's layout: the replica's GPUs, the large-deployment layout and each rank's batch (the
@@ -173,5 +174,36 @@ pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettin
             s.attention_dp_batching_wait_iters = Some(0);
         }
     }
+    s
+}
+
+/// Pool `l` as the recipe `r` the point launched lays it out (crate::measured::pd_recipes): its
+/// GPUs per worker, attention-DP ranks and EP size where the recipe states them. metadata.json's
+/// pools follow the config key, which can differ from the recipe that ran (InferenceX
+/// nvidia-master.yaml dsr1-fp4-gb200-dynamo-trt @ 4e9a376b: `dp-attn: true` for a decode pool whose
+/// recipe, ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml, sets `enable_attention_dp: false`).
+pub fn recipe_pool(l: PoolLayout, r: &PoolLaunch) -> PoolLayout {
+    let gpus = r.tensor_parallel.unwrap_or(l.tensor_parallel);
+    let ep = r.expert_parallel.unwrap_or(l.moe_ep).max(1);
+    PoolLayout {
+        tensor_parallel: gpus,
+        attention_dp: r.attention_dp.unwrap_or(l.attention_dp),
+        moe_tp: if ep > 1 { 1 } else { gpus },
+        moe_ep: ep,
+        ..l
+    }
+}
+
+/// `s` with the engine settings the recipe `r` gives a pool (each rank's, as capsim reads them).
+pub fn recipe_settings(mut s: EngineSettings, r: &PoolLaunch) -> EngineSettings {
+    s.max_num_seqs = r.max_batch_size.or(s.max_num_seqs);
+    s.max_num_batched_tokens = r.max_num_tokens.or(s.max_num_batched_tokens);
+    s.enable_chunked_prefill = r.enable_chunked_prefill.or(s.enable_chunked_prefill);
+    s.free_gpu_memory_fraction = r.free_gpu_memory_fraction.or(s.free_gpu_memory_fraction);
+    s.max_running_requests = r.max_running_requests.or(s.max_running_requests);
+    s.chunked_prefill_size = r.chunked_prefill_size.or(s.chunked_prefill_size);
+    s.max_prefill_tokens = r.max_prefill_tokens.or(s.max_prefill_tokens);
+    s.gpu_memory_utilization = r.mem_fraction_static.or(s.gpu_memory_utilization);
+    s.stream_interval = r.stream_interval.or(s.stream_interval);
     s
 }

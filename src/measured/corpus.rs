@@ -145,6 +145,9 @@ pub struct CorpusPoint {
     /// (inferencex-dsr1's launch_settings.json, by folder or, for InferenceX's database rows in
     /// aic-e2e, by layout) or state as literal flags (metadata.json); None where nothing does.
     pub launch: Option<super::launch::LaunchSettings>,
+    /// A disaggregated InferenceX point's per-pool settings from the recipe it launched
+    /// (pd_recipes.json), where resolved.
+    pub pd_launch: Option<Box<super::pd_recipes::PdLaunch>>,
 }
 
 impl CorpusPoint {
@@ -362,6 +365,7 @@ pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
             official: true,
             range_ratio: None,
             launch: None,
+            pd_launch: None,
         });
     }
     Ok(out)
@@ -525,6 +529,7 @@ pub fn read_inferencex_deployment(
             official,
             range_ratio,
             launch: launch_at(conc),
+            pd_launch: launch.and_then(|t| t.pd_at(folder, name)).map(|l| Box::new(l.clone())),
         });
     }
     Ok(out)
@@ -550,13 +555,24 @@ fn stalled(o: &Doc) -> Result<bool> {
 /// The name of the launch settings file in an InferenceX folder ([`super::launch`]).
 pub const LAUNCH_SETTINGS: &str = "launch_settings.json";
 
-/// The folder's [`LAUNCH_SETTINGS`], where it has one.
+/// The name of the disaggregated points' recipe settings file in an InferenceX folder
+/// ([`super::pd_recipes`]).
+pub const PD_RECIPES: &str = "pd_recipes.json";
+
+/// The folder's [`LAUNCH_SETTINGS`] with its [`PD_RECIPES`], where it has either.
 pub fn read_launch_table(root: &std::path::Path) -> Result<Option<LaunchTable>> {
-    let path = root.join(LAUNCH_SETTINGS);
-    if !path.is_file() {
+    let (path, pd) = (root.join(LAUNCH_SETTINGS), root.join(PD_RECIPES));
+    let table = if path.is_file() {
+        LaunchTable::parse(&path.display().to_string(), &crate::error::read_file(&path)?)?
+    } else if pd.is_file() {
+        LaunchTable::default()
+    } else {
         return Ok(None);
+    };
+    if pd.is_file() {
+        return table.with_pd_recipes(&pd.display().to_string(), &crate::error::read_file(&pd)?).map(Some);
     }
-    LaunchTable::parse(&path.display().to_string(), &crate::error::read_file(&path)?).map(Some)
+    Ok(Some(table))
 }
 
 /// Read an InferenceX folder on disk (`inferencex-dsr1/`): every deployment folder in name order,
@@ -572,6 +588,7 @@ pub fn read_inferencex_dir(root: &std::path::Path, launch: Option<&LaunchTable>)
     dirs.sort_by_key(|e| e.file_name());
     let mut out = Vec::new();
     let mut folders = Vec::new();
+    let mut point_files: Vec<String> = Vec::new();
     for d in dirs {
         let ft = d.file_type().map_err(|e| io(&d.path(), e))?;
         if !ft.is_dir() {
@@ -601,10 +618,12 @@ pub fn read_inferencex_dir(root: &std::path::Path, launch: Option<&LaunchTable>)
         let refs: Vec<(String, &str)> = texts.iter().map(|(n, t)| (n.clone(), t.as_str())).collect();
         let label = format!("{}/{}", root.display(), d.file_name().to_string_lossy());
         out.extend(read_inferencex_deployment(&label, &metadata, &refs, launch)?);
-        folders.push(d.file_name().to_string_lossy().to_string());
+        let folder = d.file_name().to_string_lossy().to_string();
+        point_files.extend(texts.iter().map(|(n, _)| format!("{folder}/{n}")));
+        folders.push(folder);
     }
     if let Some(t) = launch {
-        t.check_known(|dep| folders.iter().any(|f| f == dep))?;
+        t.check_known(|dep| folders.iter().any(|f| f == dep), |p| point_files.iter().any(|f| f == p))?;
     }
     Ok(out)
 }

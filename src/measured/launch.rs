@@ -49,6 +49,8 @@ pub struct LaunchTable {
     file: String,
     entries: BTreeMap<String, Entry>,
     layouts: BTreeMap<String, Entry>,
+    /// The disaggregated points' per-pool settings (pd_recipes.json, [`super::pd_recipes`]).
+    pd: super::pd_recipes::PdRecipes,
 }
 
 const KEYS: [&str; 7] = [
@@ -77,7 +79,7 @@ impl LaunchTable {
         };
         let entries = Self::entries(&top, "deployments", deps)?;
         let layouts = Self::entries(&top, "layouts", &layouts)?;
-        Ok(LaunchTable { file: file.to_string(), entries, layouts })
+        Ok(LaunchTable { file: file.to_string(), entries, layouts, pd: Default::default() })
     }
 
     /// The entries of the object `section` of the file.
@@ -143,6 +145,19 @@ impl LaunchTable {
         Ok(entries)
     }
 
+    /// This table with the disaggregated points' per-pool settings of `text` (pd_recipes.json, the
+    /// file `file`).
+    pub fn with_pd_recipes(mut self, file: &str, text: &str) -> Result<LaunchTable> {
+        self.pd = super::pd_recipes::PdRecipes::parse(file, text)?;
+        Ok(self)
+    }
+
+    /// The per-pool settings of point file `name` of deployment folder `dep` (None: not a
+    /// disaggregated point the file resolves).
+    pub fn pd_at(&self, dep: &str, name: &str) -> Option<&super::pd_recipes::PdLaunch> {
+        self.pd.at(dep, name)
+    }
+
     /// The settings of deployment folder `dep` at client concurrency `conc` (None: the file has no
     /// entry for it).
     pub fn at(&self, dep: &str, conc: u32) -> Option<LaunchSettings> {
@@ -173,9 +188,15 @@ impl LaunchTable {
         }
     }
 
-    /// An error for the first entry whose deployment is not among `known` (an entry for a folder the
-    /// corpus does not have is a typo, not a setting to drop silently).
-    pub fn check_known(&self, mut known: impl FnMut(&str) -> bool) -> Result<()> {
+    /// An error for the first entry whose deployment is not among `known`, or whose point
+    /// (`<folder>/<file>`) is not among `known_point` (an entry for a folder or point the corpus
+    /// does not have is a typo, not a setting to drop silently).
+    pub fn check_known(
+        &self,
+        mut known: impl FnMut(&str) -> bool,
+        known_point: impl FnMut(&str) -> bool,
+    ) -> Result<()> {
+        self.pd.check_known(known_point)?;
         match self.entries.keys().find(|d| !known(d)) {
             Some(d) => Err(Error::input(
                 &self.file,

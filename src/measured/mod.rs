@@ -22,6 +22,7 @@ pub mod guidellm;
 pub mod json;
 pub mod launch;
 pub mod lengths;
+pub mod pd_recipes;
 
 use crate::data::{Aggregation, LoadKind, Point};
 use crate::error::{Error, Result};

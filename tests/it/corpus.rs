@@ -37,7 +37,7 @@ fn every_point_is_replayed_or_refused_with_a_reason() {
     assert_eq!(counts.iter().map(|c| c.1).sum::<usize>(), e.refused.len());
     assert!(e.refused.iter().any(|(_, r)| *r == Refusal::Disaggregated));
     // Issue 25: MTP points are expressed with their launch's drafted tokens (SGLang on NVIDIA: 2, on
-    // AMD: 3; TensorRT-LLM: 3, 1 under attention DP).
+    // AMD: 3; TensorRT-LLM: 3, 1 under attention DP), or their recipe's (pd_recipes.json).
     let mtp: Vec<_> = e.experiments.iter().filter_map(|x| x.deployment.speculative.as_ref().map(|s| (x, s))).collect();
     assert!(mtp.len() > 50, "{} MTP points expressed", mtp.len());
     for (x, s) in &mtp {
@@ -49,6 +49,8 @@ fn every_point_is_replayed_or_refused_with_a_reason() {
             (capsim::profile::EngineKind::Trtllm, _, true) => 1,
             _ => 3,
         };
+        let recipe = x.point.pd_launch.as_ref().and_then(|l| l.decode.spec_tokens).filter(|&k| k > 0);
+        let k = recipe.unwrap_or(k);
         assert_eq!(s.tokens, k, "{}", x.point.id);
     }
     assert!(!e
@@ -460,4 +462,81 @@ fn a_point_is_large_by_the_layout_it_is_replayed_on() {
     }
     let dpa = get("dsr1_h200_trtllm_fp8_agg_8192x1024_c64_cfg183");
     assert_eq!(dpa.features(), vec![capsim::corpus::Feature::AttentionDp]);
+}
+
+/// A disaggregated InferenceX point is replayed with the pools its recipe launched
+/// (pd_recipes.json): InferenceX's GB200 TensorRT-LLM key says DP attention for the decode pool of
+/// `1ptp4ep4-dpa_4dtp8ep8-dpa`, but its recipe, ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml, runs decode
+/// as TP8 EP8 without it, 16 requests per worker, and prefill at 2 requests and 16,640 tokens per
+/// rank, both with an FP8 KV cache. AMD's MTP runs draft the tokens their variables say.
+#[test]
+fn a_disaggregated_point_runs_the_pools_its_recipe_launched() {
+    use capsim::units::Dtype;
+    let catalog = Catalog::builtin();
+    let points = builtin_points().unwrap();
+    let find = |id: &str| points.iter().find(|p| p.id.ends_with(id)).unwrap_or_else(|| panic!("{id}"));
+    let p =
+        find("dsr1-fp4-gb200-dynamo-trt-1ptp4ep4-dpa_4dtp8ep8-dpa_4+32gpu-0.8.1.post2/8192x1024_c76_2026-01-31.json");
+    assert!(p.pd_launch.as_ref().unwrap().source.contains("ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml"));
+    let e = capsim::corpus::express(&catalog, p, &resolves(&catalog)).unwrap();
+    let pd = e.pd.as_ref().unwrap();
+    let (pre, dec) = (&pd.prefill, &pd.decode);
+    assert_eq!((dec.tensor_parallel, dec.parallel.attention_dp, dec.expert_parallel), (8, 1, true));
+    assert_eq!(
+        (dec.settings.max_num_seqs, dec.settings.max_num_batched_tokens, dec.settings.stream_interval),
+        (Some(16), Some(16), Some(100))
+    );
+    assert_eq!((pre.tensor_parallel, pre.parallel.attention_dp), (4, 4));
+    assert_eq!((pre.settings.max_num_seqs, pre.settings.max_num_batched_tokens), (Some(2), Some(16640)));
+    assert_eq!((pre.settings.free_gpu_memory_fraction, dec.settings.free_gpu_memory_fraction), (Some(0.6), Some(0.9)));
+    assert_eq!((pre.kv_dtype, dec.kv_dtype), (Dtype::Fp8, Dtype::Fp8));
+    assert_eq!((pd.prefill_workers, pd.decode_workers), (1, 4));
+    // An MI355X SGLang MTP run whose config entry says DECODE_MTP_SIZE=1: one drafted token, where
+    // capsim's default for AMD SGLang MTP is 3.
+    let mtp = find("dsr1-fp4-mi355x-mori-sglang-mtp-1ptp4_2dtp8_4+16gpu-sglang-0.5.9-rocm720-mi35x-mori-0227-3/8192x1024_c64_2026-03-13.json");
+    let e = capsim::corpus::express(&catalog, mtp, &resolves(&catalog)).unwrap();
+    assert_eq!(e.pd.as_ref().unwrap().decode.speculative.as_ref().unwrap().tokens, 1);
+    // Points without a recipe keep metadata.json's pools; no aggregated point has one.
+    assert!(points.iter().filter(|p| p.pd_launch.is_some()).all(|p| p.disaggregated && p.set == "inferencex-dsr1"));
+}
+
+#[test]
+fn a_bad_pd_recipes_file_names_the_key() {
+    use capsim::measured::pd_recipes::PdRecipes;
+    let ok = r#"{"points": {"d/f.json": {"source": "r.yaml", "prefill": {"max_batch_size": 2}, "decode": {"spec_tokens": 0, "kv_dtype": "fp8"}}}}"#;
+    let t = PdRecipes::parse("pd.json", ok).unwrap();
+    assert_eq!(t.at("d", "f.json").unwrap().prefill.max_batch_size, Some(2));
+    for (bad, key) in [
+        (r#"{"points": {"d/f.json": {"prefill": {}}}}"#, "points.d/f.json.source"),
+        (r#"{"points": {"d/f.json": {"source": "s", "prefill": {"batch": 2}}}}"#, "points.d/f.json.prefill.batch"),
+        (r#"{"points": {"d/f.json": {"source": "s", "decode": {"max_batch_size": 0}}}}"#, "decode.max_batch_size"),
+        (r#"{"points": {"d/f.json": {"source": "s", "decode": {"spec_tokens": -1}}}}"#, "decode.spec_tokens"),
+        (
+            r#"{"points": {"d/f.json": {"source": "s", "prefill": {"mem_fraction_static": 1.2}}}}"#,
+            "mem_fraction_static",
+        ),
+        (r#"{"points": {"d/f.json": {"source": "s", "prefill": {"kv_dtype": "int3"}}}}"#, "prefill.kv_dtype"),
+        (
+            r#"{"points": {"d/f.json": {"source": "s", "prefill": {"tensor_parallel": 4, "attention_dp": 3}}}}"#,
+            "prefill.attention_dp",
+        ),
+        (r#"{"points": {"d/f.json": {"source": "s", "pools": {}}}}"#, "points.d/f.json.pools"),
+        (r#"{"points": 3}"#, "points"),
+        (r#"{"points": {}, "skipped": {"x": 1}}"#, "skipped"),
+        ("{", "pd.json"),
+    ] {
+        let e = PdRecipes::parse("pd.json", bad).unwrap_err().to_string();
+        assert!(e.contains("pd.json") && e.contains(key), "{bad}: {e}");
+    }
+    // An entry for a point the corpus folder does not have is an error, not a setting dropped.
+    let dir = std::env::temp_dir().join(format!("capsim-pd-recipes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dep = dir.join("inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-x");
+    std::fs::create_dir_all(&dep).unwrap();
+    std::fs::write(dep.join("metadata.json"), r#"{"gpu": "h200", "engine": "sglang", "precision": "fp8", "tp": 8}"#)
+        .unwrap();
+    std::fs::write(dir.join("inferencex-dsr1/pd_recipes.json"), ok).unwrap();
+    let e = read_points(&dir).unwrap_err().to_string();
+    assert!(e.contains("pd_recipes.json") && e.contains("points.d/f.json"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

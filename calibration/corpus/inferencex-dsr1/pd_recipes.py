@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Writes pd_recipes.json: each disaggregated InferenceX point's per-pool engine settings, as the
+recipe its benchmark launched gives them. capsim's own file, not the corpus curators'.
+
+metadata.json gives a disaggregated deployment's pools as its config key states them (workers, tp,
+ep, dp-attn), and, under `config_entry.search_space[]`, each entry's `additional-settings`: either
+`CONFIG_FILE=recipes/...`, an NVIDIA srt-slurm recipe (a YAML file with the engine flags of both
+pools), or the flags as variables (`PREFILL_MAX_BATCH_SIZE=4`, `DECODE_MTP_SIZE=2`, ...). A point's
+entry is the one whose `conc-list` holds its concurrency, whose prefill and decode workers and tp
+match the deployment's, and whose `spec-decoding` agrees with it (metadata.json's own rule for
+which entry ran a point).
+
+Where the recipe is read:
+- InferenceX's runners clone a srt-slurm fork (runners/launch_gb200-nv.sh @ 4e9a376b:
+  `git clone https://github.com/ishandhanani/srt-slurm.git; git checkout sa-submission-q1-2026`),
+  which is not available here. The same path is read from InferenceX's own staged copy,
+  benchmarks/multi_node/srt-slurm-recipes/<path without recipes/>, at the commit metadata.json
+  records for the point's date (`main_commit_at_date`); else from NVIDIA/srt-slurm at the newest
+  commit on or before the point's date; else at the first commit that has it (after the run: noted
+  in the entry's `source`, as its content may have changed).
+- A recipe whose resources (prefill/decode workers) or pool sizes (GPUs per worker) differ from
+  metadata.json's is not used: the point is listed under `skipped` with the difference.
+
+Per pool (`prefill`, `decode`), every value per attention-DP rank as capsim's engine settings are
+(ENGINES.md, "Attention DP"); a key is absent where the recipe leaves the engine's default:
+- `tensor_parallel` (a worker's GPUs), `attention_dp` (ranks; 1 without DP attention),
+  `expert_parallel` (the MoE's EP size);
+- TensorRT-LLM (`backend.trtllm_config.<pool>`): `max_batch_size`, `max_num_tokens` (each rank's:
+  TensorRT-LLM's executor per rank), `enable_chunked_prefill`, `free_gpu_memory_fraction`
+  (kv_cache_config), `kv_dtype` (kv_cache_config.dtype), `stream_interval`, and for decode
+  `spec_tokens` (speculative_config.num_nextn_predict_layers, 0 without a speculative_config);
+- SGLang (`backend.sglang_config.<pool>`): `max_running_requests` and `chunked_prefill_size` divided
+  by the DP size under DP attention (SGLang splits both over the ranks: ENGINES.md cites
+  server_args.py `_handle_data_parallelism` for the chunk; the recipes size them so, e.g. 8k1k
+  prefill `max-running-requests: 8`, `chunked-prefill-size: 65536` over 8 ranks is one 8K prompt
+  per rank), `max_prefill_tokens`, `mem_fraction_static`, `kv_dtype` (kv-cache-dtype),
+  `stream_interval`, and for decode `spec_tokens` (speculative-num-steps: EAGLE with topk 1 drafts
+  that many tokens; 0 without a speculative-algorithm);
+- variables: PREFILL_/DECODE_MAX_BATCH_SIZE, PREFILL_/DECODE_MAX_NUM_TOKENS,
+  DECODE_GPU_MEM_FRACTION (TensorRT-LLM's dynamo scripts, free_gpu_memory_fraction), and
+  DECODE_MTP_SIZE as the decode's `spec_tokens` (InferenceX benchmarks/multi_node/amd_utils/
+  server_sglang.sh @ 843c6254, line 403: `--speculative-num-steps ${decode_mtp_size}
+  --speculative-num-draft-tokens $((decode_mtp_size + 1))`; 0: MTP off).
+
+Needs the two repositories (Apache-2.0) as git directories:
+    python3 pd_recipes.py /path/to/InferenceX /path/to/srt-slurm
+"""
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STAGED = "benchmarks/multi_node/srt-slurm-recipes/"
+
+
+def git(repo, *args):
+    r = subprocess.run(["git", "--git-dir", repo, *args], capture_output=True, text=True)
+    return r.stdout if r.returncode == 0 else None
+
+
+def git_dir(path):
+    for cand in (os.path.join(path, ".git"), os.path.join(path, "repo"), path):
+        if os.path.isdir(os.path.join(cand, "objects")):
+            return cand
+    sys.exit(f"{path}: not a git directory")
+
+
+def recipe(ix, srt, path, date, main_commit):
+    """(text, source) of the recipe `path` as of the point's date, or (None, None)."""
+    if main_commit:
+        staged = STAGED + path.removeprefix("recipes/")
+        text = git(ix, "show", f"{main_commit}:{staged}")
+        if text:
+            return text, f"SemiAnalysisAI/InferenceX {staged} @ {main_commit[:10]}"
+    h = git(srt, "log", "-1", "--format=%H", f"--before={date} 23:59:59", "--all", "--", path)
+    if h and h.strip():
+        h = h.strip()
+        return git(srt, "show", f"{h}:{path}"), f"NVIDIA/srt-slurm {path} @ {h[:10]} (newest on or before {date})"
+    h = git(srt, "log", "--reverse", "--format=%H", "--all", "--", path)
+    if h and h.strip():
+        h = h.split()[0]
+        return git(srt, "show", f"{h}:{path}"), f"NVIDIA/srt-slurm {path} @ {h[:10]} (first commit that has it, after the run on {date})"
+    return None, None
+
+
+def first(d, *keys):
+    for k in keys:
+        if d.get(k) is not None:
+            return d[k]
+    return None
+
+
+def kv(v):
+    if v is None or v == "auto":
+        return None
+    return "fp8" if str(v).startswith("fp8") else str(v)
+
+
+def trt_pool(c, decode):
+    tp = c.get("tensor_parallel_size", 1)
+    kc = c.get("kv_cache_config") or {}
+    out = {
+        "tensor_parallel": tp,
+        "attention_dp": tp if c.get("enable_attention_dp") else 1,
+        "expert_parallel": c.get("moe_expert_parallel_size"),
+        "max_batch_size": c.get("max_batch_size"),
+        "max_num_tokens": c.get("max_num_tokens"),
+        "enable_chunked_prefill": c.get("enable_chunked_prefill"),
+        "free_gpu_memory_fraction": kc.get("free_gpu_memory_fraction"),
+        "kv_dtype": kv(kc.get("dtype")),
+        "stream_interval": c.get("stream_interval"),
+    }
+    if decode:
+        sc = c.get("speculative_config") or {}
+        out["spec_tokens"] = sc.get("num_nextn_predict_layers", 0) if sc else 0
+    return out
+
+
+def sglang_pool(c, decode):
+    tp = first(c, "tensor-parallel-size", "tp-size") or 1
+    dp = first(c, "data-parallel-size", "dp-size") or 1
+    ranks = dp if c.get("enable-dp-attention") else 1
+    per_rank = lambda v: None if v is None else max(1, int(v) // ranks)
+    out = {
+        "tensor_parallel": tp,
+        "attention_dp": ranks,
+        "expert_parallel": first(c, "expert-parallel-size", "ep-size"),
+        "max_running_requests": per_rank(c.get("max-running-requests")),
+        "chunked_prefill_size": per_rank(c.get("chunked-prefill-size")),
+        "max_prefill_tokens": c.get("max-prefill-tokens"),
+        "mem_fraction_static": c.get("mem-fraction-static"),
+        "kv_dtype": kv(c.get("kv-cache-dtype")),
+        "stream_interval": c.get("stream-interval"),
+    }
+    if decode:
+        out["spec_tokens"] = c.get("speculative-num-steps", 0) if c.get("speculative-algorithm") else 0
+    return out
+
+
+def from_variables(settings):
+    v = dict(s.split("=", 1) for s in settings if "=" in s)
+    num = lambda k, f=int: f(v[k]) if k in v else None
+    pre = {"max_batch_size": num("PREFILL_MAX_BATCH_SIZE"), "max_num_tokens": num("PREFILL_MAX_NUM_TOKENS")}
+    dec = {
+        "max_batch_size": num("DECODE_MAX_BATCH_SIZE"),
+        "max_num_tokens": num("DECODE_MAX_NUM_TOKENS"),
+        "free_gpu_memory_fraction": num("DECODE_GPU_MEM_FRACTION", float),
+        "spec_tokens": num("DECODE_MTP_SIZE"),
+    }
+    return pre, dec
+
+
+def clean(d):
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    ix, srt = git_dir(sys.argv[1]), git_dir(sys.argv[2])
+    points, skipped = {}, {}
+    for d in sorted(os.listdir(HERE)):
+        mp = os.path.join(HERE, d, "metadata.json")
+        if not os.path.isfile(mp):
+            continue
+        m = json.load(open(mp))
+        if not m.get("disagg"):
+            continue
+        entry = m.get("config_entry") or {}
+        spec = m.get("spec_decoding") not in (None, "none")
+        for p in m["points"]:
+            key = f"{d}/{p['file']}"
+            ents = [
+                e for e in entry.get("search_space") or []
+                if p["conc"] in (e.get("conc-list") or [])
+                and e["prefill"].get("num-worker") == m["prefill"]["workers"]
+                and e["decode"].get("num-worker") == m["decode"]["workers"]
+                and e["prefill"].get("tp") == m["prefill"]["tp"]
+                and e["decode"].get("tp") == m["decode"]["tp"]
+                and (e.get("spec-decoding", "none") != "none") == spec
+            ]
+            if not ents:
+                continue
+            e = ents[0]
+            settings = (e["prefill"].get("additional-settings") or []) + (e["decode"].get("additional-settings") or [])
+            where = f"{entry.get('path')} key {entry.get('key')} @ {str(entry.get('commit'))[:10]}, search-space entry conc-list {e.get('conc-list')}"
+            files = [s.split("=", 1)[1] for s in settings if s.startswith("CONFIG_FILE=")]
+            if not files:
+                pre, dec = from_variables(settings)
+                if any(v is not None for v in list(pre.values()) + list(dec.values())):
+                    points[key] = {"source": f"additional-settings of {where}", "prefill": clean(pre), "decode": clean(dec)}
+                continue
+            text, source = recipe(ix, srt, files[0], p["date"], p.get("main_commit_at_date"))
+            if text is None:
+                skipped[key] = f"{files[0]} ({where}) is in neither InferenceX's staged recipes nor NVIDIA/srt-slurm"
+                continue
+            y = yaml.safe_load(text)
+            res = y.get("resources") or {}
+            b = y.get("backend") or {}
+            if "trtllm_config" in b:
+                pre, dec = trt_pool(b["trtllm_config"]["prefill"], False), trt_pool(b["trtllm_config"]["decode"], True)
+            elif "sglang_config" in b:
+                pre, dec = sglang_pool(b["sglang_config"]["prefill"], False), sglang_pool(b["sglang_config"]["decode"], True)
+            else:
+                skipped[key] = f"{source}: no trtllm_config or sglang_config"
+                continue
+            diffs = []
+            for pool, cfg, mine in (("prefill", pre, m["prefill"]), ("decode", dec, m["decode"])):
+                workers = res.get(f"{pool}_workers")
+                if workers is not None and workers != mine["workers"]:
+                    diffs.append(f"{pool} workers {workers} against {mine['workers']}")
+                gpus = mine["num_gpus"] // mine["workers"] if mine["workers"] else mine["tp"]
+                if cfg["tensor_parallel"] not in (mine["tp"], gpus):
+                    diffs.append(f"{pool} GPUs per worker {cfg['tensor_parallel']} against tp {mine['tp']}")
+            if diffs:
+                skipped[key] = f"{source}: {'; '.join(diffs)} in metadata.json"
+                continue
+            points[key] = {"source": source, "prefill": clean(pre), "decode": clean(dec)}
+    about = (
+        "Per-pool engine settings of InferenceX's disaggregated points, from the srt-slurm recipe or the "
+        "variables their config entry names (NVIDIA/srt-slurm and SemiAnalysisAI/InferenceX, Apache-2.0). "
+        "Written by pd_recipes.py, whose docstring says how each value is read; capsim's own file. "
+        "Values are per attention-DP rank."
+    )
+    out = {"about": about, "points": points, "skipped": skipped}
+    with open(os.path.join(HERE, "pd_recipes.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"{len(points)} points with settings, {len(skipped)} skipped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+//! Each disaggregated InferenceX point's per-pool engine settings, as the recipe its benchmark
+//! launched gives them (issue 25). metadata.json states the pools as the config key names them
+//! (workers, tp, ep, dp-attn) but not the engine flags each pool ran with: the prefill worker's
+//! batch and token budget, the decode worker's batch cap, whether decode runs DP attention at all
+//! (a `tep8` recipe under a `dp-attn: true` key), the KV cache's dtype, the drafted tokens of MTP.
+//! `inferencex-dsr1/pd_recipes.json` (capsim's own file, written by `pd_recipes.py` beside it from
+//! NVIDIA/srt-slurm and InferenceX's staged recipes; its docstring says how each value is read)
+//! holds them per point file; this reader turns it into [`PdLaunch`].
+
+use super::json::Doc;
+use crate::error::{Error, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// One pool's settings, every value per attention-DP rank as capsim's engine settings are (None: the
+/// recipe leaves the engine's default, or metadata.json's layout stands).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PoolLaunch {
+    /// A worker's GPUs.
+    pub tensor_parallel: Option<u32>,
+    /// Attention-DP ranks of a worker (1: no DP attention).
+    pub attention_dp: Option<u32>,
+    /// The MoE's expert-parallel size.
+    pub expert_parallel: Option<u32>,
+    /// TensorRT-LLM max_batch_size (also the variables' PREFILL_/DECODE_MAX_BATCH_SIZE).
+    pub max_batch_size: Option<u32>,
+    /// TensorRT-LLM max_num_tokens.
+    pub max_num_tokens: Option<u32>,
+    /// TensorRT-LLM enable_chunked_prefill.
+    pub enable_chunked_prefill: Option<bool>,
+    /// TensorRT-LLM kv_cache_config.free_gpu_memory_fraction.
+    pub free_gpu_memory_fraction: Option<f64>,
+    /// SGLang --max-running-requests, per rank.
+    pub max_running_requests: Option<u32>,
+    /// SGLang --chunked-prefill-size, per rank.
+    pub chunked_prefill_size: Option<u32>,
+    /// SGLang --max-prefill-tokens.
+    pub max_prefill_tokens: Option<u32>,
+    /// SGLang --mem-fraction-static.
+    pub mem_fraction_static: Option<f64>,
+    /// The KV cache's dtype (`fp8`, `bf16`).
+    pub kv_dtype: Option<String>,
+    /// Tokens per streamed response.
+    pub stream_interval: Option<u32>,
+    /// Decode: tokens MTP drafts per step (0: MTP off).
+    pub spec_tokens: Option<u32>,
+}
+
+/// A point's two pools and where their settings were read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PdLaunch {
+    pub source: String,
+    pub prefill: PoolLaunch,
+    pub decode: PoolLaunch,
+}
+
+const COUNTS: [&str; 10] = [
+    "tensor_parallel",
+    "attention_dp",
+    "expert_parallel",
+    "max_batch_size",
+    "max_num_tokens",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "stream_interval",
+    "spec_tokens",
+];
+const FRACTIONS: [&str; 2] = ["free_gpu_memory_fraction", "mem_fraction_static"];
+const OTHERS: [&str; 2] = ["enable_chunked_prefill", "kv_dtype"];
+
+/// pd_recipes.json, read: each point's [`PdLaunch`] by `<folder>/<file>`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PdRecipes {
+    pub file: String,
+    pub points: BTreeMap<String, PdLaunch>,
+}
+
+impl PdRecipes {
+    /// Parse `text` (the file `file`); every error names the file and the key.
+    pub fn parse(file: &str, text: &str) -> Result<PdRecipes> {
+        let v: Value = super::parse_json_lenient(text)
+            .map_err(|e| Error::input(file, Some(e.line()), None, format!("malformed JSON: {e}")))?;
+        let top = Doc { src: file, line: 1, v: &v };
+        let Some(points) = v.get("points").and_then(Value::as_object) else {
+            return Err(top.err("points", "required: an object of <deployment folder>/<point file> -> pools"));
+        };
+        match v.get("skipped") {
+            None => {}
+            Some(Value::Object(m)) if m.values().all(Value::is_string) => {}
+            Some(_) => return Err(top.err("skipped", "must be an object of point -> reason")),
+        }
+        let mut out = BTreeMap::new();
+        for (point, e) in points {
+            let at = |k: &str| format!("points.{point}.{k}");
+            let source = e
+                .get("source")
+                .and_then(Value::as_str)
+                .ok_or_else(|| top.err(&at("source"), "required: where the settings were read"))?;
+            if let Some(k) =
+                e.as_object().and_then(|o| o.keys().find(|k| !["source", "prefill", "decode"].contains(&k.as_str())))
+            {
+                return Err(top.err(&at(k), "unknown key; known: source, prefill, decode"));
+            }
+            let pool = |name: &str| -> Result<PoolLaunch> {
+                let Some(pv) = e.get(name) else {
+                    return Ok(PoolLaunch::default());
+                };
+                let Some(obj) = pv.as_object() else {
+                    return Err(top.err(&at(name), "must be an object"));
+                };
+                let key = |k: &str| at(&format!("{name}.{k}"));
+                if let Some(k) = obj.keys().find(|k| {
+                    !COUNTS.contains(&k.as_str()) && !FRACTIONS.contains(&k.as_str()) && !OTHERS.contains(&k.as_str())
+                }) {
+                    return Err(top.err(&key(k), "unknown key"));
+                }
+                let d = Doc { src: file, line: 1, v: pv };
+                let count = |k: &str| -> Result<Option<u32>> {
+                    // spec_tokens may be 0 (MTP off); every other count is at least 1.
+                    let min = if k == "spec_tokens" { 0.0 } else { 1.0 };
+                    match d.opt_num(k)? {
+                        None => Ok(None),
+                        Some(x) if x.fract() == 0.0 && (min..=u32::MAX as f64).contains(&x) => Ok(Some(x as u32)),
+                        Some(x) => Err(top.err(&key(k), format!("must be a whole number >= {min}, got {x}"))),
+                    }
+                };
+                let fraction = |k: &str| -> Result<Option<f64>> {
+                    match d.opt_num(k)? {
+                        Some(x) if !(x > 0.0 && x <= 1.0) => {
+                            Err(top.err(&key(k), format!("must be in (0, 1], got {x}")))
+                        }
+                        x => Ok(x),
+                    }
+                };
+                let kv_dtype = d.opt_string("kv_dtype")?;
+                if let Some(k) = kv_dtype.as_deref().filter(|k| !["fp8", "bf16"].contains(k)) {
+                    return Err(top.err(&key("kv_dtype"), format!("`{k}`: one of fp8, bf16")));
+                }
+                Ok(PoolLaunch {
+                    tensor_parallel: count("tensor_parallel")?,
+                    attention_dp: count("attention_dp")?,
+                    expert_parallel: count("expert_parallel")?,
+                    max_batch_size: count("max_batch_size")?,
+                    max_num_tokens: count("max_num_tokens")?,
+                    enable_chunked_prefill: d.opt_bool("enable_chunked_prefill")?,
+                    free_gpu_memory_fraction: fraction("free_gpu_memory_fraction")?,
+                    max_running_requests: count("max_running_requests")?,
+                    chunked_prefill_size: count("chunked_prefill_size")?,
+                    max_prefill_tokens: count("max_prefill_tokens")?,
+                    mem_fraction_static: fraction("mem_fraction_static")?,
+                    kv_dtype,
+                    stream_interval: count("stream_interval")?,
+                    spec_tokens: count("spec_tokens")?,
+                })
+            };
+            let launch = PdLaunch { source: source.to_string(), prefill: pool("prefill")?, decode: pool("decode")? };
+            for (name, p) in [("prefill", &launch.prefill), ("decode", &launch.decode)] {
+                if let (Some(tp), Some(dp)) = (p.tensor_parallel, p.attention_dp) {
+                    if !tp.is_multiple_of(dp) {
+                        return Err(top.err(
+                            &at(&format!("{name}.attention_dp")),
+                            format!("{dp} ranks do not divide the worker's {tp} GPUs"),
+                        ));
+                    }
+                }
+            }
+            out.insert(point.clone(), launch);
+        }
+        Ok(PdRecipes { file: file.to_string(), points: out })
+    }
+
+    /// The settings of point file `name` of deployment folder `dep`.
+    pub fn at(&self, dep: &str, name: &str) -> Option<&PdLaunch> {
+        self.points.get(&format!("{dep}/{name}"))
+    }
+
+    /// An error for the first entry whose point the corpus does not have (a typo, not a setting to
+    /// drop silently).
+    pub fn check_known(&self, mut known: impl FnMut(&str) -> bool) -> Result<()> {
+        match self.points.keys().find(|k| !known(k)) {
+            Some(k) => Err(Error::input(
+                &self.file,
+                None,
+                Some(&format!("points.{k}")),
+                "no point file of that name in the corpus",
+            )),
+            None => Ok(()),
+        }
+    }
+}
