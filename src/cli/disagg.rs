@@ -27,18 +27,22 @@ impl Side {
 
 impl ProfileArgs {
     /// The disaggregated flags and whether each was given.
-    pub fn pd_flag_list(&self) -> [(&'static str, bool); 10] {
+    pub fn pd_flag_list(&self) -> [(&'static str, bool); 14] {
         [
             ("--prefill-workers", self.prefill_workers.is_some()),
             ("--prefill-tp", self.prefill_tp.is_some()),
             ("--prefill-ep", self.prefill_ep.is_some()),
             ("--prefill-attention-dp", self.prefill_attention_dp.is_some()),
             ("--prefill-gpu", self.prefill_gpu.is_some()),
+            ("--prefill-max-num-seqs", self.prefill_max_num_seqs.is_some()),
+            ("--prefill-max-num-batched-tokens", self.prefill_max_num_batched_tokens.is_some()),
             ("--decode-workers", self.decode_workers.is_some()),
             ("--decode-tp", self.decode_tp.is_some()),
             ("--decode-ep", self.decode_ep.is_some()),
             ("--decode-attention-dp", self.decode_attention_dp.is_some()),
             ("--decode-gpu", self.decode_gpu.is_some()),
+            ("--decode-max-num-seqs", self.decode_max_num_seqs.is_some()),
+            ("--decode-max-num-batched-tokens", self.decode_max_num_batched_tokens.is_some()),
         ]
     }
     /// The disaggregated flags given.
@@ -69,6 +73,8 @@ impl ProfileArgs {
             ep: self.prefill_ep,
             attention_dp: self.prefill_attention_dp,
             gpu: self.prefill_gpu.clone(),
+            max_num_seqs: self.prefill_max_num_seqs,
+            max_num_batched_tokens: self.prefill_max_num_batched_tokens,
         };
         let d = PoolSpec {
             workers: workers("--decode-workers", self.decode_workers)?,
@@ -76,6 +82,8 @@ impl ProfileArgs {
             ep: self.decode_ep,
             attention_dp: self.decode_attention_dp,
             gpu: self.decode_gpu.clone(),
+            max_num_seqs: self.decode_max_num_seqs,
+            max_num_batched_tokens: self.decode_max_num_batched_tokens,
         };
         Ok(Some((p, d)))
     }
@@ -87,11 +95,15 @@ impl ProfileArgs {
             prefill_ep: None,
             prefill_attention_dp: None,
             prefill_gpu: None,
+            prefill_max_num_seqs: None,
+            prefill_max_num_batched_tokens: None,
             decode_workers: None,
             decode_tp: None,
             decode_ep: None,
             decode_attention_dp: None,
             decode_gpu: None,
+            decode_max_num_seqs: None,
+            decode_max_num_batched_tokens: None,
             ..self.clone()
         }
     }
@@ -122,6 +134,23 @@ impl ProfileArgs {
             a.ep = Some(ep);
             a.expert_parallel = false;
         }
+        // The pool's own engine caps replace the shared ones, in the engine's ranges
+        // (profile/engine.rs).
+        if let Some(n) = spec.max_num_seqs {
+            if n == 0 || n > 1 << 20 {
+                return Err(Error::flag(&side.flag("max-num-seqs"), format!("must be in 1..={}, got {n}", 1 << 20)));
+            }
+            a.max_num_seqs = Some(n);
+        }
+        if let Some(n) = spec.max_num_batched_tokens {
+            if n == 0 || n > 1 << 24 {
+                return Err(Error::flag(
+                    &side.flag("max-num-batched-tokens"),
+                    format!("must be in 1..={} tokens, got {n}", 1 << 24),
+                ));
+            }
+            a.max_num_batched_tokens = Some(n);
+        }
         a.resolve(catalog).map_err(|e| rename_flag(e, side))
     }
     /// The disaggregated deployment the flags state, None without `--prefill-*`/`--decode-*` flags.
@@ -144,6 +173,9 @@ fn pool_layout(p: &Profile) -> serde_json::Value {
         "expert_parallel": p.expert_parallel,
         "expert_parallel_size": p.parallel.expert_parallel_size,
         "attention_dp": p.parallel.attention_dp,
+        // Each rank's, as --prefill-max-num-seqs and --prefill-max-num-batched-tokens state them.
+        "max_num_seqs": p.engine.max_num_seqs / p.parallel.attention_dp.max(1),
+        "max_num_batched_tokens": p.engine.max_num_batched_tokens / p.parallel.attention_dp.max(1),
     })
 }
 

@@ -411,6 +411,14 @@ pub struct ProfileArgs {
     /// The prefill workers' GPU; default --gpu.
     #[arg(long, help_heading = "Disaggregated")]
     pub prefill_gpu: Option<String>,
+    /// A prefill worker's running-request cap, each attention-DP rank's (as --max-num-seqs;
+    /// TensorRT-LLM max_batch_size); default the shared --max-num-seqs.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_max_num_seqs: Option<u32>,
+    /// A prefill worker's token budget per step, each rank's (as --max-num-batched-tokens;
+    /// TensorRT-LLM max_num_tokens, SGLang chunked_prefill_size / dp_size); default the shared one.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_max_num_batched_tokens: Option<u32>,
     /// Decode workers (with --prefill-workers).
     #[arg(long, help_heading = "Disaggregated")]
     pub decode_workers: Option<u32>,
@@ -427,6 +435,13 @@ pub struct ProfileArgs {
     /// The decode workers' GPU; default --gpu.
     #[arg(long, help_heading = "Disaggregated")]
     pub decode_gpu: Option<String>,
+    /// A decode worker's running-request cap, each rank's (as --prefill-max-num-seqs).
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_max_num_seqs: Option<u32>,
+    /// A decode worker's token budget per step, each rank's (as --prefill-max-num-batched-tokens):
+    /// it bounds the tokens the worker computes, not the prompts it receives computed.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_max_num_batched_tokens: Option<u32>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

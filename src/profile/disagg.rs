@@ -36,6 +36,12 @@ pub struct PoolSpec {
     pub ep: Option<u32>,
     pub attention_dp: Option<u32>,
     pub gpu: Option<String>,
+    /// The pool's own running-request cap (each attention-DP rank's, as max_num_seqs), where it
+    /// differs from the deployment's: Dynamo's recipes run prefill workers at one or two requests a
+    /// rank and decode workers at their batch.
+    pub max_num_seqs: Option<u32>,
+    /// The pool's own per-step token budget (each rank's, as max_num_batched_tokens).
+    pub max_num_batched_tokens: Option<u32>,
 }
 
 /// Per-transfer latency of one KV move (s): the decode worker's NIXL read request, its completion

@@ -160,6 +160,29 @@ fn cli_simulate_reports_pools_and_is_deterministic() {
     assert!(text.contains("prefill ") && text.contains("decode "), "{text}");
 }
 
+/// Each pool's own caps (Dynamo's recipes set them apart: one or two requests per prefill rank, the
+/// decode worker's batch): reported per pool, and a decode worker capped at 2 running requests
+/// queues the other clients there while the prefill worker does not.
+#[test]
+fn each_pool_takes_its_own_caps() {
+    let base = ["--concurrency", "8", "--prefill-workers", "1", "--decode-workers", "1", "--json"];
+    let mut args = flags(&base);
+    args.retain(|a| *a != "--rate" && *a != "5");
+    let capped = [&args[..], &["--decode-max-num-seqs", "2", "--prefill-max-num-batched-tokens", "1024"]].concat();
+    let v = capsim_json(&capped);
+    let d = &v["disaggregated"];
+    assert_eq!(
+        (d["decode"]["max_num_seqs"].as_u64(), d["prefill"]["max_num_batched_tokens"].as_u64()),
+        (Some(2), Some(1024))
+    );
+    assert!(d["prefill"]["max_num_seqs"].as_u64().unwrap() > 2, "the prefill pool keeps the shared cap");
+    assert!(v["pools"]["decode"]["max_waiting"].as_u64().unwrap() >= 5, "{}", v["pools"]["decode"]);
+    let free = capsim_json(&args);
+    assert!(free["pools"]["decode"]["max_waiting"].as_u64().unwrap() < 5);
+    // Fewer requests decoding at once: each step is shorter.
+    assert!(v["tpot_ms"]["mean"].as_f64().unwrap() < free["tpot_ms"]["mean"].as_f64().unwrap());
+}
+
 fn refused(extra: &[&str], flag: &str, words: &str) {
     let o = capsim(&flags(extra));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -195,6 +218,17 @@ fn bad_values_are_named() {
         "divide",
     );
     refused(&["--prefill-workers", "1", "--decode-workers", "1", "--decode-gpu", "NoSuchGpu"], "--decode-gpu", "");
+    refused(
+        &["--prefill-workers", "1", "--decode-workers", "1", "--decode-max-num-seqs", "0"],
+        "--decode-max-num-seqs",
+        "1..=",
+    );
+    refused(
+        &["--prefill-workers", "1", "--decode-workers", "1", "--prefill-max-num-batched-tokens", "0"],
+        "--prefill-max-num-batched-tokens",
+        "1..=",
+    );
+    refused(&["--prefill-max-num-seqs", "4"], "--prefill-workers", "needs both");
     // A decode pool with no KV room for one request (prompt 1500 + output 1000 over 2000 tokens).
     let o = capsim(&[
         "simulate",
