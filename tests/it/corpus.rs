@@ -405,6 +405,19 @@ fn a_stalled_run_is_compared_on_its_median_ttft() {
     assert_eq!(n, 11, "11 of the 474 points that state a mean TTFT stalled");
 }
 
+/// A corpus folder in a fresh temporary directory: one InferenceX deployment with no points, and
+/// `text` as inferencex-dsr1/`file` beside it.
+fn one_deployment_corpus(tag: &str, file: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("capsim-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dep = dir.join("inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-x");
+    std::fs::create_dir_all(&dep).unwrap();
+    std::fs::write(dep.join("metadata.json"), r#"{"gpu": "h200", "engine": "sglang", "precision": "fp8", "tp": 8}"#)
+        .unwrap();
+    std::fs::write(dir.join("inferencex-dsr1").join(file), text).unwrap();
+    dir
+}
+
 #[test]
 fn a_bad_launch_settings_file_names_the_key() {
     use capsim::measured::launch::LaunchTable;
@@ -430,13 +443,7 @@ fn a_bad_launch_settings_file_names_the_key() {
         assert!(e.contains("l.json") && e.contains(key), "{bad}: {e}");
     }
     // An entry for a deployment the corpus folder does not have is an error, not a setting dropped.
-    let dir = std::env::temp_dir().join(format!("capsim-launch-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let dep = dir.join("inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-x");
-    std::fs::create_dir_all(&dep).unwrap();
-    std::fs::write(dep.join("metadata.json"), r#"{"gpu": "h200", "engine": "sglang", "precision": "fp8", "tp": 8}"#)
-        .unwrap();
-    std::fs::write(dir.join("inferencex-dsr1/launch_settings.json"), ok).unwrap();
+    let dir = one_deployment_corpus("launch", "launch_settings.json", ok);
     let e = read_points(&dir).unwrap_err().to_string();
     assert!(e.contains("launch_settings.json") && e.contains("deployments.d"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -529,13 +536,7 @@ fn a_bad_pd_recipes_file_names_the_key() {
         assert!(e.contains("pd.json") && e.contains(key), "{bad}: {e}");
     }
     // An entry for a point the corpus folder does not have is an error, not a setting dropped.
-    let dir = std::env::temp_dir().join(format!("capsim-pd-recipes-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let dep = dir.join("inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-x");
-    std::fs::create_dir_all(&dep).unwrap();
-    std::fs::write(dep.join("metadata.json"), r#"{"gpu": "h200", "engine": "sglang", "precision": "fp8", "tp": 8}"#)
-        .unwrap();
-    std::fs::write(dir.join("inferencex-dsr1/pd_recipes.json"), ok).unwrap();
+    let dir = one_deployment_corpus("pd-recipes", "pd_recipes.json", ok);
     let e = read_points(&dir).unwrap_err().to_string();
     assert!(e.contains("pd_recipes.json") && e.contains("points.d/f.json"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
