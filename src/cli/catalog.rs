@@ -265,6 +265,7 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
     };
     let sets = by(&|p| p.set.to_string());
     let gpus = by(&|p| p.gpu.clone());
+    let with_recipes = e.experiments.iter().filter(|x| x.point.pd_launch.is_some()).count();
     if as_json {
         let refused: Vec<_> = if list {
             e.refused
@@ -293,12 +294,16 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
                 "by_set": table(&sets),
                 "by_gpu": table(&gpus),
                 "refused_points": refused,
+                "replayed_with_pd_recipes": with_recipes,
             }))
             .expect("json")
         )?;
         return Ok(());
     }
     outln!("{total} corpus points: {} replayed, {} not expressible yet", e.experiments.len(), e.refused.len())?;
+    outln!(
+        "{with_recipes} replayed disaggregated points run the pools their recipes launched (calibration/corpus/inferencex-dsr1/pd_recipes.json)"
+    )?;
     outln!()?;
     outln!("not expressible, by reason:")?;
     for (r, n) in &counts {

@@ -114,7 +114,11 @@ fn large_head(ex: &capsim::corpus::Expressed) -> String {
         "held out. Error = predicted / measured - 1.\n\n",
     ));
     let large = ex.large();
-    t += &format!("{} large-deployment points replayed.\n\n", large.len());
+    let recipes = large.iter().filter(|e| e.point.pd_launch.is_some()).count();
+    t += &format!(
+        "{} large-deployment points replayed; {recipes} disaggregated InferenceX points of them run the pools their\nrecipes launched (calibration/corpus/inferencex-dsr1/pd_recipes.json: each pool's layout, batch and token caps,\nmemory fraction, KV dtype, stream interval and MTP drafted tokens).\n\n",
+        large.len()
+    );
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     for e in &large {
         let f: Vec<&str> = e.features().into_iter().map(|f| f.as_str()).collect();

@@ -107,6 +107,13 @@ fn points_corpus_prints_the_counts_by_reason() {
     assert_eq!(v["refused_points"].as_array().unwrap().len() as u64, v["refused"].as_u64().unwrap());
     let by_reason: u64 = v["refused_by_reason"].as_array().unwrap().iter().map(|r| r["points"].as_u64().unwrap()).sum();
     assert_eq!(by_reason, v["refused"].as_u64().unwrap());
+    // The disaggregated points replayed with their recipes' pool settings are counted.
+    let recipes = v["replayed_with_pd_recipes"].as_u64().unwrap();
+    assert!(recipes > 100 && recipes < v["replayed"].as_u64().unwrap(), "{recipes}");
+    assert!(
+        t.contains(&format!("{recipes} replayed disaggregated points run the pools their recipes launched")),
+        "{t}"
+    );
     // A copy names the point replayed in its place, in JSON and in the text list.
     let refused = v["refused_points"].as_array().unwrap();
     let copies: Vec<_> = refused.iter().filter(|r| r["reason"].as_str().unwrap().starts_with("a copy of")).collect();
