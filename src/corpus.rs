@@ -616,7 +616,10 @@ pub fn express(
                     tensor_parallel: w.gpus,
                     expert_parallel: w.expert_parallel,
                     parallel: w.parallel,
-                    settings: recipe.map_or(settings.clone(), |r| layout::recipe_settings(settings, r)),
+                    settings: match recipe {
+                        Some(r) => layout::recipe_settings(settings, r),
+                        None => settings,
+                    },
                     ..deployment.clone()
                 };
                 if let Some(r) = recipe {
