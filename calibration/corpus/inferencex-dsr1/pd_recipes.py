@@ -33,7 +33,10 @@ Per pool (`prefill`, `decode`), every value per attention-DP rank as capsim's en
   by the DP size under DP attention (SGLang splits both over the ranks: ENGINES.md cites
   server_args.py `_handle_data_parallelism` for the chunk; the recipes size them so, e.g. 8k1k
   prefill `max-running-requests: 8`, `chunked-prefill-size: 65536` over 8 ranks is one 8K prompt
-  per rank), `max_prefill_tokens`, `mem_fraction_static`, `kv_dtype` (kv-cache-dtype),
+  per rank; InferenceX's AMD launcher sizes the flag the same way, engine-wide:
+  benchmarks/multi_node/amd_utils/server_sglang.sh @ 843c6254, line 221,
+  `decode_max_running_requests=$((DECODE_CUDA_GRAPH_BS_DP_END * DECODE_TP_SIZE))`, each rank's
+  CUDA-graph batch times the ranks), `max_prefill_tokens`, `mem_fraction_static`, `kv_dtype` (kv-cache-dtype),
   `stream_interval`, and for decode `spec_tokens` (speculative-num-steps: EAGLE with topk 1 drafts
   that many tokens; 0 without a speculative-algorithm);
 - variables: PREFILL_/DECODE_MAX_BATCH_SIZE, PREFILL_/DECODE_MAX_NUM_TOKENS,
