@@ -607,27 +607,20 @@ pub fn express(
                 let recipe = p.pd_launch.as_deref().map(|r| if prefill { &r.prefill } else { &r.decode });
                 let l = recipe.map_or(l, |r| layout::recipe_pool(l, r));
                 let w = layout::worker(p, &l, moe, gpu.link_domain_gpus.max(1))?;
-                let settings = layout::launch_settings(
-                    p,
-                    &w.parallel,
-                    pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
-                );
                 let mut d = Deployment {
                     tensor_parallel: w.gpus,
                     expert_parallel: w.expert_parallel,
                     parallel: w.parallel,
-                    settings: match recipe {
-                        Some(r) => layout::recipe_settings(settings, r),
-                        None => settings,
-                    },
+                    settings: layout::launch_settings(
+                        p,
+                        &w.parallel,
+                        pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
+                    ),
                     ..deployment.clone()
                 };
                 if let Some(r) = recipe {
-                    d.kv_dtype = match r.kv_dtype.as_deref() {
-                        Some("fp8") => Dtype::Fp8,
-                        Some(_) => Dtype::Bf16,
-                        None => d.kv_dtype,
-                    };
+                    d.settings.merge(&r.settings);
+                    d.kv_dtype = r.kv_dtype.unwrap_or(d.kv_dtype);
                     if let (Some(s), Some(k)) = (d.speculative.as_mut(), r.spec_tokens.filter(|&k| k > 0)) {
                         s.tokens = k;
                     }

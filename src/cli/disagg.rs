@@ -134,22 +134,24 @@ impl ProfileArgs {
             a.ep = Some(ep);
             a.expert_parallel = false;
         }
-        // The pool's own engine caps replace the shared ones, in the engine's ranges
-        // (profile/engine.rs).
-        if let Some(n) = spec.max_num_seqs {
-            if n == 0 || n > 1 << 20 {
-                return Err(Error::flag(&side.flag("max-num-seqs"), format!("must be in 1..={}, got {n}", 1 << 20)));
+        // The pool's own engine caps replace the shared ones, in the engine's ranges, checked here
+        // so that the error names the pool's flag.
+        use capsim::profile::{MAX_BATCHED_TOKENS_LIMIT, MAX_NUM_SEQS_LIMIT};
+        for (n, limit, flag, slot) in [
+            (spec.max_num_seqs, MAX_NUM_SEQS_LIMIT, "max-num-seqs", &mut a.max_num_seqs),
+            (
+                spec.max_num_batched_tokens,
+                MAX_BATCHED_TOKENS_LIMIT,
+                "max-num-batched-tokens",
+                &mut a.max_num_batched_tokens,
+            ),
+        ] {
+            if let Some(n) = n {
+                if n == 0 || n > limit {
+                    return Err(Error::flag(&side.flag(flag), format!("must be in 1..={limit}, got {n}")));
+                }
+                *slot = Some(n);
             }
-            a.max_num_seqs = Some(n);
-        }
-        if let Some(n) = spec.max_num_batched_tokens {
-            if n == 0 || n > 1 << 24 {
-                return Err(Error::flag(
-                    &side.flag("max-num-batched-tokens"),
-                    format!("must be in 1..={} tokens, got {n}", 1 << 24),
-                ));
-            }
-            a.max_num_batched_tokens = Some(n);
         }
         a.resolve(catalog).map_err(|e| rename_flag(e, side))
     }

@@ -193,17 +193,3 @@ pub fn recipe_pool(l: PoolLayout, r: &PoolLaunch) -> PoolLayout {
         ..l
     }
 }
-
-/// `s` with the engine settings the recipe `r` gives a pool (each rank's, as capsim reads them).
-pub fn recipe_settings(mut s: EngineSettings, r: &PoolLaunch) -> EngineSettings {
-    s.max_num_seqs = r.max_batch_size.or(s.max_num_seqs);
-    s.max_num_batched_tokens = r.max_num_tokens.or(s.max_num_batched_tokens);
-    s.enable_chunked_prefill = r.enable_chunked_prefill.or(s.enable_chunked_prefill);
-    s.free_gpu_memory_fraction = r.free_gpu_memory_fraction.or(s.free_gpu_memory_fraction);
-    s.max_running_requests = r.max_running_requests.or(s.max_running_requests);
-    s.chunked_prefill_size = r.chunked_prefill_size.or(s.chunked_prefill_size);
-    s.max_prefill_tokens = r.max_prefill_tokens.or(s.max_prefill_tokens);
-    s.gpu_memory_utilization = r.mem_fraction_static.or(s.gpu_memory_utilization);
-    s.stream_interval = r.stream_interval.or(s.stream_interval);
-    s
-}

@@ -9,6 +9,8 @@
 
 use super::json::Doc;
 use crate::error::{Error, Result};
+use crate::profile::EngineSettings;
+use crate::units::Dtype;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -23,26 +25,13 @@ pub struct PoolLaunch {
     pub attention_dp: Option<u32>,
     /// The MoE's expert-parallel size.
     pub expert_parallel: Option<u32>,
-    /// TensorRT-LLM max_batch_size (also the variables' PREFILL_/DECODE_MAX_BATCH_SIZE).
-    pub max_batch_size: Option<u32>,
-    /// TensorRT-LLM max_num_tokens.
-    pub max_num_tokens: Option<u32>,
-    /// TensorRT-LLM enable_chunked_prefill.
-    pub enable_chunked_prefill: Option<bool>,
-    /// TensorRT-LLM kv_cache_config.free_gpu_memory_fraction.
-    pub free_gpu_memory_fraction: Option<f64>,
-    /// SGLang --max-running-requests, per rank.
-    pub max_running_requests: Option<u32>,
-    /// SGLang --chunked-prefill-size, per rank.
-    pub chunked_prefill_size: Option<u32>,
-    /// SGLang --max-prefill-tokens.
-    pub max_prefill_tokens: Option<u32>,
-    /// SGLang --mem-fraction-static.
-    pub mem_fraction_static: Option<f64>,
-    /// The KV cache's dtype (`fp8`, `bf16`).
-    pub kv_dtype: Option<String>,
-    /// Tokens per streamed response.
-    pub stream_interval: Option<u32>,
+    /// The engine settings the recipe states, under capsim's names: the file's `max_batch_size`
+    /// (TensorRT-LLM, or the variables' PREFILL_/DECODE_MAX_BATCH_SIZE) is `max_num_seqs`,
+    /// `max_num_tokens` is `max_num_batched_tokens`, SGLang's `mem_fraction_static` is
+    /// `gpu_memory_utilization`; the rest keep their names.
+    pub settings: EngineSettings,
+    /// The KV cache's dtype.
+    pub kv_dtype: Option<Dtype>,
     /// Decode: tokens MTP drafts per step (0: MTP off).
     pub spec_tokens: Option<u32>,
 }
@@ -134,24 +123,28 @@ impl PdRecipes {
                         x => Ok(x),
                     }
                 };
-                let kv_dtype = d.opt_string("kv_dtype")?;
-                if let Some(k) = kv_dtype.as_deref().filter(|k| !["fp8", "bf16"].contains(k)) {
-                    return Err(top.err(&key("kv_dtype"), format!("`{k}`: one of fp8, bf16")));
-                }
+                let kv_dtype = match d.opt_string("kv_dtype")?.as_deref() {
+                    None => None,
+                    Some(k @ ("fp8" | "bf16")) => Dtype::parse(k),
+                    Some(k) => return Err(top.err(&key("kv_dtype"), format!("`{k}`: one of fp8, bf16"))),
+                };
                 Ok(PoolLaunch {
                     tensor_parallel: count("tensor_parallel")?,
                     attention_dp: count("attention_dp")?,
                     expert_parallel: count("expert_parallel")?,
-                    max_batch_size: count("max_batch_size")?,
-                    max_num_tokens: count("max_num_tokens")?,
-                    enable_chunked_prefill: d.opt_bool("enable_chunked_prefill")?,
-                    free_gpu_memory_fraction: fraction("free_gpu_memory_fraction")?,
-                    max_running_requests: count("max_running_requests")?,
-                    chunked_prefill_size: count("chunked_prefill_size")?,
-                    max_prefill_tokens: count("max_prefill_tokens")?,
-                    mem_fraction_static: fraction("mem_fraction_static")?,
+                    settings: EngineSettings {
+                        max_num_seqs: count("max_batch_size")?,
+                        max_num_batched_tokens: count("max_num_tokens")?,
+                        enable_chunked_prefill: d.opt_bool("enable_chunked_prefill")?,
+                        free_gpu_memory_fraction: fraction("free_gpu_memory_fraction")?,
+                        max_running_requests: count("max_running_requests")?,
+                        chunked_prefill_size: count("chunked_prefill_size")?,
+                        max_prefill_tokens: count("max_prefill_tokens")?,
+                        gpu_memory_utilization: fraction("mem_fraction_static")?,
+                        stream_interval: count("stream_interval")?,
+                        ..EngineSettings::default()
+                    },
                     kv_dtype,
-                    stream_interval: count("stream_interval")?,
                     spec_tokens: count("spec_tokens")?,
                 })
             };

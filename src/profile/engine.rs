@@ -27,6 +27,13 @@ impl EngineKind {
     }
 }
 
+/// The most running requests an engine setting may state (a bound on the simulator's request
+/// slots, not any engine's own limit).
+pub const MAX_NUM_SEQS_LIMIT: u32 = 1 << 20;
+
+/// The largest per-step token budget an engine setting may state.
+pub const MAX_BATCHED_TOKENS_LIMIT: u32 = 1 << 24;
+
 /// Engine settings as written; None means "the engine's default on this GPU" (FACTS.md).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -481,11 +488,14 @@ pub(super) fn resolve_engine(
     if budget == 0 {
         return Err(err("engine.max_num_batched_tokens", "must be positive".into()));
     }
-    if seqs == 0 || seqs > 1 << 20 {
-        return Err(err("engine.max_num_seqs", format!("must be in 1..={}, got {seqs}", 1 << 20)));
+    if seqs == 0 || seqs > MAX_NUM_SEQS_LIMIT {
+        return Err(err("engine.max_num_seqs", format!("must be in 1..={MAX_NUM_SEQS_LIMIT}, got {seqs}")));
     }
-    if budget > 1 << 24 {
-        return Err(err("engine.max_num_batched_tokens", format!("must be at most {}, got {budget}", 1 << 24)));
+    if budget > MAX_BATCHED_TOKENS_LIMIT {
+        return Err(err(
+            "engine.max_num_batched_tokens",
+            format!("must be at most {MAX_BATCHED_TOKENS_LIMIT}, got {budget}"),
+        ));
     }
     if block == 0 || block > 1024 {
         return Err(err("engine.block_size_tokens", format!("must be in 1..=1024, got {block}")));

@@ -107,12 +107,11 @@ impl Profile {
             let (c, sig) = match &catalog.learned {
                 Some(m) => {
                     let l = m.lookup_arch(&new_gpu.name, kind.as_str(), w, arch, None);
+                    // The layout the retargeted file states; one that does not resolve is refused,
+                    // naming its field, when the file is resolved below.
                     let tp = f.gpu.tensor_parallel.unwrap_or(1).max(1);
-                    let par = crate::profile::Parallel {
-                        expert_parallel_size: f.gpu.expert_parallel_size.unwrap_or(1).clamp(1, tp),
-                        ..crate::profile::Parallel::plain()
-                    };
-                    let moe_tp = par.expert_split(tp, f.gpu.expert_parallel.unwrap_or(false));
+                    let moe_tp = crate::profile::Parallel::resolve(&f.name, arch, &new_gpu, tp, &f.gpu)
+                        .map_or(1, |par| par.expert_split(tp, f.gpu.expert_parallel.unwrap_or(false)));
                     crate::hardware::coefficients_from_learned(&l, shared, arch, &new_gpu, w, moe_tp)
                 }
                 None => shared.coefficients_for(arch, &new_gpu, w, chunk),

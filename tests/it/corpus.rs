@@ -519,7 +519,7 @@ fn a_bad_pd_recipes_file_names_the_key() {
     use capsim::measured::pd_recipes::PdRecipes;
     let ok = r#"{"points": {"d/f.json": {"source": "r.yaml", "prefill": {"max_batch_size": 2}, "decode": {"spec_tokens": 0, "kv_dtype": "fp8"}}}}"#;
     let t = PdRecipes::parse("pd.json", ok).unwrap();
-    assert_eq!(t.at("d", "f.json").unwrap().prefill.max_batch_size, Some(2));
+    assert_eq!(t.at("d", "f.json").unwrap().prefill.settings.max_num_seqs, Some(2));
     for (bad, key) in [
         (r#"{"points": {"d/f.json": {"prefill": {}}}}"#, "points.d/f.json.source"),
         (r#"{"points": {"d/f.json": {"source": "s", "prefill": {"batch": 2}}}}"#, "points.d/f.json.prefill.batch"),
