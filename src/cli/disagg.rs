@@ -27,11 +27,12 @@ impl Side {
 
 impl ProfileArgs {
     /// The disaggregated flags and whether each was given.
-    pub fn pd_flag_list(&self) -> [(&'static str, bool); 14] {
+    pub fn pd_flag_list(&self) -> [(&'static str, bool); 16] {
         [
             ("--prefill-workers", self.prefill_workers.is_some()),
             ("--prefill-tp", self.prefill_tp.is_some()),
             ("--prefill-ep", self.prefill_ep.is_some()),
+            ("--prefill-redundant-experts", self.prefill_redundant_experts.is_some()),
             ("--prefill-attention-dp", self.prefill_attention_dp.is_some()),
             ("--prefill-gpu", self.prefill_gpu.is_some()),
             ("--prefill-max-num-seqs", self.prefill_max_num_seqs.is_some()),
@@ -39,6 +40,7 @@ impl ProfileArgs {
             ("--decode-workers", self.decode_workers.is_some()),
             ("--decode-tp", self.decode_tp.is_some()),
             ("--decode-ep", self.decode_ep.is_some()),
+            ("--decode-redundant-experts", self.decode_redundant_experts.is_some()),
             ("--decode-attention-dp", self.decode_attention_dp.is_some()),
             ("--decode-gpu", self.decode_gpu.is_some()),
             ("--decode-max-num-seqs", self.decode_max_num_seqs.is_some()),
@@ -71,6 +73,7 @@ impl ProfileArgs {
             workers: workers("--prefill-workers", self.prefill_workers)?,
             tp: self.prefill_tp,
             ep: self.prefill_ep,
+            redundant_experts: self.prefill_redundant_experts,
             attention_dp: self.prefill_attention_dp,
             gpu: self.prefill_gpu.clone(),
             max_num_seqs: self.prefill_max_num_seqs,
@@ -80,6 +83,7 @@ impl ProfileArgs {
             workers: workers("--decode-workers", self.decode_workers)?,
             tp: self.decode_tp,
             ep: self.decode_ep,
+            redundant_experts: self.decode_redundant_experts,
             attention_dp: self.decode_attention_dp,
             gpu: self.decode_gpu.clone(),
             max_num_seqs: self.decode_max_num_seqs,
@@ -93,6 +97,7 @@ impl ProfileArgs {
             prefill_workers: None,
             prefill_tp: None,
             prefill_ep: None,
+            prefill_redundant_experts: None,
             prefill_attention_dp: None,
             prefill_gpu: None,
             prefill_max_num_seqs: None,
@@ -100,6 +105,7 @@ impl ProfileArgs {
             decode_workers: None,
             decode_tp: None,
             decode_ep: None,
+            decode_redundant_experts: None,
             decode_attention_dp: None,
             decode_gpu: None,
             decode_max_num_seqs: None,
@@ -133,6 +139,9 @@ impl ProfileArgs {
             // The pool's own size replaces the shared flags' (--ep or --expert-parallel).
             a.ep = Some(ep);
             a.expert_parallel = false;
+        }
+        if let Some(n) = spec.redundant_experts {
+            a.redundant_experts = Some(n);
         }
         // The pool's own engine caps replace the shared ones, in the engine's ranges, checked here
         // so that the error names the pool's flag.
@@ -174,6 +183,7 @@ fn pool_layout(p: &Profile) -> serde_json::Value {
         "tensor_parallel": p.tensor_parallel,
         "expert_parallel": p.expert_parallel,
         "expert_parallel_size": p.parallel.expert_parallel_size,
+        "redundant_experts": p.parallel.redundant_experts,
         "attention_dp": p.parallel.attention_dp,
         // Each rank's, as --prefill-max-num-seqs and --prefill-max-num-batched-tokens state them.
         "max_num_seqs": p.engine.max_num_seqs / p.parallel.attention_dp.max(1),
@@ -190,6 +200,7 @@ fn rename_flag(e: Error, side: Side) -> Error {
                 Some("--tp") => side.flag("tp"),
                 Some("--attention-dp") => side.flag("attention-dp"),
                 Some("--ep") => side.flag("ep"),
+                Some("--redundant-experts") => side.flag("redundant-experts"),
                 Some(f) => f.to_string(),
                 None => return Error::Input { at, msg },
             };

@@ -174,6 +174,15 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             par.gpus(p.tensor_parallel)
         )?;
     }
+    if par.redundant_experts > 0 {
+        let n = p.arch.moe.as_ref().map_or(0, |m| m.n_experts);
+        let ep = par.expert_parallel_size.max(1);
+        outln!(
+            "redundant experts: {} copies beside the {n} routed experts, {} slots per GPU of the EP group of {ep} (their weights take memory; a touched expert's copies read its weights too: weights read x (n + copies) / n for the experts)",
+            par.redundant_experts,
+            (n + par.redundant_experts) / ep
+        )?;
+    }
     let c = &p.coefficients;
     let mut rows = vec![
         vec![

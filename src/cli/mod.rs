@@ -289,6 +289,12 @@ pub struct ProfileArgs {
     /// (vLLM --pipeline-parallel-size, SGLang --pp-size).
     #[arg(long, help_heading = "Deployment")]
     pub pp: Option<u32>,
+    /// Expert slots beyond the routed experts, copies of busy ones, so that an EP group that does not
+    /// divide the experts fills evenly: 256 experts + 32 over --ep 24, 48 or 72 (SGLang
+    /// --ep-num-redundant-experts; TensorRT-LLM's load balancer num_slots minus the experts). Their
+    /// weights take memory, and a touched expert's copies read its weights too.
+    #[arg(long, help_heading = "Deployment")]
+    pub redundant_experts: Option<u32>,
     /// Extra GPU catalog file (TOML, models/gpus.toml format) that adds to or overrides the built-in one.
     #[arg(long, help_heading = "Deployment")]
     pub gpus_file: Option<PathBuf>,
@@ -404,6 +410,10 @@ pub struct ProfileArgs {
     /// dividing its TP (as --ep; its TP: experts whole per GPU); default the shared --ep.
     #[arg(long, help_heading = "Disaggregated")]
     pub prefill_ep: Option<u32>,
+    /// Redundant expert slots of a prefill worker (as --redundant-experts, over its EP group);
+    /// default the shared --redundant-experts.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub prefill_redundant_experts: Option<u32>,
     /// Attention data-parallel ranks splitting a prefill worker's GPUs (as --attention-dp; MoE
     /// models only); default the shared --attention-dp.
     #[arg(long, help_heading = "Disaggregated")]
@@ -428,6 +438,10 @@ pub struct ProfileArgs {
     /// Expert-parallel size of a decode worker (as --prefill-ep).
     #[arg(long, help_heading = "Disaggregated")]
     pub decode_ep: Option<u32>,
+    /// Redundant expert slots of a decode worker (as --redundant-experts, over its EP group);
+    /// default the shared --redundant-experts.
+    #[arg(long, help_heading = "Disaggregated")]
+    pub decode_redundant_experts: Option<u32>,
     /// Attention data-parallel ranks splitting a decode worker's GPUs (as --attention-dp): a
     /// request's KV lives on one rank, so the transfer lands on that rank's tp / N GPUs.
     #[arg(long, help_heading = "Disaggregated")]
@@ -559,6 +573,7 @@ impl ProfileArgs {
             ("--attention-dp", self.attention_dp.is_some()),
             ("--ep", self.ep.is_some()),
             ("--pp", self.pp.is_some()),
+            ("--redundant-experts", self.redundant_experts.is_some()),
             ("--gpus-file", self.gpus_file.is_some()),
             ("--hardware", self.hardware.is_some()),
             ("--engine", self.engine.is_some()),
@@ -611,11 +626,14 @@ impl ProfileArgs {
         if let Some(n) = self.pp {
             g.pipeline_parallel = Some(n);
         }
+        if let Some(n) = self.redundant_experts {
+            g.redundant_experts = Some(n);
+        }
     }
     /// `p` with the layout --attention-dp, --ep and --pp state (profile/parallel.rs); `p` itself when
     /// none is given. A bad layout is refused naming its flag.
     fn apply_layout(&self, catalog: &Catalog, p: Profile) -> Result<Profile> {
-        if self.attention_dp.is_none() && self.ep.is_none() && self.pp.is_none() {
+        if self.attention_dp.is_none() && self.ep.is_none() && self.pp.is_none() && self.redundant_experts.is_none() {
             return Ok(p);
         }
         let mut f = p.file.clone();
@@ -785,6 +803,7 @@ fn layout_flag(field: Option<&str>) -> Option<&'static str> {
         "gpu.attention_dp" => Some("--attention-dp"),
         "gpu.expert_parallel_size" => Some("--ep"),
         "gpu.pipeline_parallel" => Some("--pp"),
+        "gpu.redundant_experts" => Some("--redundant-experts"),
         "gpu.expert_parallel" => Some("--expert-parallel"),
         _ => None,
     }

@@ -76,7 +76,7 @@ pub fn worker(p: &CorpusPoint, l: &PoolLayout, moe: bool, link_domain: u32) -> R
     let parallel = if dp == 1 && (ep == 1 || ep == gpus) {
         Parallel::plain()
     } else {
-        Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: 1 }
+        Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: 1, redundant_experts: 0 }
     };
     Ok(Worker { gpus, parallel, expert_parallel: moe && ep > 1 && ep == gpus })
 }
@@ -134,7 +134,12 @@ pub fn layout(p: &CorpusPoint, engine: EngineKind, arch: &ModelArch) -> Option<L
     if tp == 0 || dp == 0 || !tp.is_multiple_of(dp) || ep == 0 || !tp.is_multiple_of(ep) {
         return None;
     }
-    let parallel = Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: p.pipeline_parallel };
+    let parallel = Parallel {
+        attention_dp: dp,
+        expert_parallel_size: ep,
+        pipeline_parallel: p.pipeline_parallel,
+        redundant_experts: 0,
+    };
     // InferenceX's scripts size the engine by the client's CONC (MAX_NUM_TOKENS); aiconfigurator's
     // rules by max_batch_size, each rank's batch.
     let inferencex = p.set != "aic-e2e" || from_inferencex_db(p);

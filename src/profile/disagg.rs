@@ -34,6 +34,8 @@ pub struct PoolSpec {
     pub workers: u32,
     pub tp: Option<u32>,
     pub ep: Option<u32>,
+    /// The pool's redundant expert slots (`--prefill-redundant-experts`), as `--redundant-experts`.
+    pub redundant_experts: Option<u32>,
     pub attention_dp: Option<u32>,
     pub gpu: Option<String>,
     /// The pool's own running-request cap (each attention-DP rank's, as max_num_seqs), where it

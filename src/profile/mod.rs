@@ -84,6 +84,10 @@ pub struct GpuRef {
     /// Pipeline stages, each of tensor_parallel GPUs (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_parallel: Option<u32>,
+    /// Expert slots beyond the routed experts, copies of busy ones, so that an EP group that does
+    /// not divide the experts fills evenly (default 0; profile/parallel.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redundant_experts: Option<u32>,
 }
 
 /// The physical coefficients of the step-time model (sim::step), in SI units.

@@ -19,6 +19,14 @@
 //!   `tensor_parallel / E` GPUs (TensorRT-LLM moe_expert_parallel_size x moe_tensor_parallel_size =
 //!   tp_size, llmapi/llm_args.py; SGLang --ep-size divides --tp). E = tensor_parallel is the
 //!   `expert_parallel = true` of plain profiles (vLLM --enable-expert-parallel).
+//! - `redundant_experts` R: extra expert slots holding copies of the busiest experts, so that the
+//!   n routed experts plus R fill the EP group evenly, (n + R) / E slots per GPU (SGLang
+//!   --ep-num-redundant-experts, server_args.py; TensorRT-LLM's MoE load balancer `num_slots` = n +
+//!   R). This is how an EP group that does not divide the experts runs: DeepSeek-R1's 256 experts
+//!   over 24, 48 or 72 GPUs with R = 32 (NVIDIA/srt-slurm recipes/gb200-fp8/8k1k/max-tpt-6p1d.yaml:
+//!   `ep-size: 24`, `ep-num-redundant-experts: 32`). Their weights are resident memory, and a
+//!   touched expert's copies take some of its tokens on their own GPUs, each reading the weights:
+//!   a step reads (n + R) / n of the touched experts' bytes (sim/step.rs).
 //! - `pipeline_parallel` P: P stages of n_layers / P layers, each on `tensor_parallel` GPUs (vLLM
 //!   --pipeline-parallel-size, SGLang --pp-size, TensorRT-LLM pp_size).
 
@@ -26,6 +34,10 @@ use crate::catalog::{GpuSpec, ModelArch};
 use crate::error::{Error, Result};
 use crate::units::Dtype;
 use serde::Serialize;
+
+/// The most redundant expert slots a layout may state (the recipes use 32; a bound that keeps the
+/// arithmetic far from overflow).
+pub const MAX_REDUNDANT_EXPERTS: u32 = 1 << 16;
 
 /// A replica's layout beyond plain tensor parallelism. [`Parallel::plain`] is every profile that
 /// states none of it.
@@ -37,6 +49,8 @@ pub struct Parallel {
     pub expert_parallel_size: u32,
     /// Pipeline stages (1: none).
     pub pipeline_parallel: u32,
+    /// Expert slots beyond the routed experts, holding copies of busy ones (0: none).
+    pub redundant_experts: u32,
 }
 
 impl Default for Parallel {
@@ -47,7 +61,7 @@ impl Default for Parallel {
 
 impl Parallel {
     pub const fn plain() -> Parallel {
-        Parallel { attention_dp: 1, expert_parallel_size: 1, pipeline_parallel: 1 }
+        Parallel { attention_dp: 1, expert_parallel_size: 1, pipeline_parallel: 1, redundant_experts: 0 }
     }
 
     /// The `[gpu]` fields that state this layout (None where plain), for a profile file built from a
@@ -58,6 +72,7 @@ impl Parallel {
             attention_dp: set(self.attention_dp),
             expert_parallel_size: set(self.expert_parallel_size),
             pipeline_parallel: set(self.pipeline_parallel),
+            redundant_experts: (self.redundant_experts > 0).then_some(self.redundant_experts),
             ..Default::default()
         }
     }
@@ -116,17 +131,16 @@ impl Parallel {
     }
 
     /// Weight bytes resident over the replica: the attention, dense and embedding weights once per
-    /// attention rank, the routed experts once.
+    /// attention rank, the routed experts once, and the redundant experts' copies.
     pub fn weight_bytes(&self, arch: &ModelArch, w: Dtype) -> f64 {
         let all = arch.weight_bytes(w);
+        let one_expert = arch.n_moe_layers() as f64 * arch.expert_params() as f64 * arch.expert_dtype(w).bytes();
+        let copies = self.redundant_experts as f64 * one_expert;
         if self.attention_dp == 1 {
-            return all;
+            return all + copies;
         }
-        let experts = arch.n_moe_layers() as f64
-            * arch.moe.as_ref().map_or(0.0, |m| m.n_experts as f64)
-            * arch.expert_params() as f64
-            * arch.expert_dtype(w).bytes();
-        (all - experts) * self.attention_dp as f64 + experts
+        let experts = arch.moe.as_ref().map_or(0.0, |m| m.n_experts as f64) * one_expert;
+        (all - experts) * self.attention_dp as f64 + experts + copies
     }
 
     /// The layout a profile's `[gpu]` table states, checked against the model and the GPU count;
@@ -137,6 +151,13 @@ impl Parallel {
         let dp = g.attention_dp.unwrap_or(1);
         let pp = g.pipeline_parallel.unwrap_or(1);
         let alias = g.expert_parallel.unwrap_or(false);
+        let redundant = g.redundant_experts.unwrap_or(0);
+        if redundant > MAX_REDUNDANT_EXPERTS {
+            return Err(err(
+                "gpu.redundant_experts",
+                format!("must be at most {MAX_REDUNDANT_EXPERTS}, got {redundant}"),
+            ));
+        }
         if dp == 0 {
             return Err(err("gpu.attention_dp", "must be at least 1".into()));
         }
@@ -202,12 +223,34 @@ impl Parallel {
                     format!("{ep} does not divide the {tp} GPUs of a stage (each expert is split over tp / ep GPUs)"),
                 ));
             }
-            if !(m.n_experts as u64).is_multiple_of(ep as u64) {
-                return Err(err(
-                    "gpu.expert_parallel_size",
-                    format!("{ep} does not divide the {} routed experts of {}", m.n_experts, arch.name),
-                ));
+            let slots = m.n_experts as u64 + redundant as u64;
+            if !slots.is_multiple_of(ep as u64) {
+                let (field, msg) = if redundant == 0 {
+                    let r = (ep as u64 - m.n_experts as u64 % ep as u64) % ep as u64;
+                    (
+                        "gpu.expert_parallel_size",
+                        format!(
+                            "{ep} does not divide the {} routed experts of {}; engines run such a group with redundant experts filling it ({r} or more, a multiple of {ep} apart: SGLang --ep-num-redundant-experts, TensorRT-LLM's load balancer num_slots)",
+                            m.n_experts, arch.name
+                        ),
+                    )
+                } else {
+                    (
+                        "gpu.redundant_experts",
+                        format!(
+                            "{} routed experts of {} plus {redundant} redundant make {slots} slots, which the {ep} GPUs of the EP group do not share evenly",
+                            m.n_experts, arch.name
+                        ),
+                    )
+                };
+                return Err(err(field, msg));
             }
+        }
+        if redundant > 0 && ep <= 1 {
+            return Err(err(
+                "gpu.redundant_experts",
+                "redundant experts need expert parallelism (an EP size above 1): they are copies placed on other GPUs of the EP group".into(),
+            ));
         }
         if pp == 0 {
             return Err(err("gpu.pipeline_parallel", "must be at least 1".into()));
@@ -218,6 +261,6 @@ impl Parallel {
                 format!("{pp} stages do not divide the {} layers of {}", arch.n_layers, arch.name),
             ));
         }
-        Ok(Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: pp })
+        Ok(Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: pp, redundant_experts: redundant })
     }
 }

@@ -143,7 +143,9 @@ pub struct StepModel {
     inv_bw: f64,
     /// Always-read weight bytes.
     dense_weight_bytes: f64,
-    /// Bytes of one expert in every MoE layer (MoE layers x expert params x dtype).
+    /// Bytes of one expert in every MoE layer (MoE layers x expert params x dtype), times the expert
+    /// slots per routed expert where redundant copies are placed (n + R) / n: a touched expert's
+    /// copies take its tokens on their own GPUs, and each reads the weights (profile/parallel.rs).
     expert_bytes_all_layers: f64,
     /// experts_touched(B) for B < table_len, computed on first use (NaN until then; the table grows as
     /// larger batches come): a run
@@ -258,7 +260,10 @@ impl StepModel {
             per_seq_s: c.per_seq_overhead_s,
             inv_bw: 1.0 / (c.bandwidth_eff_bytes_s * tp),
             dense_weight_bytes,
-            expert_bytes_all_layers: a.n_moe_layers() as f64 * a.expert_params() as f64 * a.expert_dtype(w).bytes(),
+            expert_bytes_all_layers: a.n_moe_layers() as f64
+                * a.expert_params() as f64
+                * a.expert_dtype(w).bytes()
+                * a.moe.as_ref().map_or(1.0, |m| 1.0 + p.parallel.redundant_experts as f64 / m.n_experts as f64),
             experts_touched: RefCell::new(Vec::new()),
             table_len,
             arch_for_large_b: a.clone(),

@@ -186,6 +186,73 @@ fn bad_layouts_are_refused_naming_the_flag() {
     assert!(e.contains("--ep") && e.contains("128 routed experts"), "{e}");
 }
 
+/// Redundant experts (SGLang --ep-num-redundant-experts): 128 experts plus 16 copies fill an EP group
+/// of 6 or 12 GPUs evenly; their weights are resident memory, one expert's bytes per copy, and a step
+/// reads (128 + 16) / 128 of the touched experts' bytes (each copy on its own GPU reads them).
+#[test]
+fn redundant_experts_fill_an_ep_group_the_experts_do_not_divide() {
+    let engine = "max_num_seqs = 64\nmax_num_batched_tokens = 2048";
+    let with = |r: u32| {
+        profile(
+            &format!("tensor_parallel = 8\nattention_dp = 8\nexpert_parallel_size = 8\nredundant_experts = {r}"),
+            engine,
+            0.01,
+            0.0,
+            1e12,
+        )
+    };
+    let (none, copies) = (with(0), with(16));
+    assert_eq!(copies.parallel.redundant_experts, 16);
+    let a = &none.arch;
+    let one_expert = a.n_moe_layers() as f64 * a.expert_params() as f64 * 1.0;
+    let (m0, m16) = (none.engine.memory.as_ref().unwrap(), copies.engine.memory.as_ref().unwrap());
+    assert!((m16.weights_bytes - m0.weights_bytes - 16.0 * one_expert).abs() < 1.0);
+    assert!(m16.kv_bytes < m0.kv_bytes && copies.engine.kv_capacity_tokens < none.engine.kv_capacity_tokens);
+    let b = decodes(64, 1000);
+    let (p0, p16) = (StepModel::new(&none).parts(&b), StepModel::new(&copies).parts(&b));
+    let dense = a.always_read_params() as f64 * 1.0 * 8.0 / (1e12 * 8.0);
+    assert!(((p16.weights_s - dense) - (p0.weights_s - dense) * 144.0 / 128.0).abs() < 1e-12, "{p0:?} {p16:?}");
+    assert_eq!((p16.kv_s, p16.all_to_all_s), (p0.kv_s, p0.all_to_all_s));
+
+    let run = |args: &[&str]| capsim(&[&["explain", "--tp", "6", "--attention-dp", "6", "--ep", "6"], args].concat());
+    let o = run(&["--redundant-experts", "16"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("redundant experts: 16 copies beside the 128 routed experts, 24 slots per GPU"), "{out}");
+    let err = |args: &[&str]| {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    // Without copies the refusal says how many would fill the group (128 = 6 x 21 + 2: 4 more).
+    let e = err(&[]);
+    assert!(e.contains("--ep") && e.contains("(4 or more, a multiple of 6 apart"), "{e}");
+    let e = err(&["--redundant-experts", "5"]);
+    assert!(e.contains("--redundant-experts") && e.contains("133 slots"), "{e}");
+    let e = capsim(&["explain", "--tp", "2", "--redundant-experts", "2"]);
+    let e = String::from_utf8_lossy(&e.stderr);
+    assert!(e.contains("--redundant-experts") && e.contains("need expert parallelism"), "{e}");
+    let e = err(&["--redundant-experts", "70000"]);
+    assert!(e.contains("--redundant-experts") && e.contains("at most 65536"), "{e}");
+    // A pool's own flag names the pool.
+    let o = capsim(&[
+        "simulate",
+        "--prefill-workers",
+        "1",
+        "--decode-workers",
+        "1",
+        "--decode-redundant-experts",
+        "4",
+        "--concurrency",
+        "2",
+        "--requests",
+        "4",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("--decode-redundant-experts") && e.contains("need expert parallelism"), "{e}");
+}
+
 #[test]
 fn explain_shows_the_all_to_all_and_the_pipeline() {
     let o = capsim(&["explain", "--tp", "4", "--attention-dp", "4", "--ep", "4", "--decode", "64"]);
