@@ -619,6 +619,7 @@ pub fn express(
                     ..deployment.clone()
                 };
                 if let Some(r) = recipe {
+                    d.parallel.redundant_experts = r.redundant_experts.unwrap_or(0);
                     d.settings.merge(&r.settings);
                     d.kv_dtype = r.kv_dtype.unwrap_or(d.kv_dtype);
                     if let (Some(s), Some(k)) = (d.speculative.as_mut(), r.spec_tokens.filter(|&k| k > 0)) {

@@ -25,6 +25,9 @@ pub struct PoolLaunch {
     pub attention_dp: Option<u32>,
     /// The MoE's expert-parallel size.
     pub expert_parallel: Option<u32>,
+    /// Expert slots beyond the routed experts (SGLang ep-num-redundant-experts, TensorRT-LLM's load
+    /// balancer num_slots minus the experts); 0 may be stated.
+    pub redundant_experts: Option<u32>,
     /// The engine settings the recipe states, under capsim's names: the file's `max_batch_size`
     /// (TensorRT-LLM, or the variables' PREFILL_/DECODE_MAX_BATCH_SIZE) is `max_num_seqs`,
     /// `max_num_tokens` is `max_num_batched_tokens`, SGLang's `mem_fraction_static` is
@@ -44,10 +47,11 @@ pub struct PdLaunch {
     pub decode: PoolLaunch,
 }
 
-const COUNTS: [&str; 10] = [
+const COUNTS: [&str; 11] = [
     "tensor_parallel",
     "attention_dp",
     "expert_parallel",
+    "redundant_experts",
     "max_batch_size",
     "max_num_tokens",
     "max_running_requests",
@@ -107,8 +111,9 @@ impl PdRecipes {
                 }
                 let d = Doc { src: file, line: 1, v: pv };
                 let count = |k: &str| -> Result<Option<u32>> {
-                    // spec_tokens may be 0 (MTP off); every other count is at least 1.
-                    let min = if k == "spec_tokens" { 0.0 } else { 1.0 };
+                    // spec_tokens (MTP off) and redundant_experts may be 0; every other count is
+                    // at least 1.
+                    let min = if matches!(k, "spec_tokens" | "redundant_experts") { 0.0 } else { 1.0 };
                     match d.opt_num(k)? {
                         None => Ok(None),
                         Some(x) if x.fract() == 0.0 && (min..=u32::MAX as f64).contains(&x) => Ok(Some(x as u32)),
@@ -132,6 +137,7 @@ impl PdRecipes {
                     tensor_parallel: count("tensor_parallel")?,
                     attention_dp: count("attention_dp")?,
                     expert_parallel: count("expert_parallel")?,
+                    redundant_experts: count("redundant_experts")?,
                     settings: EngineSettings {
                         max_num_seqs: count("max_batch_size")?,
                         max_num_batched_tokens: count("max_num_tokens")?,

@@ -71,12 +71,28 @@ fn every_point_is_replayed_or_refused_with_a_reason() {
         .any(|x| x.point.engine == "mori-sglang" && x.engine == capsim::profile::EngineKind::Sglang));
     assert!(e.refused.iter().any(|(p, r)| p.engine == "atom" && *r == Refusal::UnknownEngine("atom".into())));
     // A pool whose `num_gpus` gives each worker more GPUs than its `tp` under DP attention (SGLang's
-    // GB200 recipes: tp 1, 10 prefill workers on 40 GPUs, 1 decode worker on 32) runs that many
-    // ranks of `tp` GPUs each.
+    // GB200 runs: tp 1, 3 prefill workers on 24 GPUs, 1 decode worker on 48) runs that many ranks of
+    // `tp` GPUs each, where no recipe says otherwise (this one's, mid-curve-3p1d.yaml, states 32
+    // decode GPUs: skipped in pd_recipes.json).
+    let meta = e.experiments.iter().find(|x| x.point.id.contains("3ptp1-dpa_1dtp1-dpa_24+48gpu")).unwrap();
+    assert!(meta.point.pd_launch.is_none());
+    let pd = meta.pd.as_ref().unwrap();
+    assert_eq!((pd.prefill_workers, pd.prefill.tensor_parallel, pd.prefill.parallel.attention_dp), (3, 8, 8));
+    assert_eq!((pd.decode_workers, pd.decode.tensor_parallel, pd.decode.parallel.attention_dp), (1, 48, 48));
+    // Where the recipe with its nodes and workers is read, it decides: TP4 prefill workers without
+    // DP attention, a decode worker of 32 DP ranks with DeepEP over all 32 GPUs.
     let wide = e.experiments.iter().find(|x| x.point.id.contains("10ptp1-dpa_1dtp1-dpa_40+32gpu")).unwrap();
     let pd = wide.pd.as_ref().unwrap();
-    assert_eq!((pd.prefill_workers, pd.prefill.tensor_parallel, pd.prefill.parallel.attention_dp), (10, 4, 4));
-    assert_eq!((pd.decode_workers, pd.decode.tensor_parallel, pd.decode.parallel.attention_dp), (1, 32, 32));
+    assert_eq!((pd.prefill_workers, pd.prefill.tensor_parallel, pd.prefill.parallel.attention_dp), (10, 4, 1));
+    assert_eq!(
+        (
+            pd.decode_workers,
+            pd.decode.tensor_parallel,
+            pd.decode.parallel.attention_dp,
+            pd.decode.parallel.expert_parallel_size
+        ),
+        (1, 32, 32, 32)
+    );
     // Every replayed point carries its run, replayed as its client ran it.
     for x in &e.experiments {
         assert!(!x.points.is_empty());
@@ -510,6 +526,31 @@ fn a_disaggregated_point_runs_the_pools_its_recipe_launched() {
     let mtp = find("dsr1-fp4-mi355x-mori-sglang-mtp-1ptp4_2dtp8_4+16gpu-sglang-0.5.9-rocm720-mi35x-mori-0227-3/8192x1024_c64_2026-03-13.json");
     let e = capsim::corpus::express(&catalog, mtp, &resolves(&catalog)).unwrap();
     assert_eq!(e.pd.as_ref().unwrap().decode.speculative.as_ref().unwrap().tokens, 1);
+    // A December 2025 GB200 Dynamo SGLang run launched by node counts (no recipe named: ai-dynamo's
+    // frozen scripts): metadata.json's placeholders say `tp: 1, ep: 1, dp-attn: true`; the srt-slurm
+    // recipe with its nodes and workers runs each decode worker over its 24 GPUs with DP attention and
+    // DeepEP, 256 experts + 32 redundant copies, which 24 GPUs share evenly.
+    let wide =
+        find("dsr1-fp8-gb200-dynamo-sglang-6ptp1-dpa_1dtp1-dpa_48+24gpu-0.5.1-rc0.pre1/8192x1024_c512_2025-12-09.json");
+    assert!(wide.pd_launch.as_ref().unwrap().source.contains("max-tpt-6p1d.yaml"), "{:?}", wide.pd_launch);
+    let e = capsim::corpus::express(&catalog, wide, &resolves(&catalog)).unwrap();
+    let (pre, dec) = (&e.pd.as_ref().unwrap().prefill, &e.pd.as_ref().unwrap().decode);
+    assert_eq!(
+        (
+            dec.tensor_parallel,
+            dec.parallel.attention_dp,
+            dec.parallel.expert_parallel_size,
+            dec.parallel.redundant_experts
+        ),
+        (24, 24, 24, 32)
+    );
+    assert_eq!((pre.tensor_parallel, pre.parallel.attention_dp, pre.parallel.expert_parallel_size), (8, 8, 8));
+    // Its low-latency sibling runs TP4 without DP attention, though the key says dp-attn.
+    let low =
+        find("dsr1-fp8-gb200-dynamo-sglang-1ptp1-dpa_4dtp1-dpa_4+16gpu-v0.5.5.post2/1024x1024_c128_2025-12-19.json");
+    let e = capsim::corpus::express(&catalog, low, &resolves(&catalog)).unwrap();
+    let dec = &e.pd.as_ref().unwrap().decode;
+    assert_eq!((dec.tensor_parallel, dec.parallel.attention_dp), (4, 1));
     // Points without a recipe keep metadata.json's pools; no aggregated point has one.
     assert!(points.iter().filter(|p| p.pd_launch.is_some()).all(|p| p.disaggregated && p.set == "inferencex-dsr1"));
 }
@@ -517,14 +558,19 @@ fn a_disaggregated_point_runs_the_pools_its_recipe_launched() {
 #[test]
 fn a_bad_pd_recipes_file_names_the_key() {
     use capsim::measured::pd_recipes::PdRecipes;
-    let ok = r#"{"points": {"d/f.json": {"source": "r.yaml", "prefill": {"max_batch_size": 2}, "decode": {"spec_tokens": 0, "kv_dtype": "fp8"}}}}"#;
+    let ok = r#"{"points": {"d/f.json": {"source": "r.yaml", "prefill": {"max_batch_size": 2}, "decode": {"spec_tokens": 0, "kv_dtype": "fp8", "redundant_experts": 0}}}}"#;
     let t = PdRecipes::parse("pd.json", ok).unwrap();
     assert_eq!(t.at("d", "f.json").unwrap().prefill.settings.max_num_seqs, Some(2));
+    assert_eq!(t.at("d", "f.json").unwrap().decode.redundant_experts, Some(0));
     for (bad, key) in [
         (r#"{"points": {"d/f.json": {"prefill": {}}}}"#, "points.d/f.json.source"),
         (r#"{"points": {"d/f.json": {"source": "s", "prefill": {"batch": 2}}}}"#, "points.d/f.json.prefill.batch"),
         (r#"{"points": {"d/f.json": {"source": "s", "decode": {"max_batch_size": 0}}}}"#, "decode.max_batch_size"),
         (r#"{"points": {"d/f.json": {"source": "s", "decode": {"spec_tokens": -1}}}}"#, "decode.spec_tokens"),
+        (
+            r#"{"points": {"d/f.json": {"source": "s", "decode": {"redundant_experts": 1.5}}}}"#,
+            "decode.redundant_experts",
+        ),
         (
             r#"{"points": {"d/f.json": {"source": "s", "prefill": {"mem_fraction_static": 1.2}}}}"#,
             "mem_fraction_static",

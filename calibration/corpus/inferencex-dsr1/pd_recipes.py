@@ -18,13 +18,23 @@ Where the recipe is read:
   records for the point's date (`main_commit_at_date`); else from NVIDIA/srt-slurm at the newest
   commit on or before the point's date; else at the first commit that has it (after the run: noted
   in the entry's `source`, as its content may have changed).
+- An entry that names no recipe and no engine variable but node counts (`PREFILL_NODES=4`,
+  `DECODE_NODES=8`, with or without `SCRIPT_MODE=1k1k-max-tpt`: InferenceX's GB200 Dynamo SGLang
+  runs of December 2025) ran ai-dynamo/dynamo's frozen SGLang slurm scripts, not available here;
+  their configs moved to srt-slurm as recipes stating the same resources, and the recipe read is the
+  one with the entry's nodes and workers (`node_recipe` says how it is chosen). metadata.json states
+  these pools as `tp: 1, ep: 1, dp-attn: true`, the config key's placeholders: the recipes run
+  each decode worker as one engine over all its GPUs with DP attention and DeepEP (`tp-size: 32,
+  dp-size: 32, ep-size: 32, moe-a2a-backend: deepep`), or TP4 without DP attention at low latency.
 - A recipe whose resources (prefill/decode workers) or pool sizes (GPUs per worker) differ from
   metadata.json's is not used: the point is listed under `skipped` with the difference.
 
 Per pool (`prefill`, `decode`), every value per attention-DP rank as capsim's engine settings are
 (ENGINES.md, "Attention DP"); a key is absent where the recipe leaves the engine's default:
 - `tensor_parallel` (a worker's GPUs), `attention_dp` (ranks; 1 without DP attention),
-  `expert_parallel` (the MoE's EP size);
+  `expert_parallel` (the MoE's EP size), `redundant_experts` (expert slots beyond DeepSeek-R1's 256
+  routed experts: SGLang's `ep-num-redundant-experts`, TensorRT-LLM's
+  `moe_config.load_balancer.num_slots` minus 256);
 - TensorRT-LLM (`backend.trtllm_config.<pool>`): `max_batch_size`, `max_num_tokens` (each rank's:
   TensorRT-LLM's executor per rank), `enable_chunked_prefill`, `free_gpu_memory_fraction`
   (kv_cache_config), `kv_dtype` (kv_cache_config.dtype), `stream_interval`, and for decode
@@ -38,7 +48,8 @@ Per pool (`prefill`, `decode`), every value per attention-DP rank as capsim's en
   `decode_max_running_requests=$((DECODE_CUDA_GRAPH_BS_DP_END * DECODE_TP_SIZE))`, each rank's
   CUDA-graph batch times the ranks), `max_prefill_tokens`, `mem_fraction_static`, `kv_dtype` (kv-cache-dtype),
   `stream_interval`, and for decode `spec_tokens` (speculative-num-steps: EAGLE with topk 1 drafts
-  that many tokens; 0 without a speculative-algorithm);
+  that many tokens; 0 without a speculative-algorithm); `moe-a2a-backend: deepep` without an
+  ep-size is EP over the worker's tp (SGLang sets ep_size = tp_size for DeepEP, server_args.py);
 - variables: PREFILL_/DECODE_MAX_BATCH_SIZE, PREFILL_/DECODE_MAX_NUM_TOKENS,
   DECODE_GPU_MEM_FRACTION (TensorRT-LLM's dynamo scripts, free_gpu_memory_fraction), and
   DECODE_MTP_SIZE as the decode's `spec_tokens` (InferenceX benchmarks/multi_node/amd_utils/
@@ -102,9 +113,14 @@ def kv(v):
     return "fp8" if str(v).startswith("fp8") else str(v)
 
 
+# DeepSeek-R1's routed experts (the only model of this set): ../configs/deepseek-ai__DeepSeek-R1.json.
+ROUTED_EXPERTS = json.load(open(os.path.join(HERE, "..", "configs", "deepseek-ai__DeepSeek-R1.json")))["n_routed_experts"]
+
+
 def trt_pool(c, decode):
     tp = c.get("tensor_parallel_size", 1)
     kc = c.get("kv_cache_config") or {}
+    slots = ((c.get("moe_config") or {}).get("load_balancer") or {}).get("num_slots")
     out = {
         "tensor_parallel": tp,
         "attention_dp": tp if c.get("enable_attention_dp") else 1,
@@ -115,6 +131,7 @@ def trt_pool(c, decode):
         "free_gpu_memory_fraction": kc.get("free_gpu_memory_fraction"),
         "kv_dtype": kv(kc.get("dtype")),
         "stream_interval": c.get("stream_interval"),
+        "redundant_experts": None if slots is None else int(slots) - ROUTED_EXPERTS,
     }
     if decode:
         sc = c.get("speculative_config") or {}
@@ -137,10 +154,65 @@ def sglang_pool(c, decode):
         "mem_fraction_static": c.get("mem-fraction-static"),
         "kv_dtype": kv(c.get("kv-cache-dtype")),
         "stream_interval": c.get("stream-interval"),
+        "redundant_experts": c.get("ep-num-redundant-experts"),
     }
+    if out["expert_parallel"] is None and c.get("moe-a2a-backend") == "deepep":
+        out["expert_parallel"] = tp
     if decode:
         out["spec_tokens"] = c.get("speculative-num-steps", 0) if c.get("speculative-algorithm") else 0
     return out
+
+
+def node_recipes(srt):
+    """Every version of every srt-slurm SGLang recipe that states its resources and ISL/OSL:
+    (date, commit, path, yaml), oldest first."""
+    log = git(srt, "log", "--all", "--reverse", "--format=@%H %ad", "--date=short", "--name-only", "--", "recipies", "recipes")
+    out, commit, date = [], None, None
+    for line in (log or "").splitlines():
+        if line.startswith("@"):
+            commit, date = line[1:].split()
+        elif line.endswith(".yaml") and "trtllm" not in line:
+            text = git(srt, "show", f"{commit}:{line}")
+            try:
+                y = yaml.safe_load(text) if text else None
+            except yaml.YAMLError:
+                y = None
+            if isinstance(y, dict) and "sglang_config" in (y.get("backend") or {}):
+                out.append((date, commit, line, y))
+    return out
+
+
+def node_recipe(versions, m, e, p, spec):
+    """(yaml, source) of the srt-slurm recipe an entry launched by node counts (settings
+    PREFILL_NODES / DECODE_NODES and a SCRIPT_MODE or none, no CONFIG_FILE) ran, or (None, reason).
+    Those entries ran ai-dynamo/dynamo's frozen SGLang slurm scripts (InferenceX
+    benchmarks/dsr1_fp8_gb200_dynamo-sglang_slurm.sh: `git checkout b7107d00...  # All configs are
+    frozen in this branch`, then `submit_disagg.sh PREFILL_NODES PREFILL_WORKERS DECODE_NODES
+    DECODE_WORKERS ... GPU_TYPE SCRIPT_MODE`), which are not available here; srt-slurm is where
+    those scripts' configs moved as recipes, each stating the same resources. The recipe is the one
+    for the point's GPU, precision and ISL/OSL whose prefill/decode nodes and workers are the
+    entry's and whose decode drafts tokens (speculative-algorithm) where the point's does: the newest version on or before the run's date, else the first after it."""
+    v = dict(s.split("=", 1) for s in (e["prefill"].get("additional-settings") or []) + (e["decode"].get("additional-settings") or []) if "=" in s)
+    want = (int(v["PREFILL_NODES"]), m["prefill"]["workers"], int(v["DECODE_NODES"]), m["decode"]["workers"])
+    hits = []
+    for date, commit, path, y in versions:
+        r, mo, b = y.get("resources") or {}, y.get("model") or {}, y.get("benchmark") or {}
+        if (
+            r.get("gpu_type") == m["gpu"]
+            and str(mo.get("precision")) == m["precision"]
+            and (b.get("isl"), b.get("osl")) == (p["isl"], p["osl"])
+            and (r.get("prefill_nodes"), r.get("prefill_workers"), r.get("decode_nodes"), r.get("decode_workers")) == want
+            and bool((y["backend"]["sglang_config"].get("decode") or {}).get("speculative-algorithm")) == spec
+        ):
+            hits.append((date, commit, path, y))
+    if not hits:
+        mtp = "with" if spec else "without"
+        return None, f"no NVIDIA/srt-slurm {m['gpu']} {m['precision']} {p['isl']}x{p['osl']} recipe {mtp} speculative decoding has prefill/decode nodes and workers {want}"
+    before = [h for h in hits if h[0] <= p["date"]]
+    date, commit, path, y = before[-1] if before else hits[0]
+    when = f"newest on or before {p['date']}" if before else f"first that has these resources, after the run on {p['date']}"
+    mode = v.get("SCRIPT_MODE", "none")
+    return y, f"NVIDIA/srt-slurm {path} @ {commit[:10]} ({when}; the recipe with the entry's nodes and workers {want}, SCRIPT_MODE {mode})"
 
 
 def from_variables(settings):
@@ -164,7 +236,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     ix, srt = git_dir(sys.argv[1]), git_dir(sys.argv[2])
-    points, skipped = {}, {}
+    points, skipped, versions = {}, {}, None
     for d in sorted(os.listdir(HERE)):
         mp = os.path.join(HERE, d, "metadata.json")
         if not os.path.isfile(mp):
@@ -191,16 +263,27 @@ def main():
             settings = (e["prefill"].get("additional-settings") or []) + (e["decode"].get("additional-settings") or [])
             where = f"{entry.get('path')} key {entry.get('key')} @ {str(entry.get('commit'))[:10]}, search-space entry conc-list {e.get('conc-list')}"
             files = [s.split("=", 1)[1] for s in settings if s.startswith("CONFIG_FILE=")]
-            if not files:
-                pre, dec = from_variables(settings)
-                if any(v is not None for v in list(pre.values()) + list(dec.values())):
+            names = {s.split("=", 1)[0] for s in settings if "=" in s}
+            pre, dec = from_variables(settings)
+            stated = any(v is not None for v in list(pre.values()) + list(dec.values()))
+            if not files and not stated and {"PREFILL_NODES", "DECODE_NODES"} <= names and "sglang" in m["engine"]:
+                if versions is None:
+                    versions = node_recipes(srt)
+                y, source = node_recipe(versions, m, e, p, spec)
+                if y is None:
+                    skipped[key] = f"{source} ({where})"
+                    continue
+                text = None
+            elif not files:
+                if stated:
                     points[key] = {"source": f"additional-settings of {where}", "prefill": clean(pre), "decode": clean(dec)}
                 continue
-            text, source = recipe(ix, srt, files[0], p["date"], p.get("main_commit_at_date"))
-            if text is None:
-                skipped[key] = f"{files[0]} ({where}) is in neither InferenceX's staged recipes nor NVIDIA/srt-slurm"
-                continue
-            y = yaml.safe_load(text)
+            else:
+                text, source = recipe(ix, srt, files[0], p["date"], p.get("main_commit_at_date"))
+                if text is None:
+                    skipped[key] = f"{files[0]} ({where}) is in neither InferenceX's staged recipes nor NVIDIA/srt-slurm"
+                    continue
+                y = yaml.safe_load(text)
             res = y.get("resources") or {}
             b = y.get("backend") or {}
             if "trtllm_config" in b:
