@@ -62,7 +62,65 @@ pub fn builtin_points() -> Result<Vec<CorpusPoint>> {
         },
     )?;
     launch.attach_layouts(&mut out);
+    lend_pd_recipes(&mut out);
     Ok(out)
+}
+
+/// The deployment a disaggregated point ran, as far as its columns tell: GPU, engine behind its
+/// router (`dynamo-sglang` is SGLang), version, weight precision, lengths, speculative decoding, and
+/// each pool's workers and GPUs per worker.
+fn pd_deployment(p: &CorpusPoint) -> Option<impl Eq + std::hash::Hash> {
+    let (pre, dec) = p.pools?;
+    let gpus = |l: &crate::measured::corpus::PoolLayout| {
+        if p.set == "aic-e2e" {
+            l.tensor_parallel * l.attention_dp.max(1)
+        } else {
+            l.tensor_parallel
+        }
+    };
+    let engine = p.engine.rsplit('-').next().unwrap_or(&p.engine).to_string();
+    let precision = if p.precision == "nvfp4" { "fp4".to_string() } else { p.precision.clone() };
+    Some((
+        (p.gpu.clone(), engine, p.engine_version.trim_start_matches('v').to_string(), precision),
+        (p.isl, p.osl, p.spec_decoding.is_some()),
+        (pre.workers, gpus(&pre), dec.workers, gpus(&dec)),
+    ))
+}
+
+/// InferenceX's database rows in aic-e2e (`db-dump`) of a disaggregated deployment whose
+/// inferencex-dsr1 points run a recipe (pd_recipes.json) run the same recipe: the database states
+/// the pools as InferenceX's config key does (`tp 1, ep 1` placeholders for the December 2025 GB200
+/// Dynamo SGLang runs: moe_tp 32, moe_ep 1, where the recipe ran DeepEP over the 32 GPUs). The row
+/// takes the recipe of the folder point of the same deployment (pd_deployment) measured on the
+/// same day, else the latest before it, else the earliest; its source says which point lent it.
+fn lend_pd_recipes(points: &mut [CorpusPoint]) {
+    use std::collections::HashMap;
+    let mut by_deployment: HashMap<_, Vec<usize>> = HashMap::new();
+    for (i, p) in points.iter().enumerate() {
+        if p.set == "inferencex-dsr1" && p.pd_launch.is_some() {
+            if let Some(k) = pd_deployment(p) {
+                by_deployment.entry(k).or_default().push(i);
+            }
+        }
+    }
+    for i in 0..points.len() {
+        let p = &points[i];
+        if !(p.is_inferencex_db_row() && p.disaggregated && p.pd_launch.is_none()) {
+            continue;
+        }
+        let Some(lenders) = pd_deployment(p).and_then(|k| by_deployment.get(&k)) else { continue };
+        let day = p.date.get(..10).unwrap_or(&p.date);
+        let pick = lenders
+            .iter()
+            .filter(|&&j| points[j].date.as_str() <= day)
+            .max_by_key(|&&j| (&points[j].date, &points[j].id))
+            .or_else(|| lenders.iter().min_by_key(|&&j| (&points[j].date, &points[j].id)));
+        if let Some(&j) = pick {
+            let mut launch = points[j].pd_launch.clone().expect("lenders have a launch");
+            launch.source = format!("{} (lent by {}, the same deployment)", launch.source, points[j].id);
+            points[i].pd_launch = Some(launch);
+        }
+    }
 }
 
 /// A corpus folder on disk laid out as calibration/corpus (`aic-e2e/measured.csv` and/or
@@ -90,6 +148,7 @@ pub fn read_points(dir: &Path) -> Result<Vec<CorpusPoint>> {
             t.attach_layouts(&mut out);
         }
     }
+    lend_pd_recipes(&mut out);
     Ok(out)
 }
 
@@ -605,7 +664,7 @@ pub fn express(
                 // The recipe the point launched, where pd_recipes.json resolves it, over the
                 // pool as metadata.json states it.
                 let recipe = p.pd_launch.as_deref().map(|r| if prefill { &r.prefill } else { &r.decode });
-                let l = recipe.map_or(l, |r| layout::recipe_pool(l, r));
+                let l = recipe.map_or(l, |r| layout::recipe_pool(l, r, p.set == "aic-e2e"));
                 let w = layout::worker(p, &l, moe, gpu.link_domain_gpus.max(1))?;
                 let mut d = Deployment {
                     tensor_parallel: w.gpus,

@@ -187,12 +187,16 @@ pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettin
 /// pools follow the config key, which can differ from the recipe that ran (InferenceX
 /// nvidia-master.yaml dsr1-fp4-gb200-dynamo-trt @ 4e9a376b: `dp-attn: true` for a decode pool whose
 /// recipe, ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml, sets `enable_attention_dp: false`).
-pub fn recipe_pool(l: PoolLayout, r: &PoolLaunch) -> PoolLayout {
+///
+/// `attention_tp`: the pool's `tensor_parallel` counts a rank's GPUs, not the worker's (aic-e2e's
+/// rows, [`worker`]), so the recipe's worker GPUs are divided over its ranks.
+pub fn recipe_pool(l: PoolLayout, r: &PoolLaunch, attention_tp: bool) -> PoolLayout {
     let gpus = r.tensor_parallel.unwrap_or(l.tensor_parallel);
     let ep = r.expert_parallel.unwrap_or(l.moe_ep).max(1);
+    let dp = r.attention_dp.unwrap_or(l.attention_dp).max(1);
     PoolLayout {
-        tensor_parallel: gpus,
-        attention_dp: r.attention_dp.unwrap_or(l.attention_dp),
+        tensor_parallel: if attention_tp { (gpus / dp).max(1) } else { gpus },
+        attention_dp: dp,
         moe_tp: if ep > 1 { 1 } else { gpus },
         moe_ep: ep,
         ..l

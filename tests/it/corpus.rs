@@ -551,8 +551,21 @@ fn a_disaggregated_point_runs_the_pools_its_recipe_launched() {
     let e = capsim::corpus::express(&catalog, low, &resolves(&catalog)).unwrap();
     let dec = &e.pd.as_ref().unwrap().decode;
     assert_eq!((dec.tensor_parallel, dec.parallel.attention_dp), (4, 1));
-    // Points without a recipe keep metadata.json's pools; no aggregated point has one.
-    assert!(points.iter().filter(|p| p.pd_launch.is_some()).all(|p| p.disaggregated && p.set == "inferencex-dsr1"));
+    // InferenceX's database row of the same deployment (aic-e2e: moe_tp 32, moe_ep 1, the key's
+    // placeholders) runs the recipe a folder point of that deployment ran, lent with its source.
+    let db = find("dsr1_gb200_sglang_fp8_disagg_1024x1024_c4096_cfg236");
+    let lent = db.pd_launch.as_ref().expect("lent");
+    assert!(lent.source.contains("max-tpt-2p1d.yaml") && lent.source.contains("lent by"), "{}", lent.source);
+    let e = capsim::corpus::express(&catalog, db, &resolves(&catalog)).unwrap();
+    let (pre, dec) = (&e.pd.as_ref().unwrap().prefill, &e.pd.as_ref().unwrap().decode);
+    assert_eq!((dec.tensor_parallel, dec.parallel.attention_dp, dec.parallel.expert_parallel_size), (32, 32, 32));
+    assert_eq!((pre.tensor_parallel, pre.parallel.attention_dp, pre.parallel.expert_parallel_size), (8, 8, 8));
+    // Points without a recipe keep metadata.json's pools; no aggregated point has one, and no row but
+    // InferenceX's (its folders' and its database's).
+    assert!(points
+        .iter()
+        .filter(|p| p.pd_launch.is_some())
+        .all(|p| p.disaggregated && (p.set == "inferencex-dsr1" || p.is_inferencex_db_row())));
 }
 
 #[test]
