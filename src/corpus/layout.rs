@@ -197,7 +197,7 @@ pub fn recipe_pool(l: PoolLayout, r: &PoolLaunch, attention_tp: bool) -> PoolLay
     PoolLayout {
         tensor_parallel: if attention_tp { (gpus / dp).max(1) } else { gpus },
         attention_dp: dp,
-        moe_tp: if ep > 1 { 1 } else { gpus },
+        moe_tp: if ep > 1 { (gpus / ep).max(1) } else { gpus },
         moe_ep: ep,
         ..l
     }
