@@ -116,7 +116,7 @@ fn large_head(ex: &capsim::corpus::Expressed) -> String {
     let large = ex.large();
     let recipes = large.iter().filter(|e| e.point.pd_launch.is_some()).count();
     t += &format!(
-        "{} large-deployment points replayed; {recipes} disaggregated InferenceX points of them run the pools their\nrecipes launched (calibration/corpus/inferencex-dsr1/pd_recipes.json: each pool's layout and redundant experts,\nbatch and token caps, memory fraction, KV dtype, stream interval and MTP drafted tokens).\n\n",
+        "{} large-deployment points replayed; {recipes} disaggregated InferenceX points of them run the pools their\nrecipes launched (calibration/corpus/inferencex-dsr1/pd_recipes.json: each pool's layout and redundant experts,\nbatch and token caps, memory fraction, KV dtype, stream and scheduler receive intervals and MTP drafted tokens).\n\n",
         large.len()
     );
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();

@@ -47,7 +47,7 @@ pub struct PdLaunch {
     pub decode: PoolLaunch,
 }
 
-const COUNTS: [&str; 11] = [
+const COUNTS: [&str; 12] = [
     "tensor_parallel",
     "attention_dp",
     "expert_parallel",
@@ -58,6 +58,7 @@ const COUNTS: [&str; 11] = [
     "chunked_prefill_size",
     "max_prefill_tokens",
     "stream_interval",
+    "scheduler_recv_interval",
     "spec_tokens",
 ];
 const FRACTIONS: [&str; 2] = ["free_gpu_memory_fraction", "mem_fraction_static"];
@@ -148,6 +149,7 @@ impl PdRecipes {
                         max_prefill_tokens: count("max_prefill_tokens")?,
                         gpu_memory_utilization: fraction("mem_fraction_static")?,
                         stream_interval: count("stream_interval")?,
+                        scheduler_recv_interval: count("scheduler_recv_interval")?,
                         ..EngineSettings::default()
                     },
                     kv_dtype,

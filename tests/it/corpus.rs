@@ -549,8 +549,10 @@ fn a_disaggregated_point_runs_the_pools_its_recipe_launched() {
     let low =
         find("dsr1-fp8-gb200-dynamo-sglang-1ptp1-dpa_4dtp1-dpa_4+16gpu-v0.5.5.post2/1024x1024_c128_2025-12-19.json");
     let e = capsim::corpus::express(&catalog, low, &resolves(&catalog)).unwrap();
-    let dec = &e.pd.as_ref().unwrap().decode;
+    let (pre, dec) = (&e.pd.as_ref().unwrap().prefill, &e.pd.as_ref().unwrap().decode);
     assert_eq!((dec.tensor_parallel, dec.parallel.attention_dp), (4, 1));
+    // Its schedulers poll for new requests every 10 iterations (`scheduler-recv-interval: 10`).
+    assert_eq!((pre.settings.scheduler_recv_interval, dec.settings.scheduler_recv_interval), (Some(10), Some(10)));
     // InferenceX's database row of the same deployment (aic-e2e: moe_tp 32, moe_ep 1, the key's
     // placeholders) runs the recipe a folder point of that deployment ran, lent with its source.
     let db = find("dsr1_gb200_sglang_fp8_disagg_1024x1024_c4096_cfg236");
@@ -571,10 +573,11 @@ fn a_disaggregated_point_runs_the_pools_its_recipe_launched() {
 #[test]
 fn a_bad_pd_recipes_file_names_the_key() {
     use capsim::measured::pd_recipes::PdRecipes;
-    let ok = r#"{"points": {"d/f.json": {"source": "r.yaml", "prefill": {"max_batch_size": 2}, "decode": {"spec_tokens": 0, "kv_dtype": "fp8", "redundant_experts": 0}}}}"#;
+    let ok = r#"{"points": {"d/f.json": {"source": "r.yaml", "prefill": {"max_batch_size": 2}, "decode": {"spec_tokens": 0, "kv_dtype": "fp8", "redundant_experts": 0, "scheduler_recv_interval": 10}}}}"#;
     let t = PdRecipes::parse("pd.json", ok).unwrap();
     assert_eq!(t.at("d", "f.json").unwrap().prefill.settings.max_num_seqs, Some(2));
     assert_eq!(t.at("d", "f.json").unwrap().decode.redundant_experts, Some(0));
+    assert_eq!(t.at("d", "f.json").unwrap().decode.settings.scheduler_recv_interval, Some(10));
     for (bad, key) in [
         (r#"{"points": {"d/f.json": {"prefill": {}}}}"#, "points.d/f.json.source"),
         (r#"{"points": {"d/f.json": {"source": "s", "prefill": {"batch": 2}}}}"#, "points.d/f.json.prefill.batch"),

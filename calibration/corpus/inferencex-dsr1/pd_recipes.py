@@ -47,7 +47,8 @@ Per pool (`prefill`, `decode`), every value per attention-DP rank as capsim's en
   benchmarks/multi_node/amd_utils/server_sglang.sh @ 843c6254, line 221,
   `decode_max_running_requests=$((DECODE_CUDA_GRAPH_BS_DP_END * DECODE_TP_SIZE))`, each rank's
   CUDA-graph batch times the ranks), `max_prefill_tokens`, `mem_fraction_static`, `kv_dtype` (kv-cache-dtype),
-  `stream_interval`, and for decode `spec_tokens` (speculative-num-steps: EAGLE with topk 1 drafts
+  `stream_interval`, `scheduler_recv_interval` (each rank's scheduler polls for new requests every
+  that many iterations), and for decode `spec_tokens` (speculative-num-steps: EAGLE with topk 1 drafts
   that many tokens; 0 without a speculative-algorithm); `moe-a2a-backend: deepep` without an
   ep-size is EP over the worker's tp (SGLang sets ep_size = tp_size for DeepEP, server_args.py);
 - variables: PREFILL_/DECODE_MAX_BATCH_SIZE, PREFILL_/DECODE_MAX_NUM_TOKENS,
@@ -154,6 +155,7 @@ def sglang_pool(c, decode):
         "mem_fraction_static": c.get("mem-fraction-static"),
         "kv_dtype": kv(c.get("kv-cache-dtype")),
         "stream_interval": c.get("stream-interval"),
+        "scheduler_recv_interval": c.get("scheduler-recv-interval"),
         "redundant_experts": c.get("ep-num-redundant-experts"),
     }
     if out["expert_parallel"] is None and c.get("moe-a2a-backend") == "deepep":
