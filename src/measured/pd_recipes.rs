@@ -47,7 +47,7 @@ pub struct PdLaunch {
     pub decode: PoolLaunch,
 }
 
-const COUNTS: [&str; 12] = [
+const COUNTS: [&str; 14] = [
     "tensor_parallel",
     "attention_dp",
     "expert_parallel",
@@ -59,10 +59,12 @@ const COUNTS: [&str; 12] = [
     "max_prefill_tokens",
     "stream_interval",
     "scheduler_recv_interval",
+    "attention_dp_timeout_iters",
+    "attention_dp_batching_wait_iters",
     "spec_tokens",
 ];
 const FRACTIONS: [&str; 2] = ["free_gpu_memory_fraction", "mem_fraction_static"];
-const OTHERS: [&str; 2] = ["enable_chunked_prefill", "kv_dtype"];
+const OTHERS: [&str; 3] = ["enable_chunked_prefill", "kv_dtype", "attention_dp_balance"];
 
 /// pd_recipes.json, read: each point's [`PdLaunch`] by `<folder>/<file>`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -114,11 +116,22 @@ impl PdRecipes {
                 let count = |k: &str| -> Result<Option<u32>> {
                     // spec_tokens (MTP off) and redundant_experts may be 0; every other count is
                     // at least 1.
-                    let min = if matches!(k, "spec_tokens" | "redundant_experts") { 0.0 } else { 1.0 };
+                    let min = if matches!(k, "spec_tokens" | "redundant_experts" | "attention_dp_batching_wait_iters") {
+                        0.0
+                    } else {
+                        1.0
+                    };
                     match d.opt_num(k)? {
                         None => Ok(None),
                         Some(x) if x.fract() == 0.0 && (min..=u32::MAX as f64).contains(&x) => Ok(Some(x as u32)),
                         Some(x) => Err(top.err(&key(k), format!("must be a whole number >= {min}, got {x}"))),
+                    }
+                };
+                let boolean = |k: &str| -> Result<Option<bool>> {
+                    match pv.get(k) {
+                        None => Ok(None),
+                        Some(Value::Bool(b)) => Ok(Some(*b)),
+                        Some(v) => Err(top.err(&key(k), format!("must be true or false, got {v}"))),
                     }
                 };
                 let fraction = |k: &str| -> Result<Option<f64>> {
@@ -142,7 +155,7 @@ impl PdRecipes {
                     settings: EngineSettings {
                         max_num_seqs: count("max_batch_size")?,
                         max_num_batched_tokens: count("max_num_tokens")?,
-                        enable_chunked_prefill: d.opt_bool("enable_chunked_prefill")?,
+                        enable_chunked_prefill: boolean("enable_chunked_prefill")?,
                         free_gpu_memory_fraction: fraction("free_gpu_memory_fraction")?,
                         max_running_requests: count("max_running_requests")?,
                         chunked_prefill_size: count("chunked_prefill_size")?,
@@ -150,6 +163,9 @@ impl PdRecipes {
                         gpu_memory_utilization: fraction("mem_fraction_static")?,
                         stream_interval: count("stream_interval")?,
                         scheduler_recv_interval: count("scheduler_recv_interval")?,
+                        attention_dp_balance: boolean("attention_dp_balance")?,
+                        attention_dp_timeout_iters: count("attention_dp_timeout_iters")?,
+                        attention_dp_batching_wait_iters: count("attention_dp_batching_wait_iters")?,
                         ..EngineSettings::default()
                     },
                     kv_dtype,

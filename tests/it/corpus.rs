@@ -517,6 +517,9 @@ fn a_disaggregated_point_runs_the_pools_its_recipe_launched() {
         (Some(16), Some(16), Some(100))
     );
     assert_eq!((pre.tensor_parallel, pre.parallel.attention_dp), (4, 4));
+    // Its context workers run attention DP without balancing: the recipe has no attention_dp_config
+    // (TensorRT-LLM's default, enable_balance false), where InferenceX's single-node scripts turn it on.
+    assert_eq!(pre.settings.attention_dp_balance, Some(false));
     assert_eq!((pre.settings.max_num_seqs, pre.settings.max_num_batched_tokens), (Some(2), Some(16640)));
     assert_eq!((pre.settings.free_gpu_memory_fraction, dec.settings.free_gpu_memory_fraction), (Some(0.6), Some(0.9)));
     assert_eq!((pre.kv_dtype, dec.kv_dtype), (Dtype::Fp8, Dtype::Fp8));
@@ -586,6 +589,10 @@ fn a_bad_pd_recipes_file_names_the_key() {
         (
             r#"{"points": {"d/f.json": {"source": "s", "decode": {"redundant_experts": 1.5}}}}"#,
             "decode.redundant_experts",
+        ),
+        (
+            r#"{"points": {"d/f.json": {"source": "s", "prefill": {"attention_dp_balance": 1}}}}"#,
+            "prefill.attention_dp_balance",
         ),
         (
             r#"{"points": {"d/f.json": {"source": "s", "prefill": {"mem_fraction_static": 1.2}}}}"#,

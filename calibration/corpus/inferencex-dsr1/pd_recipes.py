@@ -37,7 +37,10 @@ Per pool (`prefill`, `decode`), every value per attention-DP rank as capsim's en
   `moe_config.load_balancer.num_slots` minus 256);
 - TensorRT-LLM (`backend.trtllm_config.<pool>`): `max_batch_size`, `max_num_tokens` (each rank's:
   TensorRT-LLM's executor per rank), `enable_chunked_prefill`, `free_gpu_memory_fraction`
-  (kv_cache_config), `kv_dtype` (kv_cache_config.dtype), `stream_interval`, and for decode
+  (kv_cache_config), `kv_dtype` (kv_cache_config.dtype), `stream_interval`, with attention DP
+  `attention_dp_balance` (attention_dp_config.enable_balance; false where the recipe has no
+  attention_dp_config, TensorRT-LLM's default) and, when on, `attention_dp_timeout_iters` and
+  `attention_dp_batching_wait_iters` (the recipe's, else TensorRT-LLM's 50 and 10), and for decode
   `spec_tokens` (speculative_config.num_nextn_predict_layers, 0 without a speculative_config);
 - SGLang (`backend.sglang_config.<pool>`): `max_running_requests` and `chunked_prefill_size` divided
   by the DP size under DP attention (SGLang splits both over the ranks: ENGINES.md cites
@@ -122,6 +125,11 @@ def trt_pool(c, decode):
     tp = c.get("tensor_parallel_size", 1)
     kc = c.get("kv_cache_config") or {}
     slots = ((c.get("moe_config") or {}).get("load_balancer") or {}).get("num_slots")
+    # Attention-DP balancing is off unless the recipe's attention_dp_config turns it on; its waits
+    # default to TensorRT-LLM's (llm_args.py AttentionDpConfig: timeout_iters 50,
+    # batching_wait_iters 10).
+    adp = c.get("attention_dp_config") or {}
+    balance = bool(adp.get("enable_balance")) if c.get("enable_attention_dp") else None
     out = {
         "tensor_parallel": tp,
         "attention_dp": tp if c.get("enable_attention_dp") else 1,
@@ -133,6 +141,9 @@ def trt_pool(c, decode):
         "kv_dtype": kv(kc.get("dtype")),
         "stream_interval": c.get("stream_interval"),
         "redundant_experts": None if slots is None else int(slots) - ROUTED_EXPERTS,
+        "attention_dp_balance": balance,
+        "attention_dp_timeout_iters": adp.get("timeout_iters", 50) if balance else None,
+        "attention_dp_batching_wait_iters": adp.get("batching_wait_iters", 10) if balance else None,
     }
     if decode:
         sc = c.get("speculative_config") or {}
