@@ -60,6 +60,20 @@ impl Error {
     pub fn flag(flag: &str, msg: impl Into<String>) -> Self {
         Error::input("command line", None, Some(flag), msg)
     }
+    /// This error with its field named below `prefix`: a value read from a nested object by a
+    /// reader that sees only that object (`decode.max_batch_size` as `points.<p>.decode.max_batch_size`).
+    pub fn under(self, prefix: &str) -> Self {
+        match self {
+            Error::Input { mut at, msg } => {
+                at.field = Some(match at.field {
+                    Some(f) => format!("{prefix}.{f}"),
+                    None => prefix.to_string(),
+                });
+                Error::Input { at, msg }
+            }
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for Error {

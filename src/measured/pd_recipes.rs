@@ -112,37 +112,32 @@ impl PdRecipes {
                 }) {
                     return Err(top.err(&key(k), "unknown key"));
                 }
+                // The pool's object read with the Doc helpers, every error named from the top.
                 let d = Doc { src: file, line: 1, v: pv };
+                let prefix = at(name);
                 let count = |k: &str| -> Result<Option<u32>> {
-                    // spec_tokens (MTP off) and redundant_experts may be 0; every other count is
-                    // at least 1.
+                    // spec_tokens (MTP off), redundant_experts and the balance's batching wait may
+                    // be 0; every other count is at least 1.
                     let min = if matches!(k, "spec_tokens" | "redundant_experts" | "attention_dp_batching_wait_iters") {
-                        0.0
+                        0
                     } else {
-                        1.0
+                        1
                     };
-                    match d.opt_num(k)? {
-                        None => Ok(None),
-                        Some(x) if x.fract() == 0.0 && (min..=u32::MAX as f64).contains(&x) => Ok(Some(x as u32)),
-                        Some(x) => Err(top.err(&key(k), format!("must be a whole number >= {min}, got {x}"))),
+                    match d.count_at_most(k, u32::MAX as u64).map_err(|e| e.under(&prefix))? {
+                        Some(n) if n < min => Err(top.err(&key(k), format!("must be at least {min}, got {n}"))),
+                        n => Ok(n.map(|n| n as u32)),
                     }
                 };
-                let boolean = |k: &str| -> Result<Option<bool>> {
-                    match pv.get(k) {
-                        None => Ok(None),
-                        Some(Value::Bool(b)) => Ok(Some(*b)),
-                        Some(v) => Err(top.err(&key(k), format!("must be true or false, got {v}"))),
-                    }
-                };
+                let boolean = |k: &str| d.opt_bool(k).map_err(|e| e.under(&prefix));
                 let fraction = |k: &str| -> Result<Option<f64>> {
-                    match d.opt_num(k)? {
+                    match d.opt_num(k).map_err(|e| e.under(&prefix))? {
                         Some(x) if !(x > 0.0 && x <= 1.0) => {
                             Err(top.err(&key(k), format!("must be in (0, 1], got {x}")))
                         }
                         x => Ok(x),
                     }
                 };
-                let kv_dtype = match d.opt_string("kv_dtype")?.as_deref() {
+                let kv_dtype = match d.opt_string("kv_dtype").map_err(|e| e.under(&prefix))?.as_deref() {
                     None => None,
                     Some(k @ ("fp8" | "bf16")) => Dtype::parse(k),
                     Some(k) => return Err(top.err(&key("kv_dtype"), format!("`{k}`: one of fp8, bf16"))),
