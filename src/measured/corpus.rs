@@ -562,15 +562,15 @@ pub const PD_RECIPES: &str = "pd_recipes.json";
 /// The folder's [`LAUNCH_SETTINGS`] with its [`PD_RECIPES`], where it has either.
 pub fn read_launch_table(root: &std::path::Path) -> Result<Option<LaunchTable>> {
     let (path, pd) = (root.join(LAUNCH_SETTINGS), root.join(PD_RECIPES));
-    let table = if path.is_file() {
-        LaunchTable::parse(&path.display().to_string(), &crate::error::read_file(&path)?)?
-    } else if pd.is_file() {
-        LaunchTable::default()
-    } else {
+    if !path.is_file() && !pd.is_file() {
         return Ok(None);
+    }
+    let mut table = match path.is_file() {
+        true => LaunchTable::parse(&path.display().to_string(), &crate::error::read_file(&path)?)?,
+        false => LaunchTable::default(),
     };
     if pd.is_file() {
-        return table.with_pd_recipes(&pd.display().to_string(), &crate::error::read_file(&pd)?).map(Some);
+        table = table.with_pd_recipes(&pd.display().to_string(), &crate::error::read_file(&pd)?)?;
     }
     Ok(Some(table))
 }
