@@ -66,24 +66,21 @@ pub fn builtin_points() -> Result<Vec<CorpusPoint>> {
     Ok(out)
 }
 
-/// The deployment a disaggregated point ran, as far as its columns tell: GPU, engine behind its
-/// router (`dynamo-sglang` is SGLang), version, weight precision, lengths, speculative decoding, and
-/// each pool's workers and GPUs per worker.
+/// The deployment and load a disaggregated point ran, as far as its columns tell, read as
+/// [`express`] reads them: GPU ([`gpu_name`]), engine behind its router ([`engine_behind_router`]),
+/// version, the experts' dtype ([`weight_dtype`]), lengths, concurrency, speculative decoding, and
+/// each pool's workers and GPUs per worker ([`layout::worker_gpus`]). The concurrency is part of it
+/// because a config entry's recipe is chosen by its conc-list: the same pools at another
+/// concurrency may have run another recipe's caps.
 fn pd_deployment(p: &CorpusPoint) -> Option<impl Eq + std::hash::Hash> {
     let (pre, dec) = p.pools?;
-    let gpus = |l: &crate::measured::corpus::PoolLayout| {
-        if p.set == "aic-e2e" {
-            l.tensor_parallel * l.attention_dp.max(1)
-        } else {
-            l.tensor_parallel
-        }
-    };
-    let engine = p.engine.rsplit('-').next().unwrap_or(&p.engine).to_string();
-    let precision = if p.precision == "nvfp4" { "fp4".to_string() } else { p.precision.clone() };
+    let gpu = gpu_name(&p.gpu).to_ascii_lowercase();
+    let dtype = weight_dtype(p, true, gpu.starts_with("mi")).ok()?;
+    let version = p.engine_version.trim_start_matches('v').to_string();
     Some((
-        (p.gpu.clone(), engine, p.engine_version.trim_start_matches('v').to_string(), precision),
-        (p.isl, p.osl, p.spec_decoding.is_some()),
-        (pre.workers, gpus(&pre), dec.workers, gpus(&dec)),
+        (gpu, engine_of(engine_behind_router(&p.engine))?.as_str(), version, dtype),
+        (p.isl, p.osl, p.concurrency, p.spec_decoding.is_some()),
+        (pre.workers, layout::worker_gpus(p, &pre), dec.workers, layout::worker_gpus(p, &dec)),
     ))
 }
 
@@ -91,8 +88,9 @@ fn pd_deployment(p: &CorpusPoint) -> Option<impl Eq + std::hash::Hash> {
 /// inferencex-dsr1 points run a recipe (pd_recipes.json) run the same recipe: the database states
 /// the pools as InferenceX's config key does (`tp 1, ep 1` placeholders for the December 2025 GB200
 /// Dynamo SGLang runs: moe_tp 32, moe_ep 1, where the recipe ran DeepEP over the 32 GPUs). The row
-/// takes the recipe of the folder point of the same deployment (pd_deployment) measured on the
-/// same day, else the latest before it, else the earliest; its source says which point lent it.
+/// takes the recipe of the folder point of the same deployment at the same concurrency
+/// (pd_deployment) measured on the same day, else the latest before it, else the earliest; its
+/// source says which point lent it.
 fn lend_pd_recipes(points: &mut [CorpusPoint]) {
     use std::collections::HashMap;
     let mut by_deployment: HashMap<_, Vec<usize>> = HashMap::new();
@@ -664,7 +662,7 @@ pub fn express(
                 // The recipe the point launched, where pd_recipes.json resolves it, over the
                 // pool as metadata.json states it.
                 let recipe = p.pd_launch.as_deref().map(|r| if prefill { &r.prefill } else { &r.decode });
-                let l = recipe.map_or(l, |r| layout::recipe_pool(l, r, p.set == "aic-e2e"));
+                let l = recipe.map_or(l, |r| layout::recipe_pool(p, l, r));
                 let w = layout::worker(p, &l, moe, gpu.link_domain_gpus.max(1))?;
                 let mut d = Deployment {
                     tensor_parallel: w.gpus,

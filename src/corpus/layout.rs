@@ -60,9 +60,9 @@ pub struct Worker {
 /// plain layout; anything else goes through the large step (sim/step_large.rs), as the aggregated
 /// points' layouts do.
 pub fn worker(p: &CorpusPoint, l: &PoolLayout, moe: bool, link_domain: u32) -> Result<Worker, Refusal> {
-    let inferencex = p.set != "aic-e2e";
+    let inferencex = !counts_rank_gpus(p);
     let dp = l.attention_dp.max(1);
-    let gpus = if inferencex { l.tensor_parallel } else { l.tensor_parallel * dp };
+    let gpus = worker_gpus(p, l);
     if gpus > link_domain {
         return Err(Refusal::BeyondLinkDomain);
     }
@@ -79,6 +79,22 @@ pub fn worker(p: &CorpusPoint, l: &PoolLayout, moe: bool, link_domain: u32) -> R
         Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: 1, redundant_experts: 0 }
     };
     Ok(Worker { gpus, parallel, expert_parallel: moe && ep > 1 && ep == gpus })
+}
+
+/// Whether `p`'s pools count one attention rank's GPUs in `tensor_parallel` (aic-e2e's rows:
+/// `tp_size` is the attention TP, aiconfigurator's convention) rather than a worker's (InferenceX's
+/// metadata.json).
+fn counts_rank_gpus(p: &CorpusPoint) -> bool {
+    p.set == "aic-e2e"
+}
+
+/// The GPUs of one worker of pool `l` of point `p`.
+pub fn worker_gpus(p: &CorpusPoint, l: &PoolLayout) -> u32 {
+    if counts_rank_gpus(p) {
+        l.tensor_parallel * l.attention_dp.max(1)
+    } else {
+        l.tensor_parallel
+    }
 }
 
 /// The launch's (TP, EP) from an aic-e2e id `..._tp<T>_ep<E>_<n>`.
@@ -187,15 +203,14 @@ pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettin
 /// pools follow the config key, which can differ from the recipe that ran (InferenceX
 /// nvidia-master.yaml dsr1-fp4-gb200-dynamo-trt @ 4e9a376b: `dp-attn: true` for a decode pool whose
 /// recipe, ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml, sets `enable_attention_dp: false`).
-///
-/// `attention_tp`: the pool's `tensor_parallel` counts a rank's GPUs, not the worker's (aic-e2e's
-/// rows, [`worker`]), so the recipe's worker GPUs are divided over its ranks.
-pub fn recipe_pool(l: PoolLayout, r: &PoolLaunch, attention_tp: bool) -> PoolLayout {
-    let gpus = r.tensor_parallel.unwrap_or(l.tensor_parallel);
+/// Where `p`'s pools count a rank's GPUs ([`worker_gpus`]), the recipe's worker GPUs are divided
+/// over its ranks.
+pub fn recipe_pool(p: &CorpusPoint, l: PoolLayout, r: &PoolLaunch) -> PoolLayout {
+    let gpus = r.tensor_parallel.unwrap_or_else(|| worker_gpus(p, &l));
     let ep = r.expert_parallel.unwrap_or(l.moe_ep).max(1);
     let dp = r.attention_dp.unwrap_or(l.attention_dp).max(1);
     PoolLayout {
-        tensor_parallel: if attention_tp { (gpus / dp).max(1) } else { gpus },
+        tensor_parallel: if counts_rank_gpus(p) { (gpus / dp).max(1) } else { gpus },
         attention_dp: dp,
         moe_tp: if ep > 1 { (gpus / ep).max(1) } else { gpus },
         moe_ep: ep,
