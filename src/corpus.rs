@@ -461,6 +461,12 @@ fn weight_dtype(p: &CorpusPoint, moe: bool, amd: bool) -> std::result::Result<Dt
     }
 }
 
+/// InferenceX's TensorRT-LLM token budget: `(CONC + ISL + 64 + 63) / 64 x 64`, at least `floor`.
+pub fn inferencex_trt_max_num_tokens(isl: u32, concurrency: u32, floor: u32) -> u32 {
+    let v = ((concurrency as u64 + isl as u64 + 64).div_ceil(64) * 64).max(floor as u64);
+    v.min(u32::MAX as u64) as u32
+}
+
 /// The engine settings the point's benchmark launched the engine with, where its setup states them.
 /// Benchmarkers size the per-step token budget so a whole prompt fits beside every running decode;
 /// an engine left at TensorRT-LLM's default (max_num_tokens 8192, no chunked prefill) would admit an
@@ -469,6 +475,8 @@ fn weight_dtype(p: &CorpusPoint, moe: bool, amd: bool) -> std::result::Result<Dt
 /// - InferenceX, TensorRT-LLM: `MAX_NUM_TOKENS=$(( (CONC+ISL+64+63)/64*64 ))`, at least 8192
 ///   (SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_fp4_b200_trt.sh; the other
 ///   TRT scripts give ISL + OSL + 256 or 16384/32768 by sequence length, all a whole prompt and more).
+///   The December 2025 slurm scripts set no floor: inferencex-dsr1/launch_settings.json says which
+///   deployments ran which (`trt_max_num_tokens_floor`, layout::launch_settings).
 ///   Its vLLM and SGLang scripts vary by recipe and are left at the engines' defaults, but for the
 ///   settings inferencex-dsr1/launch_settings.json resolves (layout::launch_settings).
 /// - NVIDIA's rows (aiconfigurator's accuracy set): aiconfigurator's benchmark rules, assumed to be what
@@ -483,7 +491,7 @@ pub fn benchmark_settings(client: Client, engine: EngineKind, isl: u32, concurre
     let tokens = |v: u64| Some(v.min(u32::MAX as u64) as u32);
     match (client, engine) {
         (Client::InferenceX, EngineKind::Trtllm) => {
-            s.max_num_batched_tokens = tokens(((conc + isl + 64).div_ceil(64) * 64).max(8192));
+            s.max_num_batched_tokens = Some(inferencex_trt_max_num_tokens(isl as u32, conc as u32, 8192));
         }
         (Client::InferenceX, _) => {}
         (_, EngineKind::Trtllm) => s.max_num_batched_tokens = tokens((conc + isl + 1500).div_ceil(32) * 32),

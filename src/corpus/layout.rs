@@ -186,6 +186,11 @@ pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettin
         s.gpu_memory_utilization = l.mem_fraction_static.or(s.gpu_memory_utilization);
         s.scheduler_recv_interval = l.scheduler_recv_interval.or(s.scheduler_recv_interval);
         s.stream_interval = l.stream_interval.or(s.stream_interval);
+        // The script's own rule for TensorRT-LLM's token budget (benchmark_settings assumes the
+        // later scripts' floor of 8192).
+        if let (Some(EngineKind::Trtllm), Some(floor)) = (s.kind, l.trt_max_num_tokens_floor) {
+            s.max_num_batched_tokens = Some(crate::corpus::inferencex_trt_max_num_tokens(p.isl, p.concurrency, floor));
+        }
     }
     let inferencex = p.set != "aic-e2e" || from_inferencex_db(p);
     if s.kind == Some(EngineKind::Trtllm) && parallel.attention_dp > 1 && inferencex {

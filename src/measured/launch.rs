@@ -29,6 +29,10 @@ pub struct LaunchSettings {
     /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM
     /// stream_interval).
     pub stream_interval: Option<u32>,
+    /// The floor InferenceX's TensorRT-LLM script puts under its --max_num_tokens, (CONC + ISL + 64 +
+    /// 63) / 64 x 64: 8192 in the later scripts, 0 (none) in the December 2025 slurm scripts
+    /// (crate::corpus::benchmark_settings assumes 8192 where no entry says).
+    pub trt_max_num_tokens_floor: Option<u32>,
     /// Where the values were read (script, commit, lines).
     pub script: String,
 }
@@ -53,7 +57,7 @@ pub struct LaunchTable {
     pd: super::pd_recipes::PdRecipes,
 }
 
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 8] = [
     "script",
     "max_running_requests",
     "chunked_prefill_size",
@@ -61,6 +65,7 @@ const KEYS: [&str; 7] = [
     "mem_fraction_static",
     "scheduler_recv_interval",
     "stream_interval",
+    "trt_max_num_tokens_floor",
 ];
 
 impl LaunchTable {
@@ -136,6 +141,15 @@ impl LaunchTable {
                 mem_fraction_static: mem,
                 scheduler_recv_interval: None,
                 stream_interval: count("stream_interval")?,
+                trt_max_num_tokens_floor: match d.opt_num("trt_max_num_tokens_floor")? {
+                    None => None,
+                    Some(x) if x.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&x) => Some(x as u32),
+                    Some(x) => {
+                        return Err(
+                            top.err(&key("trt_max_num_tokens_floor"), format!("must be a whole number >= 0, got {x}"))
+                        )
+                    }
+                },
                 script: d
                     .opt_string("script")?
                     .ok_or_else(|| top.err(&key("script"), "required: where the values were read"))?,
@@ -235,6 +249,7 @@ pub fn stated_sglang_flags(metadata: &Value) -> Option<LaunchSettings> {
         mem_fraction_static: literal("mem_fraction_static").filter(|x| *x <= 1.0),
         scheduler_recv_interval: None,
         stream_interval: None,
+        trt_max_num_tokens_floor: None,
         script: "metadata.json engine_scripts[].flags_found_in_script".into(),
     };
     let any = out.max_running_requests.is_some()
@@ -254,6 +269,7 @@ impl LaunchSettings {
             mem_fraction_static: self.mem_fraction_static.or(other.mem_fraction_static),
             scheduler_recv_interval: self.scheduler_recv_interval.or(other.scheduler_recv_interval),
             stream_interval: self.stream_interval.or(other.stream_interval),
+            trt_max_num_tokens_floor: self.trt_max_num_tokens_floor.or(other.trt_max_num_tokens_floor),
             script: format!("{}; {}", self.script, other.script),
         }
     }

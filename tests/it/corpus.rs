@@ -245,6 +245,28 @@ fn explain_names_the_host_costs() {
     }
 }
 
+/// InferenceX's TensorRT-LLM token budget follows the script each deployment ran: (CONC + ISL + 64 +
+/// 63) / 64 x 64, floored at 8192 by the later scripts and not by the December 2025 slurm scripts
+/// (launch_settings.json `trt_max_num_tokens_floor`). At 256 clients and 1,024-token prompts the
+/// slurm script gives each rank 1,344 tokens a step: one prompt beside its decodes, not six.
+#[test]
+fn trt_token_budget_follows_the_script_the_run_used() {
+    let points = builtin_points().unwrap();
+    let catalog = Catalog::builtin();
+    let budget = |dep: &str, conc: u32, isl: u32| {
+        let p = points
+            .iter()
+            .find(|p| p.id.contains(&format!("/{dep}/")) && p.concurrency == conc && p.isl == isl)
+            .unwrap_or_else(|| panic!("{dep} at {conc}"));
+        let e = capsim::corpus::express(&catalog, p, &resolves(&catalog)).unwrap();
+        (p.launch.as_ref().and_then(|l| l.trt_max_num_tokens_floor), e.deployment.settings.max_num_batched_tokens)
+    };
+    assert_eq!(budget("dsr1-fp4-b200-trt-tp4ep4-dpa-1.1.0rc2.post2", 256, 1024), (Some(0), Some(1344)));
+    assert_eq!(budget("dsr1-fp4-b200-trt-tp4ep4-dpa-1.1.0rc2.post2", 256, 8192), (Some(0), Some(8512)));
+    assert_eq!(budget("dsr1-fp8-h200-trt-tp8ep8-1.3.0rc14", 4, 1024), (Some(8192), Some(8192)));
+    assert_eq!(capsim::corpus::inferencex_trt_max_num_tokens(1024, 4, 0), 1152);
+}
+
 /// InferenceX's launch settings that metadata.json leaves unresolved reach each point's engine:
 /// B200 SGLang's receive interval by concurrency and its memory fraction, every NVIDIA deployment's
 /// stream interval; AMD's scripts set neither.
@@ -449,6 +471,8 @@ fn a_bad_launch_settings_file_names_the_key() {
     assert_eq!(t.at("d", 15).unwrap().scheduler_recv_interval, Some(10));
     assert_eq!(t.at("d", 16).unwrap().scheduler_recv_interval, Some(30));
     assert!(t.at("other", 16).is_none());
+    let floor = r#"{"deployments": {"d": {"script": "s.sh", "trt_max_num_tokens_floor": 0}}}"#;
+    assert_eq!(LaunchTable::parse("l.json", floor).unwrap().at("d", 4).unwrap().trt_max_num_tokens_floor, Some(0));
     for (bad, key) in [
         (r#"{"deployments": {"d": {"script": "s", "recv": 3}}}"#, "deployments.d.recv"),
         (
@@ -458,6 +482,8 @@ fn a_bad_launch_settings_file_names_the_key() {
         (r#"{"deployments": {"d": {"script": "s", "scheduler_recv_interval": [[1, 0]]}}}"#, "scheduler_recv_interval"),
         (r#"{"deployments": {"d": {"script": "s", "mem_fraction_static": 1.5}}}"#, "mem_fraction_static"),
         (r#"{"deployments": {"d": {"script": "s", "stream_interval": -1}}}"#, "stream_interval"),
+        (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_floor": 8.5}}}"#, "trt_max_num_tokens_floor"),
+        (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_floor": -1}}}"#, "trt_max_num_tokens_floor"),
         (r#"{"deployments": {"d": {"stream_interval": 10}}}"#, "deployments.d.script"),
         (r#"{"deployments": 3}"#, "deployments"),
         ("{", "l.json"),

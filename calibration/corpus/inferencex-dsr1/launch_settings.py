@@ -5,6 +5,10 @@ metadata.json does not resolve. capsim's own file, not the corpus curators'.
 - The SGLang settings InferenceX's B200 scripts pass through shell variables (metadata.json keeps
   `--scheduler-recv-interval $SCHEDULER_RECV_INTERVAL` verbatim but not the value): read by hand from
   each deployment's script at the commit its metadata.json records, written below with their lines.
+- `trt_max_num_tokens_floor`: the floor under TensorRT-LLM's --max_num_tokens, which InferenceX's
+  scripts size as (CONC + ISL + 64 + 63) / 64 x 64: 8192 in the later scripts, none (0) in the
+  December 2025 slurm scripts. Found in each deployment's scripts; the MTP scripts, which size it by
+  their batch, get no entry.
 - `stream_interval` (tokens per streamed response: SGLang and vLLM `--stream-interval N`, TensorRT-LLM
   `stream_interval: N` in the YAML its scripts write): found in each deployment's scripts at the
   recorded commits; a deployment whose scripts never set it runs the engine's default, 1, and gets no
@@ -105,6 +109,46 @@ def stream_intervals(repo):
     return found
 
 
+# InferenceX's TensorRT-LLM scripts size --max_num_tokens from the client's concurrency:
+# `MAX_NUM_TOKENS=$(( ($CONC+$ISL+64+63)/64*64 ))`, which the later scripts floor at 8192
+# (`MAX_NUM_TOKENS=$(( MAX_NUM_TOKENS > 8192 ? MAX_NUM_TOKENS : 8192 ))`) and the December 2025
+# slurm scripts do not. The MTP scripts size it by their batch instead and get no entry here.
+TRT_TOKENS = re.compile(r"MAX_NUM_TOKENS=\$\(\( *\( *\$?CONC *\+ *\$?ISL *\+ *64 *\+ *63 *\) */ *64 *\* *64 *\)\)")
+TRT_FLOOR = re.compile(r"MAX_NUM_TOKENS=\$\(\( *MAX_NUM_TOKENS *> *(\d+) *\? *MAX_NUM_TOKENS *: *(\d+) *\)\)")
+
+
+def trt_token_floors(repo):
+    """Deployment -> (floor, where) for every single-node TensorRT-LLM deployment whose scripts size
+    max_num_tokens by CONC + ISL: the floor under it (0: none)."""
+    found = {}
+    for meta_path in sorted(glob.glob("*/metadata.json")):
+        dep = meta_path.split("/")[0]
+        with open(meta_path) as f:
+            m = json.load(f)
+        if m.get("disagg") or m.get("engine") != "trt":
+            continue
+        values = {}
+        for s in m.get("engine_scripts") or []:
+            text = subprocess.run(
+                ["git", "-C", repo, "show", f"{s['commit']}:{s['path']}"], capture_output=True, text=True, check=True
+            ).stdout
+            lines = text.split("\n")
+            rule = [i for i, line in enumerate(lines, 1) if TRT_TOKENS.search(line)]
+            if not rule:
+                values.setdefault(None, f"{s['path']} @ {s['commit'][:8]}")
+                continue
+            floors = [(i, int(f.group(2))) for i, line in enumerate(lines, 1) for f in [TRT_FLOOR.search(line)] if f]
+            floor = floors[0][1] if floors else 0
+            where = f"{s['path']} @ {s['commit'][:8]}, line {rule[0]}" + (f" and {floors[0][0]}" if floors else "")
+            values.setdefault(floor, where)
+        if len(values) > 1:
+            sys.exit(f"{dep}: its scripts disagree on the max_num_tokens rule: {values}")
+        if values and None not in values:
+            (v, where), = values.items()
+            found[dep] = (v, where)
+    return found
+
+
 def stated_sglang_flags(dep):
     """The literal SGLang flags metadata.json states for `dep` where all its scripts agree (capsim's
     reader takes them from metadata.json itself: src/measured/launch.rs `stated_sglang_flags`)."""
@@ -132,6 +176,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: python3 launch_settings.py /path/to/InferenceX")
     streams = stream_intervals(sys.argv[1])
+    floors = trt_token_floors(sys.argv[1])
     out = {
         "about": "SGLang settings that InferenceX's B200 launch scripts pass through shell variables "
         "(metadata.json keeps the launch lines verbatim but not the variables' values), read by hand from "
@@ -141,10 +186,12 @@ def main():
         "mem_fraction_static is SGLang's --mem-fraction-static. stream_interval: tokens per streamed "
         "response (SGLang/vLLM --stream-interval, TensorRT-LLM stream_interval), found in the scripts. "
         "layouts: for InferenceX's database rows in aic-e2e, which name no folder, the settings every "
-        "folder of a plain layout (model-precision-gpu-engine-tpN) agrees on.",
+        "folder of a plain layout (model-precision-gpu-engine-tpN) agrees on. trt_max_num_tokens_floor: "
+        "the floor InferenceX's TensorRT-LLM scripts put under MAX_NUM_TOKENS = (CONC + ISL + 64 + 63) / 64 "
+        "x 64 (8192 in the later scripts, 0 in the December 2025 slurm scripts).",
         "deployments": {},
     }
-    for dep in sorted(set(DEPLOYMENTS) | set(streams)):
+    for dep in sorted(set(DEPLOYMENTS) | set(streams) | set(floors)):
         entry = {}
         where = []
         if dep in DEPLOYMENTS:
@@ -158,6 +205,9 @@ def main():
         if dep in streams:
             entry["stream_interval"] = streams[dep][0]
             where.append(f"stream_interval: {streams[dep][1]}")
+        if dep in floors:
+            entry["trt_max_num_tokens_floor"] = floors[dep][0]
+            where.append(f"max_num_tokens: {floors[dep][1]}")
         out["deployments"][dep] = {"script": "; ".join(where), **entry}
     # InferenceX's own database rows in aic-e2e (`db-dump` in silicon_data_source) name no folder:
     # a plain layout (`<model>-<precision>-<gpu>-<engine>-tp<N>`, no EP, DP attention or MTP) takes
@@ -168,7 +218,13 @@ def main():
         m = re.match(r"^([a-z0-9]+-(?:fp4|fp8)-[a-z0-9]+-(?:sglang|trt|vllm))-(tp\d+)-", dep)
         if not m:
             continue
-        settings = {**stated_sglang_flags(dep), **{k: v for k, v in out["deployments"].get(dep, {}).items() if k != "script"}}
+        # The max_num_tokens floor belongs to a script version, not a layout: a database row of another
+        # day may have run another version of the script, so it is not carried to the layouts.
+        own = out["deployments"].get(dep, {})
+        settings = {
+            **stated_sglang_flags(dep),
+            **{k: v for k, v in own.items() if k not in ("script", "trt_max_num_tokens_floor")},
+        }
         by_layout.setdefault(f"{m.group(1)}-{m.group(2)}", []).append((dep, json.dumps(settings, sort_keys=True)))
     out["layouts"] = {}
     for key, deps in sorted(by_layout.items()):
