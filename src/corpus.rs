@@ -467,6 +467,17 @@ pub fn inferencex_trt_max_num_tokens(isl: u32, concurrency: u32, floor: u32) -> 
     v.min(u32::MAX as u64) as u32
 }
 
+/// InferenceX's TensorRT-LLM MTP scripts' token budget: `((MTP + 1) x MAX_BATCH_SIZE + ISL + 64 + 63)
+/// / 64 x 64`, MAX_BATCH_SIZE the client's CONC or, over `ranks` attention-DP ranks, each rank's
+/// share (`CONC < ranks ? CONC : CONC / ranks`: benchmarks/dsr1_fp4_b200_trt_mtp.sh @ ec912828,
+/// lines 28-35 and 70; the slurm scripts' CONC / TP at 008b91a9 is the same where CONC >= TP).
+pub fn inferencex_trt_mtp_max_num_tokens(isl: u32, concurrency: u32, draft_tokens: u32, ranks: u32) -> u32 {
+    let (conc, ranks) = (concurrency as u64, ranks.max(1) as u64);
+    let batch = if ranks > 1 && conc >= ranks { conc / ranks } else { conc };
+    let v = ((draft_tokens as u64 + 1) * batch + isl as u64 + 64).div_ceil(64) * 64;
+    v.min(u32::MAX as u64) as u32
+}
+
 /// The engine settings the point's benchmark launched the engine with, where its setup states them.
 /// Benchmarkers size the per-step token budget so a whole prompt fits beside every running decode;
 /// an engine left at TensorRT-LLM's default (max_num_tokens 8192, no chunked prefill) would admit an
@@ -663,6 +674,13 @@ pub fn express(
         ),
         speculative,
     };
+    let mut deployment = deployment;
+    if let (EngineKind::Trtllm, Some(s), true) =
+        (engine, &deployment.speculative, p.launch.as_ref().is_some_and(|l| l.trt_max_num_tokens_mtp))
+    {
+        deployment.settings.max_num_batched_tokens =
+            Some(inferencex_trt_mtp_max_num_tokens(p.isl, p.concurrency, s.tokens, parallel.attention_dp));
+    }
     let pd = match pools {
         None => None,
         Some((pre, dec)) => {

@@ -33,6 +33,10 @@ pub struct LaunchSettings {
     /// 63) / 64 x 64: 8192 in the later scripts, 0 (none) in the December 2025 slurm scripts
     /// (crate::corpus::benchmark_settings assumes 8192 where no entry says).
     pub trt_max_num_tokens_floor: Option<u32>,
+    /// InferenceX's TensorRT-LLM MTP scripts size --max_num_tokens by their batch instead: ((MTP + 1)
+    /// x MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64, the batch the client's CONC or, under attention
+    /// DP, each rank's share of it (crate::corpus::inferencex_trt_mtp_max_num_tokens).
+    pub trt_max_num_tokens_mtp: bool,
     /// Where the values were read (script, commit, lines).
     pub script: String,
 }
@@ -57,7 +61,7 @@ pub struct LaunchTable {
     pd: super::pd_recipes::PdRecipes,
 }
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "script",
     "max_running_requests",
     "chunked_prefill_size",
@@ -66,6 +70,7 @@ const KEYS: [&str; 8] = [
     "scheduler_recv_interval",
     "stream_interval",
     "trt_max_num_tokens_floor",
+    "trt_max_num_tokens_mtp",
 ];
 
 impl LaunchTable {
@@ -150,6 +155,7 @@ impl LaunchTable {
                         )
                     }
                 },
+                trt_max_num_tokens_mtp: d.opt_bool("trt_max_num_tokens_mtp")?.unwrap_or(false),
                 script: d
                     .opt_string("script")?
                     .ok_or_else(|| top.err(&key("script"), "required: where the values were read"))?,
@@ -250,6 +256,7 @@ pub fn stated_sglang_flags(metadata: &Value) -> Option<LaunchSettings> {
         scheduler_recv_interval: None,
         stream_interval: None,
         trt_max_num_tokens_floor: None,
+        trt_max_num_tokens_mtp: false,
         script: "metadata.json engine_scripts[].flags_found_in_script".into(),
     };
     let any = out.max_running_requests.is_some()
@@ -270,6 +277,7 @@ impl LaunchSettings {
             scheduler_recv_interval: self.scheduler_recv_interval.or(other.scheduler_recv_interval),
             stream_interval: self.stream_interval.or(other.stream_interval),
             trt_max_num_tokens_floor: self.trt_max_num_tokens_floor.or(other.trt_max_num_tokens_floor),
+            trt_max_num_tokens_mtp: self.trt_max_num_tokens_mtp || other.trt_max_num_tokens_mtp,
             script: format!("{}; {}", self.script, other.script),
         }
     }

@@ -248,7 +248,8 @@ fn explain_names_the_host_costs() {
 /// InferenceX's TensorRT-LLM token budget follows the script each deployment ran: (CONC + ISL + 64 +
 /// 63) / 64 x 64, floored at 8192 by the later scripts and not by the December 2025 slurm scripts
 /// (launch_settings.json `trt_max_num_tokens_floor`). At 256 clients and 1,024-token prompts the
-/// slurm script gives each rank 1,344 tokens a step: one prompt beside its decodes, not six.
+/// slurm script gives each rank 1,344 tokens a step: one prompt beside its decodes, not six. The MTP
+/// scripts size it by their batch (`trt_max_num_tokens_mtp`).
 #[test]
 fn trt_token_budget_follows_the_script_the_run_used() {
     let points = builtin_points().unwrap();
@@ -265,6 +266,19 @@ fn trt_token_budget_follows_the_script_the_run_used() {
     assert_eq!(budget("dsr1-fp4-b200-trt-tp4ep4-dpa-1.1.0rc2.post2", 256, 8192), (Some(0), Some(8512)));
     assert_eq!(budget("dsr1-fp8-h200-trt-tp8ep8-1.3.0rc14", 4, 1024), (Some(8192), Some(8192)));
     assert_eq!(capsim::corpus::inferencex_trt_max_num_tokens(1024, 4, 0), 1152);
+    // The MTP scripts size it by their batch: ((1 + 1) x 256 / 4 + 1024 + 64 + 63) / 64 x 64 under
+    // attention DP over 4 ranks, one drafted token.
+    let mtp = points
+        .iter()
+        .find(|p| {
+            p.id.contains("/dsr1-fp4-b200-trt-mtp-tp4ep4-dpa-1.1.0rc2.post2/") && p.concurrency == 256 && p.isl == 1024
+        })
+        .expect("an MTP point");
+    assert!(mtp.launch.as_ref().is_some_and(|l| l.trt_max_num_tokens_mtp));
+    let e = capsim::corpus::express(&catalog, mtp, &resolves(&catalog)).unwrap();
+    assert_eq!(e.deployment.speculative.as_ref().map(|s| s.tokens), Some(1));
+    assert_eq!(e.deployment.settings.max_num_batched_tokens, Some(1216));
+    assert_eq!(capsim::corpus::inferencex_trt_mtp_max_num_tokens(8192, 4, 3, 1), 8320);
 }
 
 /// InferenceX's launch settings that metadata.json leaves unresolved reach each point's engine:
@@ -484,6 +498,7 @@ fn a_bad_launch_settings_file_names_the_key() {
         (r#"{"deployments": {"d": {"script": "s", "stream_interval": -1}}}"#, "stream_interval"),
         (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_floor": 8.5}}}"#, "trt_max_num_tokens_floor"),
         (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_floor": -1}}}"#, "trt_max_num_tokens_floor"),
+        (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_mtp": 1}}}"#, "trt_max_num_tokens_mtp"),
         (r#"{"deployments": {"d": {"stream_interval": 10}}}"#, "deployments.d.script"),
         (r#"{"deployments": 3}"#, "deployments"),
         ("{", "l.json"),

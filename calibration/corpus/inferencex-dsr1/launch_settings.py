@@ -7,8 +7,9 @@ metadata.json does not resolve. capsim's own file, not the corpus curators'.
   each deployment's script at the commit its metadata.json records, written below with their lines.
 - `trt_max_num_tokens_floor`: the floor under TensorRT-LLM's --max_num_tokens, which InferenceX's
   scripts size as (CONC + ISL + 64 + 63) / 64 x 64: 8192 in the later scripts, none (0) in the
-  December 2025 slurm scripts. Found in each deployment's scripts; the MTP scripts, which size it by
-  their batch, get no entry.
+  December 2025 slurm scripts. Found in each deployment's scripts. The MTP scripts size it by their
+  batch, ((MTP + 1) x MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64 with the batch each rank's share of
+  CONC under DP attention, no floor: `trt_max_num_tokens_mtp: true`.
 - `stream_interval` (tokens per streamed response: SGLang and vLLM `--stream-interval N`, TensorRT-LLM
   `stream_interval: N` in the YAML its scripts write): found in each deployment's scripts at the
   recorded commits; a deployment whose scripts never set it runs the engine's default, 1, and gets no
@@ -114,6 +115,9 @@ def stream_intervals(repo):
 # (`MAX_NUM_TOKENS=$(( MAX_NUM_TOKENS > 8192 ? MAX_NUM_TOKENS : 8192 ))`) and the December 2025
 # slurm scripts do not. The MTP scripts size it by their batch instead and get no entry here.
 TRT_TOKENS = re.compile(r"MAX_NUM_TOKENS=\$\(\( *\( *\$?CONC *\+ *\$?ISL *\+ *64 *\+ *63 *\) */ *64 *\* *64 *\)\)")
+# The MTP scripts: `MAX_NUM_TOKENS=$(( ((MTP+1)*MAX_BATCH_SIZE+ISL+64+63)/64*64 ))`, their batch the
+# client's CONC, or each rank's share of it under DP attention; no floor.
+TRT_MTP_TOKENS = re.compile(r"MAX_NUM_TOKENS=\$\(\( *\( *\( *\$?MTP *\+ *1 *\) *\* *\$?MAX_BATCH_SIZE *\+ *\$?ISL *\+ *64 *\+ *63 *\) */ *64 *\* *64 *\)\)")
 TRT_FLOOR = re.compile(r"MAX_NUM_TOKENS=\$\(\( *MAX_NUM_TOKENS *> *(\d+) *\? *MAX_NUM_TOKENS *: *(\d+) *\)\)")
 
 
@@ -134,6 +138,10 @@ def trt_token_floors(repo):
             ).stdout
             lines = text.split("\n")
             rule = [i for i, line in enumerate(lines, 1) if TRT_TOKENS.search(line)]
+            mtp = [i for i, line in enumerate(lines, 1) if TRT_MTP_TOKENS.search(line)]
+            if mtp and not rule:
+                values.setdefault("mtp", f"{s['path']} @ {s['commit'][:8]}, line {mtp[0]}")
+                continue
             if not rule:
                 values.setdefault(None, f"{s['path']} @ {s['commit'][:8]}")
                 continue
@@ -188,7 +196,9 @@ def main():
         "layouts: for InferenceX's database rows in aic-e2e, which name no folder, the settings every "
         "folder of a plain layout (model-precision-gpu-engine-tpN) agrees on. trt_max_num_tokens_floor: "
         "the floor InferenceX's TensorRT-LLM scripts put under MAX_NUM_TOKENS = (CONC + ISL + 64 + 63) / 64 "
-        "x 64 (8192 in the later scripts, 0 in the December 2025 slurm scripts).",
+        "x 64 (8192 in the later scripts, 0 in the December 2025 slurm scripts). trt_max_num_tokens_mtp: the MTP "
+        "scripts' rule instead, ((MTP + 1) x MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64, MAX_BATCH_SIZE CONC or, "
+        "under DP attention, each rank's share of it.",
         "deployments": {},
     }
     for dep in sorted(set(DEPLOYMENTS) | set(streams) | set(floors)):
@@ -205,7 +215,10 @@ def main():
         if dep in streams:
             entry["stream_interval"] = streams[dep][0]
             where.append(f"stream_interval: {streams[dep][1]}")
-        if dep in floors:
+        if dep in floors and floors[dep][0] == "mtp":
+            entry["trt_max_num_tokens_mtp"] = True
+            where.append(f"max_num_tokens: {floors[dep][1]}")
+        elif dep in floors:
             entry["trt_max_num_tokens_floor"] = floors[dep][0]
             where.append(f"max_num_tokens: {floors[dep][1]}")
         out["deployments"][dep] = {"script": "; ".join(where), **entry}
@@ -223,7 +236,7 @@ def main():
         own = out["deployments"].get(dep, {})
         settings = {
             **stated_sglang_flags(dep),
-            **{k: v for k, v in own.items() if k not in ("script", "trt_max_num_tokens_floor")},
+            **{k: v for k, v in own.items() if k not in ("script", "trt_max_num_tokens_floor", "trt_max_num_tokens_mtp")},
         }
         by_layout.setdefault(f"{m.group(1)}-{m.group(2)}", []).append((dep, json.dumps(settings, sort_keys=True)))
     out["layouts"] = {}
