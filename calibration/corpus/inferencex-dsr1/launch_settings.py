@@ -85,35 +85,49 @@ DEPLOYMENTS = {
 }
 
 
-def stream_intervals(repo):
-    """Deployment -> (stream_interval, where) for every single-node deployment whose scripts set it."""
-    found = {}
+def single_node_scripts(repo, engines):
+    """(deployment, script entry, script text) for every single-node deployment of `engines`, each of
+    its scripts read at the commit its metadata.json records."""
     for meta_path in sorted(glob.glob("*/metadata.json")):
         dep = meta_path.split("/")[0]
         with open(meta_path) as f:
             m = json.load(f)
-        if m.get("disagg") or m.get("engine") not in ("sglang", "trt", "vllm"):
+        if m.get("disagg") or m.get("engine") not in engines:
             continue
-        values = {}
         for s in m.get("engine_scripts") or []:
             text = subprocess.run(
                 ["git", "-C", repo, "show", f"{s['commit']}:{s['path']}"], capture_output=True, text=True, check=True
             ).stdout
-            for i, line in enumerate(text.split("\n"), 1):
-                for v in re.findall(r"stream[-_]interval[\s=:]+(\d+)", line):
-                    values.setdefault(int(v), f"{s['path']} @ {s['commit'][:8]}, line {i}")
+            yield dep, s, text
+
+
+def agreed(found_by_dep, what):
+    """Deployment -> (value, where) where each deployment's scripts agree on one value."""
+    found = {}
+    for dep, values in found_by_dep.items():
         if len(values) > 1:
-            sys.exit(f"{dep}: its scripts disagree on stream_interval: {values}")
-        if values:
+            sys.exit(f"{dep}: its scripts disagree on {what}: {values}")
+        if values and None not in values:
             (v, where), = values.items()
             found[dep] = (v, where)
     return found
 
 
+def stream_intervals(repo):
+    """Deployment -> (stream_interval, where) for every single-node deployment whose scripts set it."""
+    by_dep = {}
+    for dep, s, text in single_node_scripts(repo, ("sglang", "trt", "vllm")):
+        values = by_dep.setdefault(dep, {})
+        for i, line in enumerate(text.split("\n"), 1):
+            for v in re.findall(r"stream[-_]interval[\s=:]+(\d+)", line):
+                values.setdefault(int(v), f"{s['path']} @ {s['commit'][:8]}, line {i}")
+    return agreed(by_dep, "stream_interval")
+
+
 # InferenceX's TensorRT-LLM scripts size --max_num_tokens from the client's concurrency:
 # `MAX_NUM_TOKENS=$(( ($CONC+$ISL+64+63)/64*64 ))`, which the later scripts floor at 8192
 # (`MAX_NUM_TOKENS=$(( MAX_NUM_TOKENS > 8192 ? MAX_NUM_TOKENS : 8192 ))`) and the December 2025
-# slurm scripts do not. The MTP scripts size it by their batch instead and get no entry here.
+# slurm scripts do not.
 TRT_TOKENS = re.compile(r"MAX_NUM_TOKENS=\$\(\( *\( *\$?CONC *\+ *\$?ISL *\+ *64 *\+ *63 *\) */ *64 *\* *64 *\)\)")
 # The MTP scripts: `MAX_NUM_TOKENS=$(( ((MTP+1)*MAX_BATCH_SIZE+ISL+64+63)/64*64 ))`, their batch the
 # client's CONC, or each rank's share of it under DP attention; no floor.
@@ -123,38 +137,24 @@ TRT_FLOOR = re.compile(r"MAX_NUM_TOKENS=\$\(\( *MAX_NUM_TOKENS *> *(\d+) *\? *MA
 
 def trt_token_floors(repo):
     """Deployment -> (floor, where) for every single-node TensorRT-LLM deployment whose scripts size
-    max_num_tokens by CONC + ISL: the floor under it (0: none)."""
-    found = {}
-    for meta_path in sorted(glob.glob("*/metadata.json")):
-        dep = meta_path.split("/")[0]
-        with open(meta_path) as f:
-            m = json.load(f)
-        if m.get("disagg") or m.get("engine") != "trt":
-            continue
-        values = {}
-        for s in m.get("engine_scripts") or []:
-            text = subprocess.run(
-                ["git", "-C", repo, "show", f"{s['commit']}:{s['path']}"], capture_output=True, text=True, check=True
-            ).stdout
-            lines = text.split("\n")
-            rule = [i for i, line in enumerate(lines, 1) if TRT_TOKENS.search(line)]
-            mtp = [i for i, line in enumerate(lines, 1) if TRT_MTP_TOKENS.search(line)]
-            if mtp and not rule:
-                values.setdefault("mtp", f"{s['path']} @ {s['commit'][:8]}, line {mtp[0]}")
-                continue
-            if not rule:
-                values.setdefault(None, f"{s['path']} @ {s['commit'][:8]}")
-                continue
+    max_num_tokens by CONC + ISL: the floor under it (0: none); ("mtp", where) for those sizing it by
+    their batch."""
+    by_dep = {}
+    for dep, s, text in single_node_scripts(repo, ("trt",)):
+        values = by_dep.setdefault(dep, {})
+        lines = text.split("\n")
+        rule = [i for i, line in enumerate(lines, 1) if TRT_TOKENS.search(line)]
+        mtp = [i for i, line in enumerate(lines, 1) if TRT_MTP_TOKENS.search(line)]
+        if mtp and not rule:
+            values.setdefault("mtp", f"{s['path']} @ {s['commit'][:8]}, line {mtp[0]}")
+        elif not rule:
+            values.setdefault(None, f"{s['path']} @ {s['commit'][:8]}")
+        else:
             floors = [(i, int(f.group(2))) for i, line in enumerate(lines, 1) for f in [TRT_FLOOR.search(line)] if f]
             floor = floors[0][1] if floors else 0
             where = f"{s['path']} @ {s['commit'][:8]}, line {rule[0]}" + (f" and {floors[0][0]}" if floors else "")
             values.setdefault(floor, where)
-        if len(values) > 1:
-            sys.exit(f"{dep}: its scripts disagree on the max_num_tokens rule: {values}")
-        if values and None not in values:
-            (v, where), = values.items()
-            found[dep] = (v, where)
-    return found
+    return agreed(by_dep, "the max_num_tokens rule")
 
 
 def stated_sglang_flags(dep):
