@@ -658,7 +658,7 @@ pub fn express(
         None => None,
         Some(m) => Some(corpus_speculative(m, engine, amd, p.attention_dp > 1).ok_or(Refusal::SpeculativeDecoding)?),
     };
-    let deployment = Deployment {
+    let mut deployment = Deployment {
         model: model_key,
         gpu: gpu.name.clone(),
         tensor_parallel: tp,
@@ -674,7 +674,7 @@ pub fn express(
         ),
         speculative,
     };
-    let mut deployment = deployment;
+    // InferenceX's TensorRT-LLM MTP scripts size the token budget by their batch and drafted tokens.
     if let (EngineKind::Trtllm, Some(s), true) =
         (engine, &deployment.speculative, p.launch.as_ref().is_some_and(|l| l.trt_max_num_tokens_mtp))
     {
