@@ -12,7 +12,7 @@ use crate::measured::corpus::{
     read_aic_e2e, read_inferencex_deployment, read_inferencex_dir, read_launch_table, Client, CorpusPoint, PoolLayout,
     LAUNCH_SETTINGS, PD_RECIPES,
 };
-use crate::measured::launch::LaunchTable;
+use crate::measured::launch::{LaunchTable, TrtTokens};
 use crate::measured::{MeasuredStat, Run, RunLoad, RunSource, Tool};
 use crate::profile::{Deployment, EngineKind, EngineSettings, SpecMethod, Speculative};
 use crate::units::Dtype;
@@ -461,21 +461,29 @@ fn weight_dtype(p: &CorpusPoint, moe: bool, amd: bool) -> std::result::Result<Dt
     }
 }
 
-/// InferenceX's TensorRT-LLM token budget: `(CONC + ISL + 64 + 63) / 64 x 64`, at least `floor`.
-pub fn inferencex_trt_max_num_tokens(isl: u32, concurrency: u32, floor: u32) -> u32 {
-    let v = ((concurrency as u64 + isl as u64 + 64).div_ceil(64) * 64).max(floor as u64);
-    v.min(u32::MAX as u64) as u32
-}
-
-/// InferenceX's TensorRT-LLM MTP scripts' token budget: `((MTP + 1) x MAX_BATCH_SIZE + ISL + 64 + 63)
-/// / 64 x 64`, MAX_BATCH_SIZE the client's CONC or, over `ranks` attention-DP ranks, each rank's
-/// share (`CONC < ranks ? CONC : CONC / ranks`: benchmarks/dsr1_fp4_b200_trt_mtp.sh @ ec912828,
-/// lines 28-35 and 70; the slurm scripts' CONC / TP at 008b91a9 is the same where CONC >= TP).
-pub fn inferencex_trt_mtp_max_num_tokens(isl: u32, concurrency: u32, draft_tokens: u32, ranks: u32) -> u32 {
-    let (conc, ranks) = (concurrency as u64, ranks.max(1) as u64);
-    let batch = if ranks > 1 && conc >= ranks { conc / ranks } else { conc };
-    let v = ((draft_tokens as u64 + 1) * batch + isl as u64 + 64).div_ceil(64) * 64;
-    v.min(u32::MAX as u64) as u32
+/// InferenceX's TensorRT-LLM token budget by its script's rule (crate::measured::launch::TrtTokens):
+/// `(CONC + ISL + 64 + 63) / 64 x 64` at least the floor, or the MTP scripts' `((MTP + 1) x
+/// MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64` with MAX_BATCH_SIZE the client's CONC or, over `ranks`
+/// attention-DP ranks, each rank's share (`CONC < ranks ? CONC : CONC / ranks`:
+/// benchmarks/dsr1_fp4_b200_trt_mtp.sh @ ec912828, lines 28-35 and 70; the slurm scripts' CONC / TP
+/// at 008b91a9 is the same where CONC >= TP).
+pub fn inferencex_trt_max_num_tokens(
+    rule: TrtTokens,
+    isl: u32,
+    concurrency: u32,
+    draft_tokens: u32,
+    ranks: u32,
+) -> u32 {
+    let conc = concurrency as u64;
+    let (batch_tokens, floor) = match rule {
+        TrtTokens::Floor(floor) => (conc, floor as u64),
+        TrtTokens::Mtp => {
+            let ranks = ranks.max(1) as u64;
+            let batch = if ranks > 1 && conc >= ranks { conc / ranks } else { conc };
+            ((draft_tokens as u64 + 1) * batch, 0)
+        }
+    };
+    ((batch_tokens + isl as u64 + 64).div_ceil(64) * 64).max(floor).min(u32::MAX as u64) as u32
 }
 
 /// The engine settings the point's benchmark launched the engine with, where its setup states them.
@@ -487,7 +495,8 @@ pub fn inferencex_trt_mtp_max_num_tokens(isl: u32, concurrency: u32, draft_token
 ///   (SemiAnalysisAI/InferenceX benchmarks/single_node/fixed_seq_len/dsr1_fp4_b200_trt.sh; the other
 ///   TRT scripts give ISL + OSL + 256 or 16384/32768 by sequence length, all a whole prompt and more).
 ///   The December 2025 slurm scripts set no floor: inferencex-dsr1/launch_settings.json says which
-///   deployments ran which (`trt_max_num_tokens_floor`, layout::launch_settings).
+///   deployments ran which, and the MTP scripts' own rule (`trt_max_num_tokens_floor`,
+///   `trt_max_num_tokens_mtp`; layout::launch_settings).
 ///   Its vLLM and SGLang scripts vary by recipe and are left at the engines' defaults, but for the
 ///   settings inferencex-dsr1/launch_settings.json resolves (layout::launch_settings).
 /// - NVIDIA's rows (aiconfigurator's accuracy set): aiconfigurator's benchmark rules, assumed to be what
@@ -502,7 +511,8 @@ pub fn benchmark_settings(client: Client, engine: EngineKind, isl: u32, concurre
     let tokens = |v: u64| Some(v.min(u32::MAX as u64) as u32);
     match (client, engine) {
         (Client::InferenceX, EngineKind::Trtllm) => {
-            s.max_num_batched_tokens = Some(inferencex_trt_max_num_tokens(isl as u32, conc as u32, 8192));
+            s.max_num_batched_tokens =
+                Some(inferencex_trt_max_num_tokens(TrtTokens::Floor(8192), isl as u32, conc as u32, 0, 1));
         }
         (Client::InferenceX, _) => {}
         (_, EngineKind::Trtllm) => s.max_num_batched_tokens = tokens((conc + isl + 1500).div_ceil(32) * 32),
@@ -658,7 +668,8 @@ pub fn express(
         None => None,
         Some(m) => Some(corpus_speculative(m, engine, amd, p.attention_dp > 1).ok_or(Refusal::SpeculativeDecoding)?),
     };
-    let mut deployment = Deployment {
+    let draft_tokens = speculative.as_ref().map_or(0, |s| s.tokens);
+    let deployment = Deployment {
         model: model_key,
         gpu: gpu.name.clone(),
         tensor_parallel: tp,
@@ -670,17 +681,11 @@ pub fn express(
         settings: layout::launch_settings(
             p,
             &parallel,
+            draft_tokens,
             benchmark_settings(p.client, engine, p.isl, settings_concurrency),
         ),
         speculative,
     };
-    // InferenceX's TensorRT-LLM MTP scripts size the token budget by their batch and drafted tokens.
-    if let (EngineKind::Trtllm, Some(s), true) =
-        (engine, &deployment.speculative, p.launch.as_ref().is_some_and(|l| l.trt_max_num_tokens_mtp))
-    {
-        deployment.settings.max_num_batched_tokens =
-            Some(inferencex_trt_mtp_max_num_tokens(p.isl, p.concurrency, s.tokens, parallel.attention_dp));
-    }
     let pd = match pools {
         None => None,
         Some((pre, dec)) => {
@@ -697,6 +702,7 @@ pub fn express(
                     settings: layout::launch_settings(
                         p,
                         &w.parallel,
+                        draft_tokens,
                         pool_settings(p.client, engine, p.isl, l.batch_size, prefill),
                     ),
                     ..deployment.clone()

@@ -176,9 +176,15 @@ pub fn layout(p: &CorpusPoint, engine: EngineKind, arch: &ModelArch) -> Option<L
 ///
 /// And the settings the launch script gave where metadata.json does not resolve them
 /// (CorpusPoint::launch): InferenceX's B200 SGLang scripts' scheduler receive interval,
-/// running-request cap, chunk and prefill budgets and mem_fraction_static, and every NVIDIA
-/// deployment's stream interval.
-pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettings) -> EngineSettings {
+/// running-request cap, chunk and prefill budgets and mem_fraction_static, every NVIDIA
+/// deployment's stream interval, and its TensorRT-LLM scripts' token budget (which the MTP scripts
+/// size by the `draft_tokens` the point drafts).
+pub fn launch_settings(
+    p: &CorpusPoint,
+    parallel: &Parallel,
+    draft_tokens: u32,
+    mut s: EngineSettings,
+) -> EngineSettings {
     if let Some(l) = &p.launch {
         s.max_running_requests = l.max_running_requests.or(s.max_running_requests);
         s.chunked_prefill_size = l.chunked_prefill_size.or(s.chunked_prefill_size);
@@ -188,8 +194,14 @@ pub fn launch_settings(p: &CorpusPoint, parallel: &Parallel, mut s: EngineSettin
         s.stream_interval = l.stream_interval.or(s.stream_interval);
         // The script's own rule for TensorRT-LLM's token budget (benchmark_settings assumes the
         // later scripts' floor of 8192).
-        if let (Some(EngineKind::Trtllm), Some(floor)) = (s.kind, l.trt_max_num_tokens_floor) {
-            s.max_num_batched_tokens = Some(crate::corpus::inferencex_trt_max_num_tokens(p.isl, p.concurrency, floor));
+        if let (Some(EngineKind::Trtllm), Some(rule)) = (s.kind, l.trt_max_num_tokens) {
+            s.max_num_batched_tokens = Some(crate::corpus::inferencex_trt_max_num_tokens(
+                rule,
+                p.isl,
+                p.concurrency,
+                draft_tokens,
+                parallel.attention_dp,
+            ));
         }
     }
     let inferencex = p.set != "aic-e2e" || from_inferencex_db(p);

@@ -29,16 +29,23 @@ pub struct LaunchSettings {
     /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM
     /// stream_interval).
     pub stream_interval: Option<u32>,
-    /// The floor InferenceX's TensorRT-LLM script puts under its --max_num_tokens, (CONC + ISL + 64 +
-    /// 63) / 64 x 64: 8192 in the later scripts, 0 (none) in the December 2025 slurm scripts
-    /// (crate::corpus::benchmark_settings assumes 8192 where no entry says).
-    pub trt_max_num_tokens_floor: Option<u32>,
-    /// InferenceX's TensorRT-LLM MTP scripts size --max_num_tokens by their batch instead: ((MTP + 1)
-    /// x MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64, the batch the client's CONC or, under attention
-    /// DP, each rank's share of it (crate::corpus::inferencex_trt_mtp_max_num_tokens).
-    pub trt_max_num_tokens_mtp: bool,
+    /// How InferenceX's TensorRT-LLM script sized --max_num_tokens (None: the later scripts' rule,
+    /// which crate::corpus::benchmark_settings assumes).
+    pub trt_max_num_tokens: Option<TrtTokens>,
     /// Where the values were read (script, commit, lines).
     pub script: String,
+}
+
+/// How an InferenceX TensorRT-LLM script sizes --max_num_tokens (crate::corpus::inferencex_trt_max_num_tokens);
+/// launch_settings.json's `trt_max_num_tokens_floor` or `trt_max_num_tokens_mtp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TrtTokens {
+    /// (CONC + ISL + 64 + 63) / 64 x 64, at least this floor: 8192 in the later scripts, 0 (none) in
+    /// the December 2025 slurm scripts.
+    Floor(u32),
+    /// The MTP scripts': ((MTP + 1) x MAX_BATCH_SIZE + ISL + 64 + 63) / 64 x 64, the batch the
+    /// client's CONC or, under attention DP, each rank's share of it; no floor.
+    Mtp,
 }
 
 /// One deployment's entry: the settings, with the receive interval by concurrency.
@@ -146,16 +153,7 @@ impl LaunchTable {
                 mem_fraction_static: mem,
                 scheduler_recv_interval: None,
                 stream_interval: count("stream_interval")?,
-                trt_max_num_tokens_floor: match d.opt_num("trt_max_num_tokens_floor")? {
-                    None => None,
-                    Some(x) if x.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&x) => Some(x as u32),
-                    Some(x) => {
-                        return Err(
-                            top.err(&key("trt_max_num_tokens_floor"), format!("must be a whole number >= 0, got {x}"))
-                        )
-                    }
-                },
-                trt_max_num_tokens_mtp: d.opt_bool("trt_max_num_tokens_mtp")?.unwrap_or(false),
+                trt_max_num_tokens: trt_tokens(&d).map_err(|e| e.under(&format!("{section}.{dep}")))?,
                 script: d
                     .opt_string("script")?
                     .ok_or_else(|| top.err(&key("script"), "required: where the values were read"))?,
@@ -229,6 +227,21 @@ impl LaunchTable {
     }
 }
 
+/// An entry's TensorRT-LLM token rule: `trt_max_num_tokens_floor` (a whole number >= 0) or
+/// `trt_max_num_tokens_mtp: true`, not both.
+fn trt_tokens(d: &Doc) -> Result<Option<TrtTokens>> {
+    let floor = d.count_at_most("trt_max_num_tokens_floor", u32::MAX as u64)?;
+    match (floor, d.opt_bool("trt_max_num_tokens_mtp")?) {
+        (Some(_), Some(true)) => Err(d.err(
+            "trt_max_num_tokens_mtp",
+            "the MTP rule has no floor: give trt_max_num_tokens_floor or this, not both",
+        )),
+        (Some(f), _) => Ok(Some(TrtTokens::Floor(f as u32))),
+        (None, Some(true)) => Ok(Some(TrtTokens::Mtp)),
+        (None, _) => Ok(None),
+    }
+}
+
 /// The SGLang settings an InferenceX deployment's metadata.json states as literal values
 /// (`engine_scripts[].flags_found_in_script`: `"chunked_prefill_size": "32768"`), where every script
 /// of the deployment agrees; a shell variable (`"$CHUNKED_PREFILL_SIZE"`) or a list of values (two
@@ -255,8 +268,7 @@ pub fn stated_sglang_flags(metadata: &Value) -> Option<LaunchSettings> {
         mem_fraction_static: literal("mem_fraction_static").filter(|x| *x <= 1.0),
         scheduler_recv_interval: None,
         stream_interval: None,
-        trt_max_num_tokens_floor: None,
-        trt_max_num_tokens_mtp: false,
+        trt_max_num_tokens: None,
         script: "metadata.json engine_scripts[].flags_found_in_script".into(),
     };
     let any = out.max_running_requests.is_some()
@@ -276,8 +288,7 @@ impl LaunchSettings {
             mem_fraction_static: self.mem_fraction_static.or(other.mem_fraction_static),
             scheduler_recv_interval: self.scheduler_recv_interval.or(other.scheduler_recv_interval),
             stream_interval: self.stream_interval.or(other.stream_interval),
-            trt_max_num_tokens_floor: self.trt_max_num_tokens_floor.or(other.trt_max_num_tokens_floor),
-            trt_max_num_tokens_mtp: self.trt_max_num_tokens_mtp || other.trt_max_num_tokens_mtp,
+            trt_max_num_tokens: self.trt_max_num_tokens.or(other.trt_max_num_tokens),
             script: format!("{}; {}", self.script, other.script),
         }
     }

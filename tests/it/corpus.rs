@@ -5,6 +5,7 @@ use capsim::catalog::Catalog;
 use capsim::corpus::{builtin_points, express_all, read_points, resolves, Refusal};
 use capsim::hardware::learned::{LearnedModel, BW, GEMM, LEVELS};
 use capsim::measured::corpus::{read_aic_e2e, Client};
+use capsim::measured::launch::TrtTokens;
 use std::process::{Command, Output};
 
 fn capsim(args: &[&str]) -> Output {
@@ -260,12 +261,18 @@ fn trt_token_budget_follows_the_script_the_run_used() {
             .find(|p| p.id.contains(&format!("/{dep}/")) && p.concurrency == conc && p.isl == isl)
             .unwrap_or_else(|| panic!("{dep} at {conc}"));
         let e = capsim::corpus::express(&catalog, p, &resolves(&catalog)).unwrap();
-        (p.launch.as_ref().and_then(|l| l.trt_max_num_tokens_floor), e.deployment.settings.max_num_batched_tokens)
+        (p.launch.as_ref().and_then(|l| l.trt_max_num_tokens), e.deployment.settings.max_num_batched_tokens)
     };
-    assert_eq!(budget("dsr1-fp4-b200-trt-tp4ep4-dpa-1.1.0rc2.post2", 256, 1024), (Some(0), Some(1344)));
-    assert_eq!(budget("dsr1-fp4-b200-trt-tp4ep4-dpa-1.1.0rc2.post2", 256, 8192), (Some(0), Some(8512)));
-    assert_eq!(budget("dsr1-fp8-h200-trt-tp8ep8-1.3.0rc14", 4, 1024), (Some(8192), Some(8192)));
-    assert_eq!(capsim::corpus::inferencex_trt_max_num_tokens(1024, 4, 0), 1152);
+    assert_eq!(
+        budget("dsr1-fp4-b200-trt-tp4ep4-dpa-1.1.0rc2.post2", 256, 1024),
+        (Some(TrtTokens::Floor(0)), Some(1344))
+    );
+    assert_eq!(
+        budget("dsr1-fp4-b200-trt-tp4ep4-dpa-1.1.0rc2.post2", 256, 8192),
+        (Some(TrtTokens::Floor(0)), Some(8512))
+    );
+    assert_eq!(budget("dsr1-fp8-h200-trt-tp8ep8-1.3.0rc14", 4, 1024), (Some(TrtTokens::Floor(8192)), Some(8192)));
+    assert_eq!(capsim::corpus::inferencex_trt_max_num_tokens(TrtTokens::Floor(0), 1024, 4, 0, 1), 1152);
     // The MTP scripts size it by their batch: ((1 + 1) x 256 / 4 + 1024 + 64 + 63) / 64 x 64 under
     // attention DP over 4 ranks, one drafted token.
     let mtp = points
@@ -274,11 +281,11 @@ fn trt_token_budget_follows_the_script_the_run_used() {
             p.id.contains("/dsr1-fp4-b200-trt-mtp-tp4ep4-dpa-1.1.0rc2.post2/") && p.concurrency == 256 && p.isl == 1024
         })
         .expect("an MTP point");
-    assert!(mtp.launch.as_ref().is_some_and(|l| l.trt_max_num_tokens_mtp));
+    assert!(mtp.launch.as_ref().is_some_and(|l| l.trt_max_num_tokens == Some(TrtTokens::Mtp)));
     let e = capsim::corpus::express(&catalog, mtp, &resolves(&catalog)).unwrap();
     assert_eq!(e.deployment.speculative.as_ref().map(|s| s.tokens), Some(1));
     assert_eq!(e.deployment.settings.max_num_batched_tokens, Some(1216));
-    assert_eq!(capsim::corpus::inferencex_trt_mtp_max_num_tokens(8192, 4, 3, 1), 8320);
+    assert_eq!(capsim::corpus::inferencex_trt_max_num_tokens(TrtTokens::Mtp, 8192, 4, 3, 1), 8320);
 }
 
 /// InferenceX's launch settings that metadata.json leaves unresolved reach each point's engine:
@@ -486,7 +493,10 @@ fn a_bad_launch_settings_file_names_the_key() {
     assert_eq!(t.at("d", 16).unwrap().scheduler_recv_interval, Some(30));
     assert!(t.at("other", 16).is_none());
     let floor = r#"{"deployments": {"d": {"script": "s.sh", "trt_max_num_tokens_floor": 0}}}"#;
-    assert_eq!(LaunchTable::parse("l.json", floor).unwrap().at("d", 4).unwrap().trt_max_num_tokens_floor, Some(0));
+    assert_eq!(
+        LaunchTable::parse("l.json", floor).unwrap().at("d", 4).unwrap().trt_max_num_tokens,
+        Some(TrtTokens::Floor(0))
+    );
     for (bad, key) in [
         (r#"{"deployments": {"d": {"script": "s", "recv": 3}}}"#, "deployments.d.recv"),
         (
@@ -499,6 +509,10 @@ fn a_bad_launch_settings_file_names_the_key() {
         (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_floor": 8.5}}}"#, "trt_max_num_tokens_floor"),
         (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_floor": -1}}}"#, "trt_max_num_tokens_floor"),
         (r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_mtp": 1}}}"#, "trt_max_num_tokens_mtp"),
+        (
+            r#"{"deployments": {"d": {"script": "s", "trt_max_num_tokens_floor": 0, "trt_max_num_tokens_mtp": true}}}"#,
+            "deployments.d.trt_max_num_tokens_mtp",
+        ),
         (r#"{"deployments": {"d": {"stream_interval": 10}}}"#, "deployments.d.script"),
         (r#"{"deployments": 3}"#, "deployments"),
         ("{", "l.json"),
