@@ -40,7 +40,8 @@ Per pool (`prefill`, `decode`), every value per attention-DP rank as capsim's en
   (kv_cache_config), `kv_dtype` (kv_cache_config.dtype), `stream_interval`, with attention DP
   `attention_dp_balance` (attention_dp_config.enable_balance; false where the recipe has no
   attention_dp_config, TensorRT-LLM's default) and, when on, `attention_dp_timeout_iters` and
-  `attention_dp_batching_wait_iters` (the recipe's, else TensorRT-LLM's 50 and 10), and for decode
+  `attention_dp_batching_wait_iters` where the recipe states them (else capsim's engine defaults,
+  TensorRT-LLM's 50 and 10), and for decode
   `spec_tokens` (speculative_config.num_nextn_predict_layers, 0 without a speculative_config);
 - SGLang (`backend.sglang_config.<pool>`): `max_running_requests` and `chunked_prefill_size` divided
   by the DP size under DP attention (SGLang splits both over the ranks: ENGINES.md cites
@@ -125,9 +126,9 @@ def trt_pool(c, decode):
     tp = c.get("tensor_parallel_size", 1)
     kc = c.get("kv_cache_config") or {}
     slots = ((c.get("moe_config") or {}).get("load_balancer") or {}).get("num_slots")
-    # Attention-DP balancing is off unless the recipe's attention_dp_config turns it on; its waits
-    # default to TensorRT-LLM's (llm_args.py AttentionDpConfig: timeout_iters 50,
-    # batching_wait_iters 10).
+    # Attention-DP balancing is off unless the recipe's attention_dp_config turns it on; waits the
+    # recipe does not state are left to capsim's engine defaults, TensorRT-LLM's (profile/engine.rs:
+    # llm_args.py AttentionDpConfig timeout_iters 50, batching_wait_iters 10).
     adp = c.get("attention_dp_config") or {}
     balance = bool(adp.get("enable_balance")) if c.get("enable_attention_dp") else None
     out = {
@@ -142,8 +143,8 @@ def trt_pool(c, decode):
         "stream_interval": c.get("stream_interval"),
         "redundant_experts": None if slots is None else int(slots) - ROUTED_EXPERTS,
         "attention_dp_balance": balance,
-        "attention_dp_timeout_iters": adp.get("timeout_iters", 50) if balance else None,
-        "attention_dp_batching_wait_iters": adp.get("batching_wait_iters", 10) if balance else None,
+        "attention_dp_timeout_iters": adp.get("timeout_iters") if balance else None,
+        "attention_dp_batching_wait_iters": adp.get("batching_wait_iters") if balance else None,
     }
     if decode:
         sc = c.get("speculative_config") or {}
