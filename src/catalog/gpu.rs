@@ -156,10 +156,11 @@ pub const DEVICE_MEMORY_SHARE: f64 = 0.99;
 
 /// Share of the dense tensor peak that a serving engine's GEMM kernels reach on a GPU, per input
 /// dtype (FP8, NVFP4, BF16): the median over aiconfigurator's measured GEMM tables (TensorRT-LLM
-/// 1.3.0rc20, m 1024-8192, n and k 4096-16384; ai-dynamo/aiconfigurator, Apache-2.0), as read in
-/// stop 30's analysis (capsim's closing note of 2026-11). A kernel benchmark exists before anyone
-/// serves on a GPU, so the learned GEMM share is learned relative to it and a GPU nobody served on
-/// starts from its own kernels, not from another GPU's share of peak.
+/// 1.3.0rc20, m 1024-8192, n and k 4096-16384; ai-dynamo/aiconfigurator @ 095f58a, Apache-2.0),
+/// which `calibration/kernels/reference_shares.py` reproduces from a checkout of that repository.
+/// A kernel benchmark exists before anyone serves on a GPU, so the learned GEMM share is learned
+/// relative to it and a GPU nobody served on starts from its own kernels, not from another GPU's
+/// share of peak.
 const GEMM_REFERENCE_SHARE: [(&str, [f64; 3]); 4] = [
     ("H100", [0.577, f64::NAN, 0.779]),
     ("H200", [0.589, f64::NAN, 0.788]),
