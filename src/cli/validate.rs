@@ -27,8 +27,9 @@ pub struct ValidateArgs {
     /// source_report's points instead of the shipped one).
     #[command(flatten)]
     pub deployment: ProfileArgs,
-    /// in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out, or
-    /// all [default: in-sample]; over the public corpus (the learned step model): corpus-in-sample,
+    /// in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out,
+    /// corpus-model (the reports predicted by the step model learned on the corpus alone), or all
+    /// [default: in-sample]; over the public corpus (the learned step model): corpus-in-sample,
     /// leave-one-gpu-out, leave-one-model-out, leave-one-engine-out, or corpus-all; over its large
     /// deployments (disaggregated, MTP, attention-DP): large-in-sample, large-leave-one-gpu-out, or
     /// corpus-large
@@ -56,7 +57,7 @@ fn protocols(s: &str) -> Result<Vec<Protocol>> {
         return Ok(Protocol::ALL.to_vec());
     }
     Protocol::parse(s).map(|p| vec![p]).ok_or_else(|| {
-        Error::flag("--protocol", format!("unknown protocol `{s}`; one of in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out, all; over the corpus: corpus-in-sample, leave-one-gpu-out, leave-one-model-out, leave-one-engine-out, corpus-all; over the corpus's large deployments: large-in-sample, large-leave-one-gpu-out, corpus-large"))
+        Error::flag("--protocol", format!("unknown protocol `{s}`; one of in-sample, extrapolate-concurrency, leave-one-context-out, cross-gpu, leave-one-report-out, corpus-model, all; over the corpus: corpus-in-sample, leave-one-gpu-out, leave-one-model-out, leave-one-engine-out, corpus-all; over the corpus's large deployments: large-in-sample, large-leave-one-gpu-out, corpus-large"))
     })
 }
 
@@ -557,7 +558,7 @@ fn markdown(
            the simulator and compared with the measured value. Error = (predicted - measured) / measured. Flagged\n\
            points are shown and left out of every statistic. Targets (src/validate.rs `TARGETS`): in-sample median\n\
            |error| <= 10% and p90 <= 25% for TTFT, ITL or per-user tok/s, and E2E; extrapolate-concurrency median <= 15%;\n\
-           cross-gpu median <= 20%; leave-one-report-out median <= 25%. Each protocol also counts the measured points inside the\n\
+           cross-gpu median <= 20%; leave-one-report-out and corpus-model median <= 25%. Each protocol also counts the measured points inside the\n\
            predicted +-1 sigma band (the fit's covariance and residual scatter; about 68% if the bands are honest).\n\n\
            These protocols measure the four reports' profiles. How the step model learned across the public corpus\n\
            (calibration/corpus, `capsim calibrate --corpus`) transfers to a GPU, a model or an engine it was not fitted on\n\
@@ -577,7 +578,8 @@ fn markdown(
             Protocol::ExtrapolateConcurrency => "Profiles fitted only on points at concurrency 4 or less, predicting every higher-concurrency point.\n\n",
             Protocol::LeaveOneContextOut => "Each input length predicted by a profile fitted without any point at that length.\n\n",
             Protocol::CrossGpu => "Qwen3-Coder-30B-A3B: report 000's profile moved to the H200 SXM predicts report 001, and 001's moved to the H100 PCIe predicts 000.\n\n",
-            Protocol::LeaveOneReportOut => "Each report predicted by the shared hardware model (src/hardware.rs) fitted on the other reports' profiles only: the deployment as the report states it (model, GPU, precision, engine), every coefficient from the shared model, the experiment's unknowns at their priors. This is what capsim answers for a deployment nobody measured.\n\n",
+            Protocol::LeaveOneReportOut => "Each report predicted by the shared hardware model (src/hardware.rs) fitted on the other reports' profiles only: the deployment as the report states it (model, GPU, precision, engine), every coefficient from the shared model, the experiment's unknowns at their priors. This was capsim's answer for a deployment nobody measured before the step model learned on the corpus; corpus-model below is its answer now.\n\n",
+            Protocol::CorpusModel => "Each report predicted by the step model learned on the public corpus alone (models/learned.toml, `capsim calibrate --corpus`; no report point is in it): the deployment as the report states it (model, GPU, precision, engine), every coefficient from the learned model for that GPU, engine, dtype and model family (src/hardware/learned.rs), the memory/compute overlap from the other reports' shared model, the experiment's unknowns at their priors. This is what capsim answers for a deployment nobody measured (`capsim simulate --model M --gpu G ...` without a profile).\n\n",
         };
         for (line, _) in target_lines(p, &rows) {
             let _ = writeln!(md, "- target: {line}");

@@ -42,9 +42,10 @@ fn accuracy_targets_hold_or_are_marked_as_resisting() {
     rows.extend(run(Protocol::ExtrapolateConcurrency, &pts, &metas, &c, None, None).unwrap());
     rows.extend(run(Protocol::CrossGpu, &pts, &metas, &c, None, None).unwrap());
     rows.extend(run(Protocol::LeaveOneReportOut, &pts, &metas, &c, None, None).unwrap());
+    rows.extend(run(Protocol::CorpusModel, &pts, &metas, &c, None, None).unwrap());
     // Honest bands: the share of measured points inside the +-1 sigma prediction band is near 68%,
     // neither far below (bands that lie) nor all of them (bands too wide to say anything).
-    for p in [Protocol::InSample, Protocol::CrossGpu, Protocol::LeaveOneReportOut] {
+    for p in [Protocol::InSample, Protocol::CrossGpu, Protocol::LeaveOneReportOut, Protocol::CorpusModel] {
         let these: Vec<_> = rows.iter().filter(|r| r.protocol == p.as_str()).cloned().collect();
         let (n, inside) = capsim::validate::band_coverage(&these);
         let share = inside as f64 / n as f64;
@@ -71,4 +72,26 @@ fn cross_gpu_retargets_the_other_reports_profile() {
     let from_001 = rows.iter().find(|r| r.report.starts_with("000") && r.predicted.is_some()).unwrap();
     assert!(from_001.note.contains("h200") && from_001.note.contains("H100 PCIe"), "{}", from_001.note);
     assert!(rows.iter().any(|r| r.report.starts_with("001") && r.note.contains("H200 SXM")));
+}
+
+/// The corpus-model protocol predicts every report from the learned step model, which holds no
+/// report point, and says so; without a learned model it predicts nothing rather than falling back.
+#[test]
+fn corpus_model_predicts_the_reports_from_the_learned_model_alone() {
+    let (c, pts, metas) = (Catalog::builtin(), data::load_points(None).unwrap(), data::report_metas().unwrap());
+    let learned = c.learned.as_ref().expect("the built-in catalog embeds models/learned.toml");
+    // The learned model was fitted on the corpus only: none of its clients or deployments is a report.
+    assert!(learned.clients.iter().all(|k| !k.client.starts_with("00")));
+    let rows = run(Protocol::CorpusModel, &pts, &metas, &c, None, None).unwrap();
+    let replayed: Vec<_> = rows.iter().filter(|r| r.predicted.is_some()).collect();
+    assert!(replayed.len() >= 100, "{} rows predicted", replayed.len());
+    assert!(replayed.iter().all(|r| r.note == "step model learned on the corpus alone"));
+    // The same deployments predicted by the shared model of the other reports differ: another model.
+    let loro = run(Protocol::LeaveOneReportOut, &pts, &metas, &c, None, None).unwrap();
+    let differ = rows.iter().zip(&loro).filter(|(a, b)| a.predicted.is_some() && a.predicted != b.predicted).count();
+    assert!(differ * 2 > replayed.len(), "{differ} of {} differ", replayed.len());
+    let mut bare = c.clone();
+    bare.learned = None;
+    let rows = run(Protocol::CorpusModel, &pts, &metas, &bare, Some("000"), None).unwrap();
+    assert!(!rows.is_empty() && rows.iter().all(|r| r.predicted.is_none() && r.note.starts_with("not predicted")));
 }
