@@ -15,8 +15,8 @@ the GPU's dense tensor peak (models/gpus.toml) that each kind of kernel reaches:
   reference share. Measured, not used by capsim: as a per-(GPU, engine) reference for the learned
   grouped-GEMM share it made every corpus protocol worse (capsim's closing note of 2026-11-27).
 - `--attention`: context attention (BF16, head dim 128, no window) and MLA context (BF16 KV) at
-  prompts of 4,096-16,384 tokens, causal FLOPs over the BF16 peak. Measured, not used. A table most
-  of whose rows run faster than the peak allows is reported as unusable, not summarized.
+  prompts of 4,096-16,384 tokens, causal FLOPs over the BF16 peak. Measured, not used. A table more
+  than a tenth of whose rows run faster than the peak allows (UNUSABLE) is reported, not summarized.
 
 Only H100, H200, B200 and GB200 are read: the corpus keeps B300 and GB300 apart for checks of
 predictions on GPUs nobody calibrated on (calibration/corpus/README.md), and AMD has no tables there.
