@@ -423,6 +423,8 @@ pub fn run(
         let source = meta.and_then(|m| m.duplicate_of.clone()).unwrap_or_else(|| rep.clone());
         let profile = profiles.iter().find(|(r, _)| *r == source).map(|(_, p)| p);
         let target = targets.iter().find(|t| t.report == source);
+        // The shared hardware model of the other reports' profiles: nothing of this report in it.
+        let others_shared = |label: &str| SharedModel::fit(&others_than(&profiles, metas, &source), label);
         match protocol {
             Protocol::InSample => match profile {
                 Some(p) => rows.extend(predict_rows(&pts, p, metas, protocol, &format!("profile {}", p.name()))),
@@ -431,7 +433,7 @@ pub fn run(
             Protocol::ExtrapolateConcurrency => {
                 let Some(t) = target else { return Ok(rows) };
                 // Priors from the shared model of the other reports: none of this report's points.
-                let shared = SharedModel::fit(&others_than(&profiles, metas, &source), "held out");
+                let shared = others_shared("held out");
                 let fitted = held_out_fit(
                     points,
                     metas,
@@ -449,7 +451,7 @@ pub fn run(
                     pts.iter().filter(|p| p.scenario != "all").filter_map(|p| p.input_tokens).collect();
                 ctxs.sort();
                 ctxs.dedup();
-                let shared = SharedModel::fit(&others_than(&profiles, metas, &source), "held out");
+                let shared = others_shared("held out");
                 let per_context: Vec<Result<Vec<Row>>> = ctxs
                     .par_iter()
                     .map(|&l| {
@@ -492,7 +494,7 @@ pub fn run(
                 // Every coefficient from the learned model for the deployment as the report states it;
                 // the memory/compute overlap, the one value it takes from a shared model, from the
                 // other reports' (as leave-one-report-out), so nothing of this report is in it.
-                let shared = SharedModel::fit(&others_than(&profiles, metas, &source), "corpus-model");
+                let shared = others_shared("corpus-model");
                 let name = format!("{} (learned step model)", t.profile_name);
                 let p = unmeasured_profile(catalog, &shared, &name, &t.deployment)?;
                 rows.extend(predict_rows(&pts, &p, metas, protocol, "step model learned on the corpus alone"));
@@ -512,7 +514,7 @@ pub fn run(
                 };
                 // The shared model the move leans on knows nothing of the report being predicted.
                 let mut held_out = catalog.clone();
-                held_out.hardware = SharedModel::fit(&others_than(&profiles, metas, &source), "cross-gpu");
+                held_out.hardware = others_shared("cross-gpu");
                 let moved = from.retarget(
                     &held_out,
                     &crate::profile::Retarget { gpu: Some(own.gpu.name.clone()), ..Default::default() },

@@ -42,7 +42,8 @@ PEAK = {
 GEMM_DTYPES = {"fp8": "fp8", "nvfp4": "fp4", "bfloat16": "bf16"}
 # The MoE kernels' dtype per column: FP8 is the block-scaled kernel (DeepSeek-R1, Qwen3-235B, GLM-5).
 MOE_DTYPES = {"fp8_block": "fp8", "nvfp4": "fp4", "bfloat16": "bf16"}
-MOE_TABLES = {"sglang": "0.5.10", "trtllm": "1.3.0rc20", "vllm": "0.19.0"}
+# The engine releases whose tables both summaries read (MoE and context attention).
+ENGINE_TABLES = {"sglang": "0.5.10", "trtllm": "1.3.0rc20", "vllm": "0.19.0"}
 # A table with more than this share of rows faster than the peak allows measured something else
 # (H200 vLLM 0.19 and B200 SGLang 0.5.10 context attention: 75% and 99% of rows): not summarized.
 UNUSABLE = 0.1
@@ -72,7 +73,7 @@ def gemm_shares(repo, gpu):
 
 def moe_shares(repo, gpu, gemm):
     rows = []
-    for engine, version in MOE_TABLES.items():
+    for engine, version in ENGINE_TABLES.items():
         df = table(repo, gpu, f"moe/{engine}/{version}/moe_perf.parquet")
         if df is None:
             continue
@@ -97,7 +98,7 @@ def moe_shares(repo, gpu, gemm):
 
 def attention_shares(repo, gpu):
     rows = []
-    for engine, version in MOE_TABLES.items():
+    for engine, version in ENGINE_TABLES.items():
         for kind, path in (
             ("gqa", f"attention/{engine}/{version}/context_attention_perf.parquet"),
             ("mla", f"mla/{engine}/{version}/context_mla_perf.parquet"),

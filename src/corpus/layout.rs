@@ -60,7 +60,6 @@ pub struct Worker {
 /// plain layout; anything else goes through the large step (sim/step_large.rs), as the aggregated
 /// points' layouts do.
 pub fn worker(p: &CorpusPoint, l: &PoolLayout, moe: bool, link_domain: u32) -> Result<Worker, Refusal> {
-    let inferencex = !counts_rank_gpus(p);
     let dp = l.attention_dp.max(1);
     let gpus = worker_gpus(p, l);
     if gpus > link_domain {
@@ -70,7 +69,8 @@ pub fn worker(p: &CorpusPoint, l: &PoolLayout, moe: bool, link_domain: u32) -> R
         return Err(Refusal::AttentionDp);
     }
     let ep = if moe { l.moe_ep.max(1) } else { 1 };
-    if !gpus.is_multiple_of(ep) || !(inferencex || !moe || l.moe_tp.max(1) * ep == gpus) {
+    // aic-e2e's rows state moe_tp beside EP: the two must tile the worker's GPUs.
+    if !gpus.is_multiple_of(ep) || (counts_rank_gpus(p) && moe && l.moe_tp.max(1) * ep != gpus) {
         return Err(Refusal::MixedMoeLayout);
     }
     let parallel = if dp == 1 && (ep == 1 || ep == gpus) {
