@@ -338,8 +338,12 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
         outln!("{l}")?;
     }
     for r in &runs {
+        let lengths = match (r.uniform_lengths, r.per_request.is_empty()) {
+            (Some(((i0, i1), (o0, o1))), true) => format!("lengths uniform in {i0}..={i1} in / {o0}..={o1} out"),
+            _ => format!("mean lengths {:.0} in / {:.0} out", r.input_tokens_mean, r.output_tokens_mean),
+        };
         outln!(
-            "run {}: {} ({}{}), {} requests sent, {} completed, {} failed, mean lengths {:.0} in / {:.0} out{}",
+            "run {}: {} ({}{}), {} requests sent, {} completed, {} failed, {lengths}{}",
             r.label(),
             r.load.describe(),
             r.source.tool.as_str(),
@@ -347,8 +351,6 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             r.requests,
             r.completed,
             r.failed,
-            r.input_tokens_mean,
-            r.output_tokens_mean,
             if r.per_request.is_empty() { String::new() } else { format!(", {} requests listed", r.per_request.len()) }
         )?;
         if !r.not_compared.is_empty() {

@@ -13,9 +13,10 @@
 //! compared. Failed requests stay in the arrays with an error string and empty values.
 
 use super::json::{tokens, Doc};
-use super::{checked, mean, MeasuredStat, RateProcess, RequestObs, Run, RunLoad, RunSource, Tool};
+use super::{checked, mean, LengthRanges, MeasuredStat, RateProcess, RequestObs, Run, RunLoad, RunSource, Tool};
 use crate::error::Result;
 use crate::metrics::StatKind;
+use crate::workload::MAX_REQUEST_TOKENS;
 use serde_json::Value;
 
 /// Which of the two tools wrote this object, if either.
@@ -149,6 +150,10 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
 
     let mut stats: Vec<MeasuredStat> = Vec::new();
     let mut not_compared = Vec::new();
+    let uniform_lengths = match (tool, per_request.is_empty()) {
+        (Tool::SglangBenchServing, true) => sglang_random_lengths(&d, input_mean, output_mean, &mut not_compared)?,
+        _ => None,
+    };
     let obj = v.as_object().expect("recognized objects are objects");
     // Latency keys name their unit (`_ms` as vLLM and SGLang write them, `_s`); a modified client
     // (InferenceX's) writes seconds with no unit in the key: converted where the file shows the unit
@@ -223,9 +228,57 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         per_request,
         stats,
         not_compared,
-        uniform_lengths: None,
+        uniform_lengths,
         length_percentiles: Default::default(),
     })
+}
+
+/// The length ranges SGLang's random dataset drew from, where an `--output-file` line states them
+/// and lists no requests: `random_input_len` L and `random_output_len` L' with `random_range_ratio`
+/// r give input lengths uniform in [max(int(L r), 1), L] and outputs in [int(L' r), L'] (bounds
+/// inclusive; `sample_random_requests` in sglang/bench_serving.py 0.4.6 and 0.5.2,
+/// `compute_random_lens` in sglang/benchmark/datasets 0.5.10; the default r = 0 draws from [1, L],
+/// r = 1 fixes every length). vLLM's result files state none of these keys. The range is used only
+/// where the file's own token totals average what it implies (within 5%); otherwise the key is listed
+/// as not used and the run replays at its mean lengths.
+fn sglang_random_lengths(
+    d: &Doc,
+    input_mean: f64,
+    output_mean: f64,
+    not_used: &mut Vec<String>,
+) -> Result<Option<LengthRanges>> {
+    if !matches!(d.opt_str("dataset_name").as_deref(), Some("random" | "random-ids")) {
+        return Ok(None);
+    }
+    let (Some(li), Some(lo), Some(r)) =
+        (d.count("random_input_len")?, d.count("random_output_len")?, d.opt_num("random_range_ratio")?)
+    else {
+        return Ok(None);
+    };
+    if !(0.0..=1.0).contains(&r) {
+        return Err(d.err("random_range_ratio", format!("must be in [0, 1], got {r}")));
+    }
+    if li == 0 || lo == 0 || li > MAX_REQUEST_TOKENS as u64 || lo > MAX_REQUEST_TOKENS as u64 {
+        return Ok(None);
+    }
+    let range = |l: u64| (((l as f64 * r).floor() as u32).max(1), l as u32);
+    let (i, o) = (range(li), range(lo));
+    let mid = |(a, b): (u32, u32)| (a as f64 + b as f64) / 2.0;
+    let off = |mean: f64, (a, b): (u32, u32)| (mean / mid((a, b)) - 1.0).abs() > 0.05;
+    if off(input_mean, i) || off(output_mean, o) {
+        not_used.push(format!(
+            "random_range_ratio (lengths uniform in {}..={} in / {}..={} out would average {:.0} / {:.0} tokens, \
+             the file's totals {input_mean:.0} / {output_mean:.0}: replayed at the mean lengths)",
+            i.0,
+            i.1,
+            o.0,
+            o.1,
+            mid(i),
+            mid(o)
+        ));
+        return Ok(None);
+    }
+    Ok(Some((i, o)))
 }
 
 /// The unit of latency keys written without one (`mean_ttft`, as InferenceX's client writes them):

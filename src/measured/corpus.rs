@@ -57,14 +57,12 @@ impl Client {
     /// Shares of the stated input and output lengths a request's lengths may fall short by (uniform in
     /// [int((1 - share) L), L]). InferenceX states 0.2 for both. NVIDIA's rows state no client: their
     /// lengths are taken as fixed, except that each output may end up to 2% short, a stand-in for the
-    /// timing noise of a real server. With exactly equal lengths a simulated closed loop stays in
-    /// lockstep, every round a burst, and its mean TTFT comes out 2-3x the measured ones (validation
-    /// of the NVIDIA rows at commit 3d4c50b: +130% to +210% per GPU, while InferenceX's rows were within
-    /// 6%); the measured TTFTs match a loop whose clients drift apart after the first round.
+    /// timing noise of a real server ([`super::TIMING_NOISE_LENGTH_SPREAD`] says why; InferenceX's
+    /// rows were within 6% where the NVIDIA rows' fixed lengths were 130-210% high).
     pub fn length_shortfall(self) -> (f64, f64) {
         match self {
             Client::InferenceX => (0.2, 0.2),
-            _ => (0.0, 0.02),
+            _ => (0.0, super::TIMING_NOISE_LENGTH_SPREAD),
         }
     }
 }

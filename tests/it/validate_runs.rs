@@ -241,3 +241,69 @@ fn bad_or_conflicting_flags_are_refused_naming_the_flag() {
         assert!(e.contains(flag) && e.contains("applies to --runs"), "{argv:?}: {e}");
     }
 }
+
+/// A closed-loop run whose file gives only mean lengths (`vllm bench serve --save-result` without
+/// `--save-detailed`) is replayed with its clients drifting apart, as a real server's timing noise
+/// makes them (measured::TIMING_NOISE_LENGTH_SPREAD). Replayed with every output exactly equal, the
+/// simulated clients stay in lockstep and each round is a burst: on this real run (InferenceX,
+/// DeepSeek-R1 FP8 on 8 x H200 under SGLang 0.5.9, 32 clients, 1,024 in / 1,024 out; the corpus copy,
+/// with its length range taken out so that only the means are left) the lockstep replay put the
+/// mean TTFT at 0.99 s against 0.34 s measured (+193%) and the median at 0.86 s against 0.16 s; the
+/// drifting one at 0.26 s and 0.16 s.
+#[test]
+fn a_closed_loop_of_mean_lengths_is_not_replayed_in_lockstep() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("calibration/corpus/inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-v0.5.9-cu130/1024x1024_c32_2026-03-25.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&src).unwrap()).unwrap();
+    // As `vllm bench serve --save-result` writes it: counts and token totals (the lengths' means: the
+    // client drew them uniformly in [0.8 L, L]), no length range.
+    let n = v["num_prompts"].as_u64().unwrap();
+    v["completed"] = n.into();
+    v["total_input_tokens"] = (n as f64 * 921.6).into();
+    v["total_output_tokens"] = (n as f64 * 921.6).into();
+    v.as_object_mut().unwrap().remove("random_range_ratio");
+    let dir = std::env::temp_dir().join(format!("capsim-lockstep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c32.json");
+    std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
+    let f = file.to_str().unwrap();
+    let deployment =
+        ["--model", "DeepSeek-R1", "--gpu", "H200 SXM", "--tp", "8", "--engine", "sglang", "--precision", "fp8"];
+    let mut argv = vec!["validate", "--runs", f];
+    argv.extend_from_slice(&deployment);
+    argv.push("--json");
+    let o = capsim(&argv);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ttft = |stat: &str| {
+        out["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["metric"] == "ttft_s" && r["stat"] == stat)
+            .unwrap_or_else(|| panic!("no ttft_s {stat} row"))
+            .clone()
+    };
+    let (mean, p50) = (ttft("mean"), ttft("p50"));
+    let measured = mean["measured"].as_f64().unwrap();
+    let predicted = mean["predicted"].as_f64().unwrap();
+    assert!((0.3..0.4).contains(&measured), "the file's mean TTFT: {measured}");
+    assert!(predicted < 1.6 * measured, "mean TTFT {predicted} s against {measured} s measured: replayed in lockstep?");
+    // In lockstep most requests of a round wait behind the same burst of prompts: the median is far
+    // above the measured one, which is a single prompt's wait.
+    let (a, m) = (p50["predicted"].as_f64().unwrap(), p50["measured"].as_f64().unwrap());
+    assert!(a < 2.0 * m, "TTFT p50 {a} s against {m} s measured: the clients did not drift apart");
+    // The same run simulated with every output exactly 922 tokens is the lockstep it avoids.
+    let o = capsim(
+        &[
+            &["simulate"][..],
+            &deployment,
+            &["--concurrency", "32", "--input-len", "922", "--output-len", "922", "--requests", "320", "--json"],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sim: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let lockstep = sim["ttft_s"]["mean"].as_f64().unwrap();
+    assert!(lockstep > 2.0 * predicted, "lockstep mean TTFT {lockstep} s, drifting {predicted} s");
+}
