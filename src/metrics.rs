@@ -3,9 +3,12 @@
 //! - TPOT (`tpot_ms`): one value per request, the mean gap between its successive tokens,
 //!   (E2E - TTFT) / (output tokens - 1), as `vllm bench serve` computes TPOT and as GuideLLM's and
 //!   AIPerf's `inter_token_latency` are defined; the reports' "ITL" is this quantity too;
-//! - ITL (`itl_ms`): vLLM's pooled inter-token latency, every gap between successive tokens of every
-//!   measured request in one population ([`crate::sim::GapHistogram`]). Its mean weights requests by
-//!   their token count and equals the mean TPOT when every request has the same output length; its
+//! - ITL (`itl_ms`): vLLM's pooled inter-token latency, every gap between successive streamed chunks
+//!   of every measured request in one population ([`crate::sim::GapHistogram`]), as a benchmark
+//!   client times each chunk it receives. A chunk is a token, unless the engine's stream interval k
+//!   batches them (the first token alone, then one chunk as the output reaches 1 + m k tokens, and
+//!   the last) or a speculative step emits several. With one token a chunk its mean weights requests
+//!   by their token count and equals the mean TPOT when every request has the same output length; its
 //!   percentiles see single long gaps (a prefill batch, a preemption) that TPOT averages away;
 //! - per-user tok/s: output tokens / decode time of the request;
 //! - system output tok/s: all output tokens / wall time of the measured window.

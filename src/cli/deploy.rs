@@ -91,7 +91,7 @@ pub struct ProfileArgs {
     /// SGLang: the scheduler takes new requests only every N decode steps (--scheduler-recv-interval).
     #[arg(long, help_heading = "Engine")]
     pub scheduler_recv_interval: Option<u32>,
-    /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM stream_interval): the API server's per-token cost is paid once per this many tokens.
+    /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM stream_interval): the API server's per-token cost is paid once per this many tokens, and the client receives them in chunks of this many after the first token alone, so ITL is the gap between chunks (TPOT does not change).
     #[arg(long, help_heading = "Engine")]
     pub stream_interval: Option<u32>,
     /// SGLang: max_prefill_tokens of one prefill batch.

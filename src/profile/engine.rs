@@ -60,7 +60,10 @@ pub struct EngineSettings {
     /// iteration).
     pub scheduler_recv_interval: Option<u32>,
     /// Tokens per streamed response (SGLang and vLLM --stream-interval, TensorRT-LLM
-    /// stream_interval; default 1): the API server handles one event per this many tokens of a stream.
+    /// stream_interval; default 1): the API server handles one event per this many tokens of a stream,
+    /// and the client receives the first token alone, then a chunk as the output reaches 1 + m x this
+    /// many tokens (SGLang 0.5.2-0.5.10 scheduler_output_processor_mixin; vLLM 0.33 output_processor
+    /// sends the first token, then every this many; TensorRT-LLM taken alike), and the last token.
     pub stream_interval: Option<u32>,
     pub new_token_ratio_init: Option<f64>,
     pub new_token_ratio_min: Option<f64>,

@@ -34,8 +34,13 @@ pub(super) struct Live {
     pub(super) reserved: bool,
     pub(super) first_sched_ns: u64,
     pub(super) first_token_ns: u64,
-    /// When its latest token was produced (the client sees the gaps between them).
+    /// When its latest token was produced.
     pub(super) last_token_ns: u64,
+    /// When the client last received a streamed chunk (the first token alone, then a chunk each time
+    /// the output crosses 1 + m x the engine's stream interval, and the last token): the pooled ITL is
+    /// the gaps between chunks, as a benchmark client times them. With an interval of 1 every token
+    /// is a chunk and this is `last_token_ns`.
+    pub(super) sent_ns: u64,
     /// Inside the workload's measured window: its token gaps go into the pooled ITL.
     pub(super) measured: bool,
     pub(super) preemptions: u32,
@@ -81,6 +86,7 @@ impl Live {
         first_sched_ns: NONE,
         first_token_ns: NONE,
         last_token_ns: NONE,
+        sent_ns: NONE,
         measured: false,
         preemptions: 0,
         admitted_seq: 0,
@@ -127,6 +133,7 @@ impl Live {
             first_sched_ns,
             first_token_ns,
             last_token_ns,
+            sent_ns,
             measured: r_measured,
             preemptions,
             admitted_seq,
@@ -143,7 +150,7 @@ impl Live {
         (*r_id, *r_client, *r_class, *r_arrival, *r_enqueued) = (id, client, class, arrival_ns, enqueued_ns);
         (*r_prompt, *r_output, *num_tokens, *r_measured) = (prompt, output, prompt, measured);
         (*computed, *generated, *blocks, *reserved) = (0, 0, 0, false);
-        (*first_sched_ns, *first_token_ns, *last_token_ns) = (NONE, NONE, NONE);
+        (*first_sched_ns, *first_token_ns, *last_token_ns, *sent_ns) = (NONE, NONE, NONE, NONE);
         (*preemptions, *admitted_seq, *registered, *cached_tokens, *uncached) = (0, 0, 0, 0, false);
         hashes.clear();
         table.clear();

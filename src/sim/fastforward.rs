@@ -50,6 +50,7 @@ impl Replica<'_> {
         let kind = eng.p.engine.kind;
         if kind == EngineKind::Trtllm
             || eng.spec.is_some()
+            || eng.p.engine.stream_interval > 1
             || eng.cache.is_some()
             || !eng.waiting.is_empty()
             || eng.chunked.is_some()

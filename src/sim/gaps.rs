@@ -1,4 +1,5 @@
-//! Pooled token gaps: every gap between two successive tokens of every measured request, as
+//! Pooled token gaps: every gap between two successive streamed chunks of every measured request (a
+//! token each unless the engine's stream interval or a speculative step batches them), as
 //! `vllm bench serve` pools them into its ITL (FACTS.md, metric names). A run of a million requests
 //! has hundreds of millions of gaps, so they go into a log-linear histogram rather than a list:
 //! 128 sub-buckets per power of two of nanoseconds, so a value read back is within 0.4% of the exact

@@ -341,7 +341,11 @@ impl<'a> Replica<'a> {
                 ratio_decay: (e.new_token_ratio_init - e.new_token_ratio_min) / e.new_token_ratio_decay_steps as f64,
                 preemptions: 0,
                 pool: DecodePool::new(
-                    !opts.step_by_step && e.kind == EngineKind::Vllm && cache.is_none() && p.speculative().is_none(),
+                    !opts.step_by_step
+                        && e.kind == EngineKind::Vllm
+                        && cache.is_none()
+                        && p.speculative().is_none()
+                        && e.stream_interval == 1,
                     e.block_size_tokens,
                 ),
                 cache,
@@ -581,6 +585,7 @@ impl<'a> Replica<'a> {
             out.decode_tokens += eng.pool.n as u64;
             gaps_of_one_step += eng.pool.measured;
         }
+        let stream = eng.p.engine.stream_interval;
         for k in 0..eng.scheduled.len() {
             let (idx, n) = eng.scheduled[k];
             let r = &mut eng.reqs[idx as usize];
@@ -599,8 +604,17 @@ impl<'a> Replica<'a> {
                 r.generated += 1;
                 if r.generated == 1 {
                     r.first_token_ns = now;
+                    r.sent_ns = now;
                     if self.keep_ttfts {
                         out.ttfts_s.push((now - r.arrival_ns) as f64 * 1e-9);
+                    }
+                } else if stream > 1 {
+                    // A chunk when the output reaches 1 + m x the interval, and the last token.
+                    if (r.generated - 1).is_multiple_of(stream) || r.generated == r.output {
+                        if r.measured {
+                            out.itl_gaps.add(now - r.sent_ns);
+                        }
+                        r.sent_ns = now;
                     }
                 } else if r.measured {
                     if r.last_token_ns == step_start {
@@ -622,7 +636,7 @@ impl<'a> Replica<'a> {
             r.count(1, out.prefill_tokens > prefill_tokens_before);
         }
         if eng.spec.is_some() {
-            finished_any |= eng.spec_emit(&mut out.decode_tokens);
+            finished_any |= eng.spec_emit(&mut out.decode_tokens, &mut out.itl_gaps);
         }
         if chunk_done {
             let c = eng.chunked.take().expect("chunk_done implies a chunked request");

@@ -19,7 +19,9 @@
 //!   inputs (it draws nothing, so the seed's other streams are untouched).
 //! - A sequence never emits beyond its output length: the emitted run is cut at the last token.
 //! - Token gaps: the tokens of one step reach the client together (one streamed chunk), so the
-//!   pooled ITL counts one gap per sequence and step, as vLLM's benchmark counts chunks.
+//!   pooled ITL counts one gap per sequence and step, as vLLM's benchmark counts chunks. With a
+//!   stream interval above 1 a chunk goes out when the step's tokens carry the output across
+//!   1 + m x the interval, or finish it (sim/engine.rs `sent_ns`).
 //! - The decode pool and the decode fast-forward (sim/pool.rs, sim/fastforward.rs) are off for
 //!   speculative runs (decided once, at construction); plain runs keep them.
 //!
@@ -107,8 +109,9 @@ impl Engine<'_> {
 
     /// After the step loop gave every decoding sequence its one token: the accepted drafts besides,
     /// cut at the output length. Adds them to `decode_tokens`; true when a sequence finished on them.
-    pub(super) fn spec_emit(&mut self, decode_tokens: &mut u64) -> bool {
+    pub(super) fn spec_emit(&mut self, decode_tokens: &mut u64, itl_gaps: &mut super::GapHistogram) -> bool {
         let Some(mut s) = self.spec.take() else { return false };
+        let stream = self.p.engine.stream_interval;
         let mut finished = false;
         for &(idx, d) in &s.drafted {
             let r = &mut self.reqs[idx as usize];
@@ -120,7 +123,20 @@ impl Engine<'_> {
             let e = a.floor();
             *a -= e;
             let extra = (e as u32).saturating_sub(1).min(r.output - r.generated);
+            let before = r.generated;
             r.generated += extra;
+            // The step's chunk, when its accepted drafts carried the output across a stream boundary
+            // or to its end and the step's own token had not sent one.
+            if stream > 1
+                && extra > 0
+                && r.sent_ns != r.last_token_ns
+                && ((before - 1) / stream != (r.generated - 1) / stream || r.generated == r.output)
+            {
+                if r.measured {
+                    itl_gaps.add(r.last_token_ns - r.sent_ns);
+                }
+                r.sent_ns = r.last_token_ns;
+            }
             r.computed += extra;
             r.num_tokens += extra;
             *decode_tokens += extra as u64;

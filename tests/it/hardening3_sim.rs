@@ -88,7 +88,7 @@ fn runs_beyond_the_machines_memory_are_refused_with_the_estimate() {
         &four,
         &["a burst of 100000000 requests", "limit of 4.0 GB"],
     );
-    assert!(err.contains("needs about 36.8 GB"), "{err}");
+    assert!(err.contains("needs about 37.6 GB"), "{err}");
     let err = refused_env(
         &["simulate", "--concurrency", "64", "--requests", "100000000"],
         &four,

@@ -301,6 +301,93 @@ fn pooled_itl_and_tpot_agree_in_the_mean_for_fixed_lengths() {
     assert!(s.itl_ms.p99 > s.tpot_ms.p99, "itl p99 {} tpot p99 {}", s.itl_ms.p99, s.tpot_ms.p99);
 }
 
+/// With a stream interval k the client receives the first token alone, then a chunk each time the
+/// output reaches 1 + m k tokens, and the last token (SGLang's scheduler_output_processor_mixin
+/// `len(output_ids) % stream_interval == 1`, vLLM's output_processor: the first token, then k
+/// unsent tokens): the pooled ITL is the gaps between chunks, k token gaps each, while TPOT, TTFT and
+/// E2E do not move. One request of 64 outputs at k = 10: chunks at tokens 1, 11, ..., 61 and 64.
+#[test]
+fn a_stream_interval_pools_the_gaps_between_chunks() {
+    use capsim::sim::{simulate, SimOptions};
+    use capsim::workload::{Arrivals, Workload};
+    let catalog = Catalog::builtin();
+    let plain = Profile::load(Some("qwen3-coder-next-fp8_h200-sxm_sglang"), &catalog).unwrap();
+    let mut chunked = plain.clone();
+    chunked.engine.stream_interval = 10;
+    let w = |clients: u32, requests: u64| {
+        Workload::fixed(
+            Arrivals::ClosedLoop { clients, think_time_s: 0.0, think_exponential: false },
+            1024,
+            64,
+            Some(requests),
+        )
+        .unwrap()
+    };
+    let summary = |p: &Profile, w: &Workload| {
+        let out = simulate(p, w, 3, SimOptions::default());
+        let s = capsim::metrics::summarize(&out, 0, 0, 0.0, &Default::default());
+        (out, s)
+    };
+    // Alone: every step the same decode of one sequence, so each full chunk is 10 gaps, the last 3.
+    let (a, sa) = summary(&plain, &w(1, 4));
+    let (b, sb) = summary(&chunked, &w(1, 4));
+    assert_eq!(a.itl_gaps.count(), 4 * 63);
+    assert_eq!(b.itl_gaps.count(), 4 * 7, "chunks after the first: 11, 21, ..., 61, 64");
+    assert!((sb.itl_ms.mean / sa.itl_ms.mean - 63.0 / 7.0).abs() < 0.05, "{} vs {}", sb.itl_ms.mean, sa.itl_ms.mean);
+    assert!((sb.itl_ms.p50 / sa.itl_ms.p50 - 10.0).abs() < 0.1, "{} vs {}", sb.itl_ms.p50, sa.itl_ms.p50);
+    // Streaming does not change when tokens are made (the API server's per-token cost aside, which
+    // this profile does not carry).
+    assert_eq!(sa.tpot_ms.mean, sb.tpot_ms.mean);
+    assert_eq!(sa.ttft_s.mean, sb.ttft_s.mean);
+    // Under load the same: one gap per chunk, and the chunked run gives the same bytes at any seed's
+    // rerun.
+    let (c, _) = summary(&chunked, &w(6, 30));
+    assert_eq!(c.itl_gaps.count(), 30 * 7);
+    let (d, _) = summary(&chunked, &w(6, 30));
+    assert_eq!(format!("{:?}", c.records), format!("{:?}", d.records));
+    // Speculative decoding at acceptance 1 with 3 drafts: 4 tokens a step, so 65 outputs reach the
+    // client at tokens 1 (the prefill's), 13, 21, 33, 41, 53, 61 and 65 under an interval of 10: 16
+    // steps over 7 chunks, against one chunk a step under an interval of 1.
+    let itl = |interval: &str| {
+        let o = capsim(&[
+            "simulate",
+            "--model",
+            "DeepSeek-R1",
+            "--gpu",
+            "H200 SXM",
+            "--tp",
+            "8",
+            "--precision",
+            "fp8",
+            "--engine",
+            "sglang",
+            "--spec-method",
+            "mtp",
+            "--spec-tokens",
+            "3",
+            "--spec-accept-rate",
+            "1",
+            "--stream-interval",
+            interval,
+            "--concurrency",
+            "1",
+            "--input-len",
+            "1000",
+            "--output-len",
+            "65",
+            "--requests",
+            "3",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["itl_ms"]["mean"].as_f64().unwrap(), v["tpot_ms"]["mean"].as_f64().unwrap())
+    };
+    let ((one, tpot_one), (ten, tpot_ten)) = (itl("1"), itl("10"));
+    assert!((ten / one - 16.0 / 7.0).abs() < 1e-3, "ITL {ten} ms under 10 against {one} ms under 1");
+    assert_eq!(tpot_one, tpot_ten);
+}
+
 fn capsim(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
 }
