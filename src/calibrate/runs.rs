@@ -120,6 +120,37 @@ pub fn is_fp8_name(name: &str) -> bool {
     name.to_ascii_lowercase().contains("fp8")
 }
 
+/// Runs whose ITL says the server streamed several tokens per chunk while the deployment streams
+/// every token: their mean ITL over their mean TPOT, where both are stated and the ratio is 1.5 or
+/// more. A client times each chunk it receives (`vllm bench serve` appends one ITL per SSE chunk), so
+/// a server launched with `--stream-interval k` shows an ITL near k TPOTs, and speculative decoding
+/// one near the tokens a step emits; replayed token by token, the ITL comes out that many times
+/// low (and `calibrate --runs` would fit it). One note per run, naming the flags.
+pub fn chunking_notes(runs: &[Run], stream_interval: u32, speculative: bool) -> Vec<String> {
+    if stream_interval > 1 || speculative {
+        return Vec::new();
+    }
+    let mean = |r: &Run, metric: &str| {
+        r.stats.iter().find(|s| s.metric == metric && s.stat == crate::metrics::StatKind::Mean).map(|s| s.value)
+    };
+    runs.iter()
+        .filter_map(|r| {
+            let (itl, tpot) = (mean(r, "itl_ms")?, mean(r, "tpot_ms")?);
+            let ratio = itl / tpot;
+            (tpot > 0.0 && ratio.is_finite() && ratio >= 1.5).then(|| {
+                format!(
+                    "{}: its mean ITL is {ratio:.1} x its mean TPOT, so the server sent about {:.0} tokens per streamed chunk \
+                     (launched with --stream-interval, or decoding speculatively); the deployment streams every token: \
+                     pass --stream-interval {:.0} (or --spec-method) for its ITL to compare",
+                    r.label(),
+                    ratio.round(),
+                    ratio.round()
+                )
+            })
+        })
+        .collect()
+}
+
 /// Why the replay of `run` on `profile` gives no value for `stats` (of its `all` statistics), in the
 /// run's terms: its load, its lengths against the model's context, or a replay that finished nothing.
 pub fn why_not_replayed(profile: &crate::profile::Profile, run: &Run, stats: &[String], all: usize) -> String {

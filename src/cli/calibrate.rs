@@ -164,6 +164,11 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     };
     let mut settings = a.engine_settings();
     settings.kind = Some(engine);
+    notes.extend(capsim::calibrate::runs::chunking_notes(
+        runs,
+        settings.stream_interval.unwrap_or(1),
+        a.spec_method.is_some(),
+    ));
     Ok((
         Deployment {
             model,

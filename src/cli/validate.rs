@@ -175,6 +175,11 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
             ));
         }
     }
+    notes.extend(capsim::calibrate::runs::chunking_notes(
+        runs,
+        profile.engine.stream_interval,
+        profile.speculative().is_some(),
+    ));
     if d.model.is_none() {
         // --profile alone: its own model, said when the files name another.
         if let Some((id, arch)) = files_model.and_then(|id| catalog.model(&id).ok().map(|a| (id, a))) {

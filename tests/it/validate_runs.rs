@@ -293,6 +293,29 @@ fn a_closed_loop_of_mean_lengths_is_not_replayed_in_lockstep() {
     // above the measured one, which is a single prompt's wait.
     let (a, m) = (p50["predicted"].as_f64().unwrap(), p50["measured"].as_f64().unwrap());
     assert!(a < 2.0 * m, "TTFT p50 {a} s against {m} s measured: the clients did not drift apart");
+    // Its server streamed 10 tokens a chunk (--stream-interval 10 in InferenceX's launch script): the
+    // ITL says so, and the output says which flag makes it comparable; given, the note goes.
+    let notes = |v: &Value| -> Vec<String> {
+        v["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect()
+    };
+    assert!(
+        notes(&out)
+            .iter()
+            .any(|n| n.contains("about 10 tokens per streamed chunk") && n.contains("--stream-interval 10")),
+        "{:?}",
+        notes(&out)
+    );
+    let mut chunked = argv.clone();
+    chunked.extend_from_slice(&["--stream-interval", "10"]);
+    let o = capsim(&chunked);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let with: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(notes(&with).iter().all(|n| !n.contains("per streamed chunk")), "{:?}", notes(&with));
+    let itl = |v: &Value| {
+        let r = v["rows"].as_array().unwrap().iter().find(|r| r["metric"] == "itl_ms" && r["stat"] == "mean").unwrap();
+        r["error_pct"].as_f64().or_else(|| r["error"].as_f64().map(|e| e * 100.0)).unwrap()
+    };
+    assert!(itl(&out) < -80.0 && itl(&with).abs() < 40.0, "ITL error {} -> {}", itl(&out), itl(&with));
     // The same run simulated with every output exactly 922 tokens is the lockstep it avoids.
     let o = capsim(
         &[
