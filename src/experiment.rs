@@ -6,14 +6,12 @@
 //! burst; more rounds = a closed loop that drifts apart).
 
 use crate::data::{Aggregation, LoadKind, Point, ReportMeta};
-use crate::measured::{RateProcess, Run, RunLoad, RUN_METRICS, TIMING_NOISE_LENGTH_SPREAD};
+use crate::measured::{RateProcess, Run, RunLoad, RUN_METRICS};
 use crate::metrics::StatKind;
 use crate::metrics::{summarize, RequestSlo, Stats, Summary};
 use crate::profile::Profile;
 use crate::sim::{simulate, SimOptions};
-use crate::workload::{
-    Arrivals, LengthDist, Process, RateSchedule, RequestClass, TraceRecord, Workload, WorkloadSpec, MAX_REQUEST_TOKENS,
-};
+use crate::workload::{Arrivals, LengthDist, Process, RateSchedule, RequestClass, TraceRecord, Workload, WorkloadSpec};
 use serde::{Deserialize, Serialize};
 
 /// Metrics a simulation of one experiment predicts directly.
@@ -127,15 +125,6 @@ fn run_lengths(run: &Run) -> (LengthDist, LengthDist) {
     )
 }
 
-/// A closed loop's fixed output length spread over a range [`TIMING_NOISE_LENGTH_SPREAD`] of it wide,
-/// centred on it (the file's mean is measured), at least one token either side: without it the
-/// simulated clients stay in lockstep, every round a burst (the constant says why).
-fn timing_noise(value: u32) -> LengthDist {
-    let half = (value as f64 * TIMING_NOISE_LENGTH_SPREAD / 2.0).round().max(1.0) as u32;
-    let min = value.saturating_sub(half).max(1);
-    LengthDist::Uniform { min, max: value.saturating_add(half).min(MAX_REQUEST_TOKENS) }
-}
-
 /// The replay of a benchmark run (DESIGN.md section 6): a closed loop of the tool's concurrency with
 /// the run's completed requests; a burst of them for an unlimited rate with no cap; an open loop at
 /// the tool's rate with its process; the recorded send times and lengths where an open-loop run lists
@@ -164,9 +153,8 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
     let (input, mut output) = run_lengths(run);
     let arrivals = match run.load {
         RunLoad::Concurrency { clients } => {
-            if let LengthDist::Fixed { value } = output {
-                output = timing_noise(value);
-            }
+            // Clients that all get the same output length stay in lockstep (TIMING_NOISE_LENGTH_SPREAD).
+            output = output.with_timing_noise();
             Arrivals::ClosedLoop { clients, think_time_s: 0.0, think_exponential: false }
         }
         RunLoad::Burst => Arrivals::Burst { n: n.min(u32::MAX as u64) as u32 },

@@ -57,12 +57,12 @@ impl Client {
     /// Shares of the stated input and output lengths a request's lengths may fall short by (uniform in
     /// [int((1 - share) L), L]). InferenceX states 0.2 for both. NVIDIA's rows state no client: their
     /// lengths are taken as fixed, except that each output may end up to 2% short, a stand-in for the
-    /// timing noise of a real server ([`super::TIMING_NOISE_LENGTH_SPREAD`] says why; InferenceX's
+    /// timing noise of a real server ([`crate::workload::TIMING_NOISE_LENGTH_SPREAD`] says why; InferenceX's
     /// rows were within 6% where the NVIDIA rows' fixed lengths were 130-210% high).
     pub fn length_shortfall(self) -> (f64, f64) {
         match self {
             Client::InferenceX => (0.2, 0.2),
-            _ => (0.0, super::TIMING_NOISE_LENGTH_SPREAD),
+            _ => (0.0, crate::workload::TIMING_NOISE_LENGTH_SPREAD),
         }
     }
 }

@@ -175,17 +175,6 @@ pub struct Run {
     pub length_percentiles: LengthPercentiles,
 }
 
-/// The spread of a closed loop's output lengths that stands in for a real server's timing noise, where
-/// a file gives every request the same lengths (only their mean, or equal listed ones). With exactly
-/// equal lengths a simulated closed loop stays in lockstep: every client finishes in the same step and
-/// sends again at once, so every round is a burst and the mean TTFT comes out 2-3x the measured ones
-/// (the corpus's NVIDIA rows at commit 3d4c50b: +130% to +210% per GPU). A real server's step times
-/// vary, its clients drift apart after the first round, and the measured TTFTs match a loop that
-/// does. Replays draw such outputs from a range 2% of the length wide: up to 2% short of the stated
-/// length for the corpus's NVIDIA rows (a length is a maximum, with `--ignore-eos` reached), and
-/// centred on the mean for a user's run (its mean is measured).
-pub const TIMING_NOISE_LENGTH_SPREAD: f64 = 0.02;
-
 /// Metrics of a run, as capsim names them.
 pub const RUN_METRICS: &[&str] = &["ttft_s", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_s", "request_per_s"];
 

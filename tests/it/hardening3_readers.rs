@@ -244,7 +244,7 @@ fn item13_stated_length_percentiles_are_replayed_not_their_mean() {
         assert!((b - p99).abs() / p99 < 0.05, "p99 {b} vs {p99}");
     }
     // Lengths that do not spread keep their value; a closed loop's outputs only get the timing-noise
-    // spread around it (measured::TIMING_NOISE_LENGTH_SPREAD), so the replayed clients drift apart.
+    // spread around it (workload::TIMING_NOISE_LENGTH_SPREAD), so the replayed clients drift apart.
     let fixed = read_file(&fixture("aiperf/concurrency_4/profile_export_aiperf.json")).unwrap().remove(0);
     let w = run_workload(&fixed).unwrap();
     assert_eq!(w.spec.classes[0].input, LengthDist::fixed(fixed.input_tokens_mean.round() as u32));

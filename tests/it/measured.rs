@@ -234,7 +234,7 @@ fn fit_runs(name: &str, runs: &[Run], max_evaluations: usize) -> (capsim::profil
 /// tells them apart). The shared hardware model's prior (spread 0.19) settles the valley: the fit lands
 /// at a per-sequence cost of 140 us against the 86 that wrote the files and a spread of 0.24 against
 /// 0.32, so the 128-user TPOT at 1,024 tokens comes out +20.9% and the median held-out mean 5.7%.
-/// Until the closed-loop replays of mean lengths drifted apart (measured::TIMING_NOISE_LENGTH_SPREAD;
+/// Until the closed-loop replays of mean lengths drifted apart (workload::TIMING_NOISE_LENGTH_SPREAD;
 /// the files were written with that spread since), the files were written and replayed in lockstep,
 /// and the fit landed at 115 us and 0.28: median within 5%, worst TPOT +10.4% and TTFT -10.1%. The
 /// assertions below fail when either target is met, so the markers cannot outlive the problem.

@@ -244,7 +244,7 @@ fn bad_or_conflicting_flags_are_refused_naming_the_flag() {
 
 /// A closed-loop run whose file gives only mean lengths (`vllm bench serve --save-result` without
 /// `--save-detailed`) is replayed with its clients drifting apart, as a real server's timing noise
-/// makes them (measured::TIMING_NOISE_LENGTH_SPREAD). Replayed with every output exactly equal, the
+/// makes them (workload::TIMING_NOISE_LENGTH_SPREAD). Replayed with every output exactly equal, the
 /// simulated clients stay in lockstep and each round is a burst: on this real run (InferenceX,
 /// DeepSeek-R1 FP8 on 8 x H200 under SGLang 0.5.9, 32 clients, 1,024 in / 1,024 out; the corpus copy,
 /// with its length range taken out so that only the means are left) the lockstep replay put the
@@ -316,17 +316,25 @@ fn a_closed_loop_of_mean_lengths_is_not_replayed_in_lockstep() {
         r["error_pct"].as_f64().or_else(|| r["error"].as_f64().map(|e| e * 100.0)).unwrap()
     };
     assert!(itl(&out) < -80.0 && itl(&with).abs() < 40.0, "ITL error {} -> {}", itl(&out), itl(&with));
-    // The same run simulated with every output exactly 922 tokens is the lockstep it avoids.
-    let o = capsim(
-        &[
-            &["simulate"][..],
-            &deployment,
-            &["--concurrency", "32", "--input-len", "922", "--output-len", "922", "--requests", "320", "--json"],
-        ]
-        .concat(),
+    // The same run simulated with every output exactly 922 tokens (`uniform:922:922`) is the lockstep
+    // it avoids; `--output-len 922` drifts as the replay does.
+    let sim = |output: &str| {
+        let o = capsim(
+            &[
+                &["simulate"][..],
+                &deployment,
+                &["--concurrency", "32", "--input-len", "922", "--output-len", output, "--requests", "320", "--json"],
+            ]
+            .concat(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["ttft_s"]["mean"].as_f64().unwrap()
+    };
+    let (lockstep, drifting) = (sim("uniform:922:922"), sim("922"));
+    assert!(lockstep > 2.0 * predicted, "lockstep mean TTFT {lockstep} s, the replay's {predicted} s");
+    assert!(
+        drifting < 1.6 * measured,
+        "simulate --output-len 922: mean TTFT {drifting} s against {measured} s measured"
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let sim: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let lockstep = sim["ttft_s"]["mean"].as_f64().unwrap();
-    assert!(lockstep > 2.0 * predicted, "lockstep mean TTFT {lockstep} s, drifting {predicted} s");
 }

@@ -144,3 +144,67 @@ fn a_daily_curve_integrates_to_its_mean_rate() {
     // Expected 2 x 100 s x 10/s = 2000 at lunch, 6 x 100 s x 2/s = 1200 at night.
     assert!((lunch as f64 - 2000.0).abs() < 150.0 && (night as f64 - 1200.0).abs() < 120.0, "{lunch} {night}");
 }
+
+/// A closed loop of one fixed output length is simulated with outputs drawn from a range 2% wide
+/// around it (workload::TIMING_NOISE_LENGTH_SPREAD); other loads and other distributions keep their
+/// lengths, and `uniform:L:L` keeps exactly L.
+#[test]
+fn a_closed_loop_of_one_output_length_drifts() {
+    use capsim::workload::{LengthDist, LoadAxis, LoadTemplate};
+    let t = LoadTemplate::fixed(1024, 1024);
+    let closed = t.at(LoadAxis::Concurrency, 64.0).unwrap();
+    assert_eq!(closed.spec.classes[0].output, LengthDist::Uniform { min: 1014, max: 1034 });
+    assert_eq!(closed.spec.classes[0].input, LengthDist::fixed(1024), "inputs are as given");
+    for (axis, load) in [(LoadAxis::Rate, 2.0), (LoadAxis::Burst, 8.0)] {
+        assert_eq!(t.at(axis, load).unwrap().spec.classes[0].output, LengthDist::fixed(1024), "{axis:?}");
+    }
+    let mut exact = t.clone();
+    exact.classes[0].output = LengthDist::Uniform { min: 1024, max: 1024 };
+    let w = exact.at(LoadAxis::Concurrency, 64.0).unwrap();
+    assert_eq!(w.spec.classes[0].output, LengthDist::Uniform { min: 1024, max: 1024 });
+    // At least a token either side; the mean is kept.
+    assert_eq!(LengthDist::fixed(10).with_timing_noise(), LengthDist::Uniform { min: 9, max: 11 });
+    assert_eq!(LengthDist::fixed(1).with_timing_noise(), LengthDist::Uniform { min: 1, max: 2 });
+}
+
+/// On a measured point (the corpus's NVIDIA row: Llama-3.1-70B FP8 on 4 x H200 under vLLM, 64 clients
+/// of 1,024 / 1,024 tokens, mean TTFT 0.265 s) `capsim simulate` with its plain flags drifts, and the
+/// lockstep of exactly equal outputs is what it avoids (0.65 s, +144%).
+#[test]
+fn simulate_of_a_measured_closed_loop_is_not_in_lockstep() {
+    let ttft = |output: &str| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
+            .args([
+                "simulate",
+                "--model",
+                "Llama-3.1-70B",
+                "--gpu",
+                "H200 SXM",
+                "--tp",
+                "4",
+                "--engine",
+                "vllm",
+                "--precision",
+                "fp8",
+                "--concurrency",
+                "64",
+                "--input-len",
+                "1024",
+                "--output-len",
+                output,
+                "--requests",
+                "768",
+                "--json",
+            ])
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["ttft_s"]["mean"].as_f64().unwrap()
+    };
+    let measured = 0.2645;
+    let (drifting, lockstep) = (ttft("1024"), ttft("uniform:1024:1024"));
+    assert!((drifting / measured - 1.0).abs() < 0.3, "mean TTFT {drifting} s against {measured} s measured");
+    assert!(lockstep > 2.0 * measured, "lockstep mean TTFT {lockstep} s");
+}
