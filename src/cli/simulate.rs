@@ -6,7 +6,7 @@ use capsim::metrics::{summarize, Stats, Summary};
 use capsim::profile::Profile;
 use capsim::report::{num, table};
 use capsim::sim::{simulate, SimOptions};
-use capsim::workload::{Arrivals, LoadAxis, Workload};
+use capsim::workload::{Arrivals, LengthDist, LoadAxis, Workload};
 use clap::Args;
 use serde_json::json;
 use std::path::PathBuf;
@@ -270,6 +270,33 @@ impl Prepared {
     }
 }
 
+/// Says how a closed loop's fixed output lengths were drawn (workload::TIMING_NOISE_LENGTH_SPREAD), so
+/// that the range in the scenario is not a surprise.
+fn timing_noise_note(a: &SimulateArgs, w: &Workload) -> Option<String> {
+    if !matches!(w.spec.arrivals, Arrivals::ClosedLoop { .. }) {
+        return None;
+    }
+    let template = a.workload.source().ok()?.template;
+    let spread: Vec<String> = template
+        .classes
+        .iter()
+        .zip(&w.spec.classes)
+        .filter_map(|(given, drawn)| match (&given.output, &drawn.output) {
+            (LengthDist::Fixed { value }, LengthDist::Uniform { min, max }) => {
+                Some(format!("{value} -> {min}..={max}"))
+            }
+            _ => None,
+        })
+        .collect();
+    (!spread.is_empty()).then(|| {
+        format!(
+            "closed loop: outputs drawn 2% around the fixed length ({}), the mean kept: a real server's timing noise keeps \
+             its clients from running in lockstep (--output-len uniform:N:N for exactly N)",
+            spread.join(", ")
+        )
+    })
+}
+
 pub fn run(a: SimulateArgs) -> Result<()> {
     if a.html.is_some() && a.autoscale.is_none() {
         return Err(Error::flag("--html", "charts an autoscaled day: give --autoscale POLICY.toml"));
@@ -305,6 +332,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             p.engine.block_size_tokens,
             a.seed
         )?;
+        if let Some(note) = timing_noise_note(&a, w) {
+            outln!("{note}")?;
+        }
         match (&prep.pd, &out.disagg) {
             (Some(d), Some(r)) => out!("{}", super::disagg::pools_text(d, r))?,
             _ => out!("{}", kv_capacity_text(p))?,

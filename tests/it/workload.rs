@@ -205,6 +205,17 @@ fn simulate_of_a_measured_closed_loop_is_not_in_lockstep() {
     };
     let measured = 0.2645;
     let (drifting, lockstep) = (ttft("1024"), ttft("uniform:1024:1024"));
+    // The table says how the outputs were drawn.
+    let text = |output: &str| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
+            .args(["simulate", "--concurrency", "4", "--requests", "8", "--output-len", output])
+            .current_dir(std::env::temp_dir())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(text("1024").contains("closed loop: outputs drawn 2% around the fixed length (1024 -> 1014..=1034)"));
+    assert!(!text("uniform:1024:1024").contains("closed loop: outputs drawn"));
     assert!((drifting / measured - 1.0).abs() < 0.3, "mean TTFT {drifting} s against {measured} s measured");
     assert!(lockstep > 2.0 * measured, "lockstep mean TTFT {lockstep} s");
 }
