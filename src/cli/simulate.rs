@@ -290,8 +290,8 @@ fn timing_noise_note(a: &SimulateArgs, w: &Workload) -> Option<String> {
         .collect();
     (!spread.is_empty()).then(|| {
         format!(
-            "closed loop: outputs drawn 2% around the fixed length ({}), the mean kept: a real server's timing noise keeps \
-             its clients from running in lockstep (--output-len uniform:N:N for exactly N)",
+            "closed loop: outputs drawn up to 2% short of the fixed length ({}): a real server's timing noise keeps its \
+             clients from running in lockstep (--output-len uniform:N:N for exactly N)",
             spread.join(", ")
         )
     })

@@ -15,7 +15,7 @@ pub struct WorkloadArgs {
     /// Input tokens: N, or uniform:MIN:MAX, normal:MEAN:SD, lognormal:MEAN:SD [default: 1024]
     #[arg(long, allow_hyphen_values = true, help_heading = "Workload")]
     pub input_len: Option<String>,
-    /// Output tokens, same forms as --input-len [default: 256]. A closed loop (--concurrency) draws a fixed N from N +-1% (the mean kept): a real server's timing noise keeps its clients from running in lockstep; uniform:N:N for exactly N
+    /// Output tokens, same forms as --input-len [default: 256]. A closed loop (--concurrency) draws a fixed N from [floor(0.98 N), N]: a real server's timing noise keeps its clients from running in lockstep; uniform:N:N for exactly N
     #[arg(long, allow_hyphen_values = true, help_heading = "Workload")]
     pub output_len: Option<String>,
     /// Requests to send (closed and open loops); default 5 rounds of a closed loop (>= 100), 1000 open.

@@ -71,28 +71,26 @@ pub const MAX_REQUEST_TOKENS: u32 = 1 << 24;
 /// client finishes in the same step and sends again at once, so every round is a burst of prompts and
 /// the mean TTFT comes out 2-3x the measured ones (the corpus's NVIDIA rows at commit 3d4c50b: +130% to
 /// +210% per GPU; Llama-3.1-70B FP8 on 4 x H200 under vLLM, 64 clients of 1,024 / 1,024 tokens: 0.65 s
-/// simulated in lockstep against 0.26 s measured, 0.29 s with the spread). A real server's step
-/// times vary, its clients drift apart after the first round, and the measured TTFTs match a loop
-/// that does. Closed loops draw such outputs from a range 2% of the length wide: up to 2% short of the
-/// stated length for the corpus's NVIDIA rows (a length is a maximum, with `--ignore-eos` reached),
-/// centred on it elsewhere (the mean is kept; [`LengthDist::with_timing_noise`]).
+/// simulated in lockstep against 0.26 s measured). A real server's step times vary, its clients drift
+/// apart after the first round, and the measured TTFTs match a loop that does. Closed loops draw such
+/// outputs up to 2% short of the stated length ([`LengthDist::with_timing_noise`]): a length is a
+/// maximum (`max_tokens`, reached with `--ignore-eos`), and a request at the model's context limit
+/// stays within it.
 pub const TIMING_NOISE_LENGTH_SPREAD: f64 = 0.02;
 
 impl LengthDist {
     pub fn fixed(value: u32) -> Self {
         LengthDist::Fixed { value }
     }
-    /// A closed loop's output length: a fixed one spread over a range [`TIMING_NOISE_LENGTH_SPREAD`]
-    /// of it wide, centred on it, at least one token either side (the constant says why); any other
-    /// distribution as it is, so `uniform:L:L` keeps every output at exactly L.
+    /// A closed loop's output length: a fixed L drawn from [floor(0.98 L), L] (at least one token
+    /// short where L > 1; the constant says why); any other distribution as it is, so `uniform:L:L`
+    /// keeps every output at exactly L.
     pub fn with_timing_noise(self) -> Self {
         match self {
-            LengthDist::Fixed { value } => {
-                let half = (value as f64 * TIMING_NOISE_LENGTH_SPREAD / 2.0).round().max(1.0) as u32;
-                LengthDist::Uniform {
-                    min: value.saturating_sub(half).max(1),
-                    max: value.saturating_add(half).min(MAX_REQUEST_TOKENS),
-                }
+            LengthDist::Fixed { value } if value > 1 => {
+                // As the corpus draws its NVIDIA rows' outputs: [floor(0.98 L), L].
+                let min = (((1.0 - TIMING_NOISE_LENGTH_SPREAD) * value as f64).floor() as u32).clamp(1, value - 1);
+                LengthDist::Uniform { min, max: value }
             }
             other => other,
         }

@@ -244,11 +244,11 @@ fn item13_stated_length_percentiles_are_replayed_not_their_mean() {
         assert!((b - p99).abs() / p99 < 0.05, "p99 {b} vs {p99}");
     }
     // Lengths that do not spread keep their value; a closed loop's outputs only get the timing-noise
-    // spread around it (workload::TIMING_NOISE_LENGTH_SPREAD), so the replayed clients drift apart.
+    // shortfall (workload::TIMING_NOISE_LENGTH_SPREAD), so the replayed clients drift apart.
     let fixed = read_file(&fixture("aiperf/concurrency_4/profile_export_aiperf.json")).unwrap().remove(0);
     let w = run_workload(&fixed).unwrap();
     assert_eq!(w.spec.classes[0].input, LengthDist::fixed(fixed.input_tokens_mean.round() as u32));
-    assert_eq!(w.spec.classes[0].output, LengthDist::Uniform { min: 31, max: 33 });
+    assert_eq!(w.spec.classes[0].output, LengthDist::Uniform { min: 31, max: 32 });
     // vLLM's per-request lists are drawn from as listed.
     let mut d = read_json(&fixture("vllm/detailed_c2.json"));
     d["output_lens"] = json!([16, 64, 0, 256]);

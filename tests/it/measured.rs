@@ -226,18 +226,18 @@ fn fit_runs(name: &str, runs: &[Run], max_evaluations: usize) -> (capsim::profil
 /// `capsim simulate --save-vllm-result`), calibrated back from concurrency 1-16 and validated on
 /// 32-128: the means are predicted within 5% (median), none off by more than 10%.
 ///
-/// Both targets resist. The worst held-out mean is at 128 users, 8x the highest calibrated
+/// The second target resists: the worst held-out mean is at 128 users, 8x the highest calibrated
 /// concurrency. Runs at 16 users or fewer leave the per-sequence cost and the expert spread partly
 /// interchangeable (both make a step grow with the batch; only beyond 16 sequences, where the experts
 /// a step touches saturate, do they part), and the overlap and the serial front-end cost likewise (the
 /// front-end cost and the request overhead both add to every TTFT; only queueing at the serial stage
-/// tells them apart). The shared hardware model's prior (spread 0.19) settles the valley: the fit lands
-/// at a per-sequence cost of 140 us against the 86 that wrote the files and a spread of 0.24 against
-/// 0.32, so the 128-user TPOT at 1,024 tokens comes out +20.9% and the median held-out mean 5.7%.
-/// Until the closed-loop replays of mean lengths drifted apart (workload::TIMING_NOISE_LENGTH_SPREAD;
-/// the files were written with that spread since), the files were written and replayed in lockstep,
-/// and the fit landed at 115 us and 0.28: median within 5%, worst TPOT +10.4% and TTFT -10.1%. The
-/// assertions below fail when either target is met, so the markers cannot outlive the problem.
+/// tells them apart). The shared hardware model's prior (spread 0.19) settles the valley: the fit
+/// lands at a per-sequence cost of 128 us against the 86 that wrote the files and a spread of 0.26
+/// against 0.32, so the 128-user TTFT at 8,192 tokens comes out 22.6% off (median 4.8%). The files are
+/// written and replayed as closed loops drift (outputs up to 2% short of 256 tokens,
+/// workload::TIMING_NOISE_LENGTH_SPREAD); while they ran in lockstep the worst was TPOT +10.4% and
+/// TTFT -10.1%. The assertion below fails when the worst case comes within 10%, so the marker cannot
+/// outlive the problem.
 #[test]
 fn round_trip_through_vllm_result_files() {
     let catalog = Catalog::builtin();
@@ -251,10 +251,7 @@ fn round_trip_through_vllm_result_files() {
     let mut sorted = means.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
-    assert!(
-        median > 0.05 && median <= 0.08,
-        "median |error| of held-out means {median}: within 5% now, remove the resists note above (or worse than 8%)"
-    );
+    assert!(median <= 0.05, "median |error| of held-out means {median}");
     let worst = *sorted.last().unwrap();
     let worst_ttft = rows
         .iter()
@@ -268,16 +265,13 @@ fn round_trip_through_vllm_result_files() {
         classes.iter().map(|c| c.class.as_str()).collect::<Vec<_>>(),
         ["ttft", "tpot", "itl", "e2e", "throughput"]
     );
-    // Held-out statistics should fall inside the predicted +-1 sigma bands about as often as honest
-    // bands allow (50-90%). This resists since issue 10's fixtures (67% before): the fit lands 3-5
-    // sigma from the coefficients that generated the files along the valley the low runs leave open
-    // (per-sequence cost 140 us +-19% against 86, spread 0.24 +-18% against 0.32, front-end 5.3 ms
-    // +-22% against 10.7), because the Gauss-Newton covariance of an almost exact fit (residual 0.3%)
-    // measures the curvature at the optimum, not the valley; about a third of the statistics fall
-    // inside. The assertion fails when coverage is honest again, so the marker cannot outlive it.
+    // Held-out statistics fall inside the predicted +-1 sigma bands about as often as honest bands
+    // allow (50-90%): 68 of 132 (52%), narrowly. It resisted from issue 10's fixtures until they were
+    // written and replayed drifting (a third of the statistics inside while the fit landed 3-5 sigma
+    // from the coefficients that wrote the files).
     let (n, inside) = capsim::validate::run_band_coverage(&rows);
     let share = inside as f64 / n as f64;
-    assert!(n >= 100 && (0.1..0.5).contains(&share), "{inside} of {n} inside the band: resisting note above");
+    assert!(n >= 100 && (0.5..0.9).contains(&share), "{inside} of {n} inside the band");
 }
 
 #[test]
