@@ -167,7 +167,8 @@ pub struct Run {
     /// Statistics the file holds that capsim does not compare (std, other percentiles), by key.
     pub not_compared: Vec<String>,
     /// Lengths drawn uniformly in these (min, max) ranges (input, output) where the client says so
-    /// and the file lists no requests (the corpus's InferenceX client: [int(0.8 L), L]).
+    /// and the file lists no requests (the corpus's InferenceX client: [int(0.8 L), L]; SGLang's
+    /// `random_range_ratio` r: [max(int(L r), 1), L]).
     pub uniform_lengths: Option<LengthRanges>,
     /// Percentiles of the lengths where the file states them and lists no requests (AIPerf's
     /// `input_sequence_length.p1..p99`, GuideLLM's `prompt_token_count.percentiles`): replayed as
