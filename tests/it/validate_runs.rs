@@ -249,7 +249,7 @@ fn bad_or_conflicting_flags_are_refused_naming_the_flag() {
 /// DeepSeek-R1 FP8 on 8 x H200 under SGLang 0.5.9, 32 clients, 1,024 in / 1,024 out; the corpus copy,
 /// with its length range taken out so that only the means are left) the lockstep replay put the
 /// mean TTFT at 0.99 s against 0.34 s measured (+193%) and the median at 0.86 s against 0.16 s; the
-/// drifting one at 0.26 s and 0.16 s.
+/// drifting one at 0.25 s and 0.16 s.
 #[test]
 fn a_closed_loop_of_mean_lengths_is_not_replayed_in_lockstep() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
