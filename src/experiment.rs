@@ -150,11 +150,9 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
             return Workload::trace(records, 0, 0);
         }
     }
-    let (input, mut output) = run_lengths(run);
+    let (input, output) = run_lengths(run);
     let arrivals = match run.load {
         RunLoad::Concurrency { clients } => {
-            // Clients that all get the same output length stay in lockstep (TIMING_NOISE_LENGTH_SPREAD).
-            output = output.with_timing_noise();
             Arrivals::ClosedLoop { clients, think_time_s: 0.0, think_exponential: false }
         }
         RunLoad::Burst => Arrivals::Burst { n: n.min(u32::MAX as u64) as u32 },
@@ -181,6 +179,7 @@ pub fn run_workload(run: &Run) -> crate::error::Result<Workload> {
         warmup_s: 0.0,
         conversation: None,
     }
+    .with_timing_noise()
     .validate()
 }
 

@@ -95,6 +95,10 @@ pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
             src.check_axis(axis, flag)?;
             src.template.at(axis, value)
         }
+        // A closed loop of the file's own replays drifts as a load of it does (WorkloadSpec::with_timing_noise).
+        (None, Some(w)) if matches!(w.spec.arrivals, Arrivals::ClosedLoop { .. }) => {
+            w.spec.clone().with_timing_noise().validate()
+        }
         (None, Some(w)) => Ok(w.clone()),
         (None, None) => {
             Err(Error::flag("--concurrency", "choose a load: --concurrency, --burst, --rate, --trace or --workload"))
@@ -270,20 +274,20 @@ impl Prepared {
     }
 }
 
-/// Says how a closed loop's fixed output lengths were drawn (workload::TIMING_NOISE_LENGTH_SPREAD), so
-/// that the range in the scenario is not a surprise.
-fn timing_noise_note(a: &SimulateArgs, w: &Workload) -> Option<String> {
+/// Says how a closed loop's fixed output lengths were drawn (WorkloadSpec::with_timing_noise), so that
+/// the range in the scenario is not a surprise: a class whose outputs are the draw a fixed length
+/// becomes.
+fn timing_noise_note(w: &Workload) -> Option<String> {
     if !matches!(w.spec.arrivals, Arrivals::ClosedLoop { .. }) {
         return None;
     }
-    let template = a.workload.source().ok()?.template;
-    let spread: Vec<String> = template
+    let spread: Vec<String> = w
+        .spec
         .classes
         .iter()
-        .zip(&w.spec.classes)
-        .filter_map(|(given, drawn)| match (&given.output, &drawn.output) {
-            (LengthDist::Fixed { value }, LengthDist::Uniform { min, max }) => {
-                Some(format!("{value} -> {min}..={max}"))
+        .filter_map(|c| match c.output {
+            LengthDist::Uniform { min, max } if LengthDist::fixed(max).with_timing_noise() == c.output => {
+                Some(format!("{max} -> {min}..={max}"))
             }
             _ => None,
         })
@@ -332,7 +336,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             p.engine.block_size_tokens,
             a.seed
         )?;
-        if let Some(note) = timing_noise_note(&a, w) {
+        if let Some(note) = timing_noise_note(w) {
             outln!("{note}")?;
         }
         match (&prep.pd, &out.disagg) {

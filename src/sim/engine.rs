@@ -38,8 +38,8 @@ pub(super) struct Live {
     pub(super) last_token_ns: u64,
     /// When the client last received a streamed chunk (the first token alone, then a chunk each time
     /// the output crosses 1 + m x the engine's stream interval, and the last token): the pooled ITL is
-    /// the gaps between chunks, as a benchmark client times them. With an interval of 1 every token
-    /// is a chunk and this is `last_token_ns`.
+    /// the gaps between chunks, as a benchmark client times them. Kept only where the interval is
+    /// above 1: with 1 every token is a chunk, and `last_token_ns` gives the gaps.
     pub(super) sent_ns: u64,
     /// Inside the workload's measured window: its token gaps go into the pooled ITL.
     pub(super) measured: bool,

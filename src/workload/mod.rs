@@ -473,6 +473,19 @@ pub struct Workload {
 }
 
 impl WorkloadSpec {
+    /// A closed loop's fixed output lengths drawn up to 2% short ([`LengthDist::with_timing_noise`]:
+    /// clients that all get the same length stay in lockstep); other arrivals keep their lengths. The
+    /// one place every closed loop a user asks for passes: a load of a template (flags, sweeps,
+    /// capacity), a workload file replayed at its own load, a benchmark run's replay.
+    pub fn with_timing_noise(mut self) -> Self {
+        if matches!(self.arrivals, Arrivals::ClosedLoop { .. }) {
+            for c in &mut self.classes {
+                c.output = c.output.clone().with_timing_noise();
+            }
+        }
+        self
+    }
+
     pub fn validate(mut self) -> Result<Workload> {
         // Inline trace records replay in time order, as CSV and JSONL traces do (a stable sort keeps
         // the file's order among equal times).
@@ -1006,13 +1019,7 @@ impl LoadTemplate {
                 }
             },
         };
-        let mut classes = if self.is_trace() && axis == LoadAxis::Scale { vec![] } else { self.classes.clone() };
-        if let Arrivals::ClosedLoop { .. } = arrivals {
-            // Clients that all get the same output length stay in lockstep (TIMING_NOISE_LENGTH_SPREAD).
-            for c in &mut classes {
-                c.output = c.output.clone().with_timing_noise();
-            }
-        }
+        let classes = if self.is_trace() && axis == LoadAxis::Scale { vec![] } else { self.classes.clone() };
         WorkloadSpec {
             arrivals,
             classes,
@@ -1023,6 +1030,7 @@ impl LoadTemplate {
             warmup_s: self.warmup_s,
             conversation: self.conversation.clone(),
         }
+        .with_timing_noise()
         .validate()
     }
 }

@@ -168,57 +168,72 @@ fn a_closed_loop_of_one_output_length_drifts() {
     assert_eq!(LengthDist::fixed(1).with_timing_noise(), LengthDist::fixed(1));
 }
 
+/// `capsim ARGS` run from the temporary directory: its standard output, after checking it succeeded.
+fn capsim_stdout(args: &[&str]) -> String {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
+        .args(args)
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// On a measured point (the corpus's NVIDIA row: Llama-3.1-70B FP8 on 4 x H200 under vLLM, 64 clients
 /// of 1,024 / 1,024 tokens, mean TTFT 0.265 s) `capsim simulate` with its plain flags drifts, and the
-/// lockstep of exactly equal outputs is what it avoids (0.65 s, +144%).
+/// lockstep of exactly equal outputs is what it avoids (0.65 s, +144%). A closed-loop workload file
+/// replayed at its own load drifts the same way.
 #[test]
 fn simulate_of_a_measured_closed_loop_is_not_in_lockstep() {
     let ttft = |output: &str| {
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
-            .args([
-                "simulate",
-                "--model",
-                "Llama-3.1-70B",
-                "--gpu",
-                "H200 SXM",
-                "--tp",
-                "4",
-                "--engine",
-                "vllm",
-                "--precision",
-                "fp8",
-                "--concurrency",
-                "64",
-                "--input-len",
-                "1024",
-                "--output-len",
-                output,
-                "--requests",
-                "768",
-                "--json",
-            ])
-            .current_dir(std::env::temp_dir())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let out = capsim_stdout(&[
+            "simulate",
+            "--model",
+            "Llama-3.1-70B",
+            "--gpu",
+            "H200 SXM",
+            "--tp",
+            "4",
+            "--engine",
+            "vllm",
+            "--precision",
+            "fp8",
+            "--concurrency",
+            "64",
+            "--input-len",
+            "1024",
+            "--output-len",
+            output,
+            "--requests",
+            "768",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         v["ttft_s"]["mean"].as_f64().unwrap()
     };
     let measured = 0.2645;
     let (drifting, lockstep) = (ttft("1024"), ttft("uniform:1024:1024"));
     // The table says how the outputs were drawn.
-    let text = |output: &str| {
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))
-            .args(["simulate", "--concurrency", "4", "--requests", "8", "--output-len", output])
-            .current_dir(std::env::temp_dir())
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let text =
+        |output: &str| capsim_stdout(&["simulate", "--concurrency", "4", "--requests", "8", "--output-len", output]);
     assert!(
         text("1024").contains("closed loop: outputs drawn up to 2% short of the fixed length (1024 -> 1003..=1024)")
     );
     assert!(!text("uniform:1024:1024").contains("closed loop: outputs drawn"));
     assert!((drifting / measured - 1.0).abs() < 0.3, "mean TTFT {drifting} s against {measured} s measured");
     assert!(lockstep > 2.0 * measured, "lockstep mean TTFT {lockstep} s");
+    // A workload file's closed loop at its own load (no --concurrency) draws as the flags' does.
+    let file = std::env::temp_dir().join(format!("capsim-closed-loop-{}.toml", std::process::id()));
+    std::fs::write(
+        &file,
+        "requests = 40\n[arrivals]\nkind = \"closed_loop\"\nclients = 4\n[[classes]]\nweight = 1.0\n\
+         input = { dist = \"fixed\", value = 1000 }\noutput = { dist = \"fixed\", value = 300 }\n",
+    )
+    .unwrap();
+    let out = capsim_stdout(&["simulate", "--workload", file.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["scenario"]["workload"]["classes"][0]["output"],
+        serde_json::json!({"dist": "uniform", "min": 294, "max": 300})
+    );
 }
