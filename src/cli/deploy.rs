@@ -261,6 +261,7 @@ impl ProfileArgs {
                 .map(|p| parse_dtype("--precision", p, WEIGHT_DTYPES))
                 .transpose()?,
             kv_dtype: self.kv_dtype.as_deref().map(|p| parse_dtype("--kv-dtype", p, KV_DTYPES)).transpose()?,
+            engine: self.engine_settings().kind,
         })
     }
     /// The engine settings the flags set (None where not given).

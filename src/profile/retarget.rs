@@ -15,6 +15,10 @@ pub struct Retarget {
     pub expert_parallel: Option<bool>,
     pub weight_dtype: Option<Dtype>,
     pub kv_dtype: Option<Dtype>,
+    /// The engine the deployment will run under. Where the coefficients come from the learned step
+    /// model (another model), they are looked up for this engine, and the fit-in-memory check uses
+    /// its memory formula: the engine's own offsets are what the corpus learned per engine.
+    pub engine: Option<EngineKind>,
 }
 
 impl Profile {
@@ -73,6 +77,7 @@ impl Profile {
         let same_ep = to.expert_parallel.is_none_or(|e| e == self.expert_parallel);
         let same_dtypes = w_new == self.file.model.weight_dtype && kv_new == self.file.model.kv_dtype;
         if same_gpu && !model_changed && same_tp && same_ep && same_dtypes {
+            // Only the engine may differ: the caller switches it on the profile's own step costs.
             return Ok(self.clone());
         }
         let mut f = self.file.clone();
@@ -93,6 +98,13 @@ impl Profile {
             f.engine.max_num_seqs = None;
             f.engine.chunked_prefill_size = None;
             f.engine.gpu_memory_utilization = None;
+        }
+        let old_kind = self.engine.kind;
+        let engine_switch = to.engine.filter(|&k| k != old_kind);
+        if let Some(k) = engine_switch {
+            // None of the old engine's settings (a fitted memory fraction, a running-sequence cap)
+            // means the same thing under another engine: start from that engine's defaults.
+            f.engine = super::EngineSettings { kind: Some(k), ..Default::default() };
         }
         let kind = f.engine.kind.unwrap_or(EngineKind::Vllm);
         let chunk = default_prefill_budget(kind, &f.engine, &new_gpu);
@@ -183,6 +195,17 @@ impl Profile {
             }
             method = "same model: fitted shares of the peaks kept, pulled toward the shared hardware model by their uncertainty; peaks and counts swapped";
         }
+        let method = match engine_switch {
+            // The profile's own step costs were measured under its engine; another engine's scheduler
+            // runs on them, its own kernels and overheads unmeasured: an extrapolation, said as such.
+            Some(k) if !model_changed => format!(
+                "{method}; engine switched from {} to {}: its scheduler and memory formula, on step costs measured under {}",
+                old_kind.as_str(),
+                k.as_str(),
+                old_kind.as_str()
+            ),
+            _ => method.to_string(),
+        };
         let tp_note = match (same_tp, to.tensor_parallel) {
             (false, Some(t)) => format!(" x{t}"),
             _ => String::new(),
@@ -201,7 +224,7 @@ impl Profile {
         );
         let mut p = f.resolve("retargeted profile", catalog)?;
         p.retargeted_from = Some(self.file.name.clone());
-        p.retarget_method = Some(method.to_string());
+        p.retarget_method = Some(method);
         Ok(p)
     }
 

@@ -388,3 +388,34 @@ fn trtllm_budget_below_isl_plus_concurrency_is_warned() {
         assert!(!stderr(&o).contains("without chunked prefill"), "{}", stderr(&o));
     }
 }
+
+/// `--engine` reaches the learned step model of another model: each engine's step, not vLLM's
+/// three times over (before, all three printed 13.95 ms), and SGLang's memory formula, not vLLM's.
+#[test]
+fn explain_of_another_model_differs_by_engine() {
+    let step_ms = |engine: &str| -> f64 {
+        let o = capsim(&[
+            "explain",
+            "--model",
+            "llama-3.1-70b",
+            "--gpu",
+            "h200",
+            "--tp",
+            "4",
+            "--precision",
+            "fp8",
+            "--decode",
+            "64",
+            "--context",
+            "1500",
+            "--engine",
+            engine,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["parts_s"]["total_s"].as_f64().unwrap() * 1e3
+    };
+    let (v, s, t) = (step_ms("vllm"), step_ms("sglang"), step_ms("trtllm"));
+    assert!((v - s).abs() > 0.05 * v && (v - t).abs() > 0.02 * v, "vllm {v:.3} sglang {s:.3} trtllm {t:.3} ms");
+}

@@ -178,6 +178,40 @@ fn default_profile() -> (Catalog, Profile) {
     (c, p)
 }
 
+/// Another model under another engine takes the learned values of that engine, and is checked for
+/// memory under that engine's formula. Before, the lookup used the default profile's engine (vLLM)
+/// and the engine was switched afterwards: `explain --model llama-3.1-70b --engine sglang` and
+/// `--engine trtllm` printed vLLM's 13.95 ms step to the digit.
+#[test]
+fn another_model_under_another_engine_takes_that_engines_learned_values() {
+    use capsim::profile::EngineKind;
+    let (c, p) = default_profile();
+    let Some(m) = &c.learned else { return };
+    let to = |e: EngineKind| Retarget {
+        model: Some("Llama-3.1-70B".into()),
+        gpu: Some("H200 SXM".into()),
+        tensor_parallel: Some(4),
+        weight_dtype: Some(Dtype::Fp8),
+        engine: Some(e),
+        ..Default::default()
+    };
+    let mut step_overheads = Vec::new();
+    for e in [EngineKind::Vllm, EngineKind::Sglang, EngineKind::Trtllm] {
+        let r = p.retarget(&c, &to(e)).unwrap();
+        assert_eq!(r.engine.kind, e, "the retargeted profile runs under the engine asked for");
+        let l = m.lookup_arch("H200 SXM", e.as_str(), Dtype::Fp8, &r.arch, None).values();
+        let want = l[capsim::hardware::learned::OVERHEAD]
+            * r.arch.n_layers as f64
+            * capsim::hardware::learned::kernel_overhead_scale(&r.gpu);
+        assert_relative_eq!(r.coefficients.step_overhead_s, want, max_relative = 1e-9);
+        step_overheads.push(r.coefficients.step_overhead_s);
+    }
+    assert!(
+        step_overheads[1] < 0.8 * step_overheads[0],
+        "SGLang's learned step overhead is below vLLM's: {step_overheads:?}"
+    );
+}
+
 #[test]
 fn another_model_takes_its_own_precision_and_the_shared_model() {
     let (c, p) = default_profile();
