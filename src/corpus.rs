@@ -747,6 +747,7 @@ pub fn express(
             tool: Tool::VllmBenchServe,
             tool_version: None,
             model_id: Some(p.model.clone()),
+            engine: Some(engine.as_str()),
         },
         load: RunLoad::Concurrency { clients: p.concurrency },
         requests,

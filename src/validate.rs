@@ -556,6 +556,11 @@ pub struct RunRow {
     /// (predicted - measured) / measured, a fraction (0.05 = 5% over); None without a prediction, or
     /// for a statistic measured as 0 ([`MEASURED_ZERO`]).
     pub error: Option<f64>,
+    /// The same error in percent, as the protocols' rows carry it (`Row::error_pct`).
+    pub error_pct: Option<f64>,
+    /// Left out of the summaries, as a protocol row's flag leaves it out: a statistic with no
+    /// prediction or measured as 0 (no relative error).
+    pub flagged: bool,
     /// The prediction's +-1 sigma band (as `Row::band`).
     pub band: Option<(f64, f64)>,
 }
@@ -596,6 +601,7 @@ pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<Ru
                 .iter()
                 .map(|p| {
                     let predicted = predict_cached(profile, p, &u, &[], &cache);
+                    let error = predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value);
                     RunRow {
                         band: predicted.and_then(|v| bands.of(p, v, &u, &[])),
                         file: run.source.file.clone(),
@@ -605,7 +611,9 @@ pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<Ru
                         stat: crate::metrics::stat_name(p.stat).to_string(),
                         measured: p.value,
                         predicted,
-                        error: predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value),
+                        error,
+                        error_pct: error.map(|e| e * 100.0),
+                        flagged: error.is_none(),
                     }
                 })
                 .collect::<Vec<_>>()

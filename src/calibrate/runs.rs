@@ -73,6 +73,37 @@ pub fn target_for_runs(
     })
 }
 
+/// The engine the runs were served by, where every file that names one names the same (None where
+/// none names one). Runs of two engines are two deployments: refused, naming each engine, how many
+/// runs and a file of it.
+pub fn files_engine(runs: &[Run]) -> Result<Option<crate::profile::EngineKind>> {
+    use crate::profile::EngineKind;
+    let mut seen: Vec<(&'static str, &str, usize)> = Vec::new();
+    for r in runs {
+        let Some(e) = r.source.engine else { continue };
+        match seen.iter_mut().find(|s| s.0 == e) {
+            Some(s) => s.2 += 1,
+            None => seen.push((e, r.source.file.as_str(), 1)),
+        }
+    }
+    if seen.len() > 1 {
+        let each: Vec<String> = seen.iter().map(|(e, file, n)| format!("{e} ({n} run(s), e.g. {file})")).collect();
+        return Err(Error::flag(
+            "--runs",
+            format!(
+                "the files were served by {} engines: {}; a profile is of one deployment: pass the runs of one at a time, or name one with --engine",
+                seen.len(),
+                each.join(", ")
+            ),
+        ));
+    }
+    Ok(seen.pop().map(|(e, _, _)| match e {
+        "sglang" => EngineKind::Sglang,
+        "trtllm" => EngineKind::Trtllm,
+        _ => EngineKind::Vllm,
+    }))
+}
+
 /// The model the runs measured, as their files name it (None where no file names one). Runs of two
 /// models in one folder, or of one checkpoint at two precisions, are two deployments, and one profile
 /// fitted to (or checked against) both is right for neither: refused, naming each model, how many

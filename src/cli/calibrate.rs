@@ -126,10 +126,14 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     if tp == 0 {
         return Err(Error::flag("--tp", "must be at least 1"));
     }
-    let engine = match a.engine_settings().kind {
-        Some(k) => k,
-        None => {
-            notes.push("engine not given (--engine): vLLM V1 scheduling assumed".into());
+    let engine = match (a.engine_settings().kind, calibrate::runs::files_engine(runs)?) {
+        (Some(k), _) => k,
+        (None, Some(k)) => {
+            notes.push(format!("engine from the files (their server or endpoint names it): {}", k.as_str()));
+            k
+        }
+        (None, None) => {
+            notes.push("engine not given (--engine), and the files name none: vLLM V1 scheduling assumed".into());
             EngineKind::Vllm
         }
     };
@@ -163,6 +167,9 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
         }
     };
     let mut settings = a.engine_settings();
+    if settings.kind.is_none() && settings.version.is_none() {
+        settings.version = super::validate::files_server_version(runs, engine, &mut notes);
+    }
     settings.kind = Some(engine);
     notes.extend(capsim::calibrate::runs::chunking_notes(
         runs,

@@ -1,5 +1,6 @@
 //! `capsim validate`: predicted against measured for every point, per protocol; VALIDATION.md.
 
+use super::deploy::EngineArg;
 use super::shard::{line, ScaleOutArgs};
 use super::ProfileArgs;
 use capsim::catalog::Catalog;
@@ -7,7 +8,7 @@ use capsim::data::{self, LoadKind, Point};
 use capsim::error::{Error, Result};
 use capsim::experiment::{predict, ExperimentUnknowns};
 use capsim::measured::Run;
-use capsim::profile::Profile;
+use capsim::profile::{EngineKind, Profile};
 use capsim::report::{num, svg_chart, table, Series};
 use capsim::validate::{self, summarize_rows, Protocol, Row, TARGETS};
 use clap::Args;
@@ -163,6 +164,25 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
         notes.push(format!("model from the files' model id `{id}`: {}", arch.name));
         d.model = Some(id);
     }
+    if d.profile.is_none() && d.engine.is_none() {
+        // As the model: the engine the files name (an SGLang server's result replayed under SGLang),
+        // said as such; where they name none, the default profile's engine, said too.
+        match capsim::calibrate::runs::files_engine(runs)? {
+            Some(k) => {
+                notes.push(format!("engine from the files (their server or endpoint names it): {}", k.as_str()));
+                d.engine = Some(match k {
+                    EngineKind::Vllm => EngineArg::Vllm,
+                    EngineKind::Sglang => EngineArg::Sglang,
+                    EngineKind::Trtllm => EngineArg::Trtllm,
+                });
+                if d.engine_version.is_none() {
+                    d.engine_version = files_server_version(runs, k, &mut notes);
+                }
+            }
+            None => notes
+                .push("engine not given (--engine), and the files name none: the default profile's (vLLM V1)".into()),
+        }
+    }
     let profile = d.resolve(catalog)?;
     if let (Some(m), Some((id, arch))) =
         (&d.model, files_model.as_ref().and_then(|id| catalog.model(id).ok().map(|a| (id, a))))
@@ -192,6 +212,38 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
         }
     }
     Ok((profile, notes))
+}
+
+/// The server release the runs state, where it is one capsim models: SGLang's bench_serving
+/// records the server's `/get_server_info` version (`RunSource::tool_version`); a release outside
+/// the ones capsim read is said and left out (the latest release's behaviour is used).
+pub(crate) fn files_server_version(runs: &[Run], kind: EngineKind, notes: &mut Vec<String>) -> Option<String> {
+    use capsim::measured::Tool;
+    use capsim::profile::{latest_version, oldest_version, EngineVersion};
+    let mut versions: Vec<&str> = runs
+        .iter()
+        .filter(|r| matches!(r.source.tool, Tool::SglangBenchServing) && kind == EngineKind::Sglang)
+        .filter_map(|r| r.source.tool_version.as_deref())
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let [v] = versions[..] else { return None };
+    match EngineVersion::parse(v) {
+        Some(parsed) if parsed >= oldest_version(kind) && parsed <= latest_version(kind) => {
+            notes.push(format!("engine release from the files' server_info: {} {v}", kind.as_str()));
+            Some(v.to_string())
+        }
+        _ => {
+            notes.push(format!(
+                "the files' server release {} {v} is outside the releases capsim read ({} to {}): {}'s behaviour used",
+                kind.as_str(),
+                oldest_version(kind),
+                latest_version(kind),
+                latest_version(kind)
+            ));
+            None
+        }
+    }
 }
 
 /// Where the predictions come from: the deployment, the profile's provenance and its band.

@@ -241,7 +241,15 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
         .or_else(|| d.get("input_config.model_names").and_then(|a| a.get(0)).and_then(Value::as_str))
         .map(str::to_string);
     checked(Run {
-        source: RunSource { file: src.to_string(), index: 0, runs_in_file: 1, tool, tool_version: version, model_id },
+        source: RunSource {
+            file: src.to_string(),
+            index: 0,
+            runs_in_file: 1,
+            tool,
+            tool_version: version,
+            model_id,
+            engine: None,
+        },
         load,
         requests: planned.unwrap_or(completed + failed).max(completed + failed),
         completed,

@@ -22,6 +22,9 @@ use serde_json::Value;
 /// Which of the two tools wrote this object, if either.
 pub fn recognizes(v: &Value) -> Option<Tool> {
     let has = |k: &str| v.get(k).is_some();
+    if is_inferencex_point(v) {
+        return Some(Tool::VllmBenchServe);
+    }
     if !(v.is_object() && has("request_rate") && has("completed")) {
         return None;
     }
@@ -33,6 +36,24 @@ pub fn recognizes(v: &Value) -> Option<Tool> {
         None
     }
 }
+
+/// An InferenceX point file (the corpus's `inferencex-dsr1/<deployment>/<ISL>x<OSL>_c<conc>_<date>.json`,
+/// and the dashboard's rows converted the same way): `vllm bench serve`'s layout from InferenceX's
+/// fork of vLLM's benchmark_serving.py, with the counts and token totals InferenceX's
+/// `process_result.py` drops (`completed`, `total_input_tokens`, `total_output_tokens`). What the
+/// replay needs of them is InferenceX's client, the same for every point: `--num-prompts` 10 x
+/// concurrency and lengths uniform in [int(0.8 L), L] (calibration/corpus/inferencex-dsr1/README.md,
+/// "Workload replay facts").
+fn is_inferencex_point(v: &Value) -> bool {
+    let has = |k: &str| v.get(k).is_some();
+    v.is_object() && has("ix_source") && has("max_concurrency") && has("random_input_len") && !has("completed")
+}
+
+/// InferenceX's `--num-prompts` per client (its single-node launch scripts: `$(( $CONC * 10 ))`).
+pub const INFERENCEX_PROMPTS_PER_CLIENT: u64 = 10;
+/// InferenceX's `random_range_ratio` where a point file does not state it
+/// (`.github/workflows/benchmark-tmpl.yml`: 0.8).
+pub const INFERENCEX_RANGE_RATIO: f64 = 0.8;
 
 /// The metrics both tools print, with capsim's name and the factor from the file's milliseconds.
 const METRICS: &[(&str, &str, f64)] = &[
@@ -77,7 +98,32 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
             RunLoad::Rate { rate_per_s: rate, process: RateProcess::Gamma { burstiness }, max_concurrency: cap }
         }
     };
-    let completed = d.requests("completed")?.ok_or_else(|| d.err("completed", "missing"))?;
+    let ix = is_inferencex_point(v);
+    let mut ix_notes = Vec::new();
+    let completed = match d.requests("completed")? {
+        Some(n) => n,
+        None if ix => {
+            let n = match (d.requests("num_prompts")?, &load) {
+                (Some(n), _) => n,
+                (None, RunLoad::Concurrency { clients }) => INFERENCEX_PROMPTS_PER_CLIENT * *clients as u64,
+                (None, _) => return Err(d.err("max_concurrency", "an InferenceX point needs its concurrency")),
+            };
+            ix_notes.push(format!(
+                "completed (absent: InferenceX keeps no counts; {n} requests, 10 x concurrency as its launch scripts send, all taken as completed)"
+            ));
+            n
+        }
+        None => return Err(d.err("completed", "missing")),
+    };
+    if ix {
+        if let Some(f) = d.opt_str("ix_framework") {
+            if f.starts_with("dynamo") || f.contains('-') {
+                ix_notes.push(format!(
+                    "ix_framework {f} (a disaggregated or multi-node deployment: validate --runs replays the one deployment the flags name; simulate takes --prefill-workers/--decode-workers)"
+                ));
+            }
+        }
+    }
 
     // Per-request arrays (--save-detailed / --output-details).
     let inputs = d.num_array("input_lens")?;
@@ -126,7 +172,27 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     .unwrap_or(completed + d.requests("failed")?.unwrap_or(0));
     let failed = d.requests("failed")?.or(failed_listed).unwrap_or(requests.saturating_sub(completed));
 
-    let (input_mean, output_mean) = if per_request.is_empty() {
+    let ix_lengths = if ix && per_request.is_empty() && d.get("total_input_tokens").is_none() {
+        let ratio = d.opt_num("random_range_ratio")?.unwrap_or(INFERENCEX_RANGE_RATIO);
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(d.err("random_range_ratio", format!("must be in [0, 1], got {ratio}")));
+        }
+        let len = |key: &str| -> Result<(u32, u32)> {
+            let l = d.opt_num(key)?.ok_or_else(|| d.err(key, "missing: the replay needs the lengths"))?;
+            let l = tokens(&d, key, l, 1)?;
+            Ok((((l as f64 * ratio).floor() as u32).max(1), l))
+        };
+        let (i, o) = (len("random_input_len")?, len("random_output_len")?);
+        if d.get("random_range_ratio").is_none() {
+            ix_notes.push(format!("random_range_ratio (absent: InferenceX's {INFERENCEX_RANGE_RATIO} assumed)"));
+        }
+        Some((i, o))
+    } else {
+        None
+    };
+    let (input_mean, output_mean) = if let Some((i, o)) = ix_lengths {
+        ((i.0 as f64 + i.1 as f64) / 2.0, (o.0 as f64 + o.1 as f64) / 2.0)
+    } else if per_request.is_empty() {
         let tin = d.opt_num("total_input_tokens")?.ok_or_else(|| {
             d.err(
                 "total_input_tokens",
@@ -149,8 +215,9 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     };
 
     let mut stats: Vec<MeasuredStat> = Vec::new();
-    let mut not_compared = Vec::new();
+    let mut not_compared = ix_notes;
     let uniform_lengths = match (tool, per_request.is_empty()) {
+        _ if ix_lengths.is_some() => ix_lengths,
         (Tool::SglangBenchServing, true) => sglang_random_lengths(&d, input_mean, output_mean, &mut not_compared)?,
         _ => None,
     };
@@ -210,6 +277,15 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     stats.sort_by_key(|s| (super::RUN_METRICS.iter().position(|m| *m == s.metric), s.stat as u8));
     let model_id = d.opt_str("model_id").or_else(|| d.opt_str("server_info.model_path"));
     let tool_version = d.opt_str("server_info.version");
+    let engine = engine_named(tool, d.opt_str("backend").as_deref(), d.get("server_info").is_some()).or_else(|| {
+        // InferenceX names the engine of a single-node point `sglang`, `trt` or `vllm`.
+        match d.opt_str("ix_framework").as_deref() {
+            Some("sglang") => Some("sglang"),
+            Some("trt") => Some("trtllm"),
+            Some("vllm") => Some("vllm"),
+            _ => None,
+        }
+    });
     checked(Run {
         source: RunSource {
             file: src.to_string(),
@@ -218,6 +294,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
             tool,
             tool_version,
             model_id,
+            engine,
         },
         load,
         requests,
@@ -231,6 +308,20 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         uniform_lengths,
         length_percentiles: Default::default(),
     })
+}
+
+/// The engine a result names: SGLang's bench_serving fetches the server's `/get_server_info` into
+/// `server_info` (an SGLang server); a `backend` that is an engine's own endpoint (`vllm`, `sglang`,
+/// `sglang-native`, `trt`, `tensorrt-llm`) names it. `openai`, `openai-chat` and other API names say
+/// nothing about the server behind them.
+fn engine_named(tool: Tool, backend: Option<&str>, server_info: bool) -> Option<&'static str> {
+    match backend.map(str::to_ascii_lowercase).as_deref() {
+        Some("vllm") => Some("vllm"),
+        Some("sglang" | "sglang-native") => Some("sglang"),
+        Some("trt" | "tensorrt-llm" | "trtllm") => Some("trtllm"),
+        _ if server_info && matches!(tool, Tool::SglangBenchServing) => Some("sglang"),
+        _ => None,
+    }
 }
 
 /// The length ranges SGLang's random dataset drew from, where an `--output-file` line states them

@@ -186,6 +186,7 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
             tool: Tool::GuideLlm,
             tool_version: version,
             model_id,
+            engine: None,
         },
         load,
         requests: completed + failed + incomplete,

@@ -145,6 +145,10 @@ pub struct RunSource {
     pub tool: Tool,
     pub tool_version: Option<String>,
     pub model_id: Option<String>,
+    /// The serving engine the file names, where it names one (`vllm`, `sglang`, `trtllm`): SGLang's
+    /// bench_serving states the server's `server_info`; a `backend` of `vllm`, `sglang` or `trt` is
+    /// that engine's own endpoint. `openai` and the like name only the API, so no engine.
+    pub engine: Option<&'static str>,
 }
 
 /// Inclusive (min, max) ranges of the input and the output lengths.
@@ -385,6 +389,16 @@ fn sweep_bookkeeping(v: &serde_json::Value) -> Option<String> {
     }
     if bench_serving::recognizes(v).is_some() && v.get("run_number").and_then(|n| n.as_i64()).is_some_and(|n| n < 0) {
         return Some("vllm bench sweep warm-up run (run_number -1)".into());
+    }
+    if ["engine_scripts", "config_entry", "points"].iter().all(|k| v.get(k).is_some()) {
+        // calibration/corpus/inferencex-dsr1/<deployment>/metadata.json: the deployment, not a run.
+        return Some(format!(
+            "InferenceX deployment metadata ({} on {} x {}, tp {}): the deployment, not a measurement; name it with the flags",
+            v.get("engine").and_then(|x| x.as_str()).unwrap_or("engine not stated"),
+            v.get("num_gpus").and_then(|x| x.as_u64()).map_or("?".into(), |n| n.to_string()),
+            v.get("gpu").and_then(|x| x.as_str()).unwrap_or("GPU not stated"),
+            v.get("tp").and_then(|x| x.as_u64()).map_or("?".into(), |n| n.to_string()),
+        ));
     }
     None
 }

@@ -23,8 +23,8 @@ pub mod spec;
 pub use advice::trtllm_budget_warning;
 use engine::resolve_engine;
 pub use engine::{
-    default_prefill_budget, latest_version, AdpBalance, CapacityPolicy, EngineConfig, EngineKind, EngineSettings,
-    KvCapacity, KvMemory, MAX_BATCHED_TOKENS_LIMIT, MAX_NUM_SEQS_LIMIT,
+    default_prefill_budget, latest_version, oldest_version, AdpBalance, CapacityPolicy, EngineConfig, EngineKind,
+    EngineSettings, EngineVersion, KvCapacity, KvMemory, MAX_BATCHED_TOKENS_LIMIT, MAX_NUM_SEQS_LIMIT,
 };
 pub use parallel::Parallel;
 pub use retarget::{dtype_in_name, Retarget};

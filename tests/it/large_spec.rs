@@ -219,6 +219,7 @@ fn synthetic_run(p: &Profile, clients: u32, input: u32, output: u32) -> Run {
             tool: Tool::VllmBenchServe,
             tool_version: None,
             model_id: None,
+            engine: None,
         },
         load: RunLoad::Concurrency { clients },
         requests,

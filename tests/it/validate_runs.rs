@@ -106,7 +106,9 @@ fn the_json_keeps_its_keys() {
     }
     assert_eq!(keys(&moved["band_coverage"]), ["inside", "statistics"].map(String::from).into());
     let row_keys: BTreeSet<String> =
-        ["file", "run", "load", "metric", "stat", "measured", "predicted", "error", "band"].map(String::from).into();
+        ["file", "run", "load", "metric", "stat", "measured", "predicted", "error", "error_pct", "flagged", "band"]
+            .map(String::from)
+            .into();
     let run_keys: BTreeSet<String> = [
         "run",
         "file",
@@ -126,6 +128,14 @@ fn the_json_keeps_its_keys() {
         assert_eq!(keys(v), keys(&by_profile), "one set of keys, however the deployment is named");
         for r in v["rows"].as_array().unwrap() {
             assert_eq!(keys(r), row_keys);
+            // The protocols' `error_pct` and `flagged`, beside the fraction `error` kept for old readers.
+            match r["error"].as_f64() {
+                Some(e) => {
+                    assert!((r["error_pct"].as_f64().unwrap() - 100.0 * e).abs() < 1e-9, "{r}");
+                    assert_eq!(r["flagged"], false, "{r}");
+                }
+                None => assert_eq!(r["flagged"], true, "{r}"),
+            }
         }
         for r in v["runs"].as_array().unwrap() {
             assert_eq!(keys(r), run_keys);
@@ -337,4 +347,48 @@ fn a_closed_loop_of_mean_lengths_is_not_replayed_in_lockstep() {
         drifting < 1.6 * measured,
         "simulate --output-len 922: mean TTFT {drifting} s against {measured} s measured"
     );
+}
+
+/// A result file names its engine (SGLang's bench_serving: `backend` and `server_info`): without
+/// --engine the runs replay under it, and its release, each said; --engine still wins.
+#[test]
+fn the_files_engine_is_taken_where_the_flags_name_none() {
+    let v = json("sglang/bench_serving.jsonl", &["--gpu", "H200 SXM", "--tp", "2"]);
+    assert_eq!(v["engine"]["kind"], "sglang");
+    assert_eq!(v["engine"]["version"], "0.5.9");
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(notes.iter().any(|n| n.starts_with("engine from the files")), "{notes:?}");
+    let forced = json("sglang/bench_serving.jsonl", &["--gpu", "H200 SXM", "--tp", "2", "--engine", "vllm"]);
+    assert_eq!(forced["engine"]["kind"], "vllm");
+    // A tool that names no engine: the default profile's, said.
+    let g = json("guidellm/benchmarks.json", &["--gpu", "H100 SXM"]);
+    let notes: Vec<&str> = g["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(notes.iter().any(|n| n.contains("the files name none")), "{notes:?}");
+}
+
+/// The corpus's InferenceX point files (vllm bench serve's layout without the counts and token
+/// totals InferenceX drops) replay as InferenceX's client ran them: 10 x concurrency requests,
+/// lengths uniform in [int(0.8 L), L]; the deployment's metadata.json is skipped with its reason.
+#[test]
+fn inferencex_point_files_replay_as_their_client_ran() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("calibration/corpus/inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-v0.5.11-cu130");
+    let d = dir.to_str().unwrap();
+    let o = capsim(&["validate", "--runs", d, "--gpu", "H200 SXM", "--tp", "8", "--precision", "fp8", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["engine"]["kind"], "sglang", "ix_framework sglang");
+    let skipped: Vec<&str> = v["skipped"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(skipped.len() == 1 && skipped[0].contains("InferenceX deployment metadata"), "{skipped:?}");
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6);
+    for r in runs {
+        let c: u64 = r["load"].as_str().unwrap().trim_start_matches("concurrency ").parse().unwrap();
+        assert_eq!(r["requests"], 10 * c, "{r}");
+        let isl: f64 = if r["run"].as_str().unwrap().contains("/8192x") { 8192.0 } else { 1024.0 };
+        let lo = (0.8 * isl).floor();
+        assert!((r["input_tokens_mean"].as_f64().unwrap() - (lo + isl) / 2.0).abs() < 1e-9, "{r}");
+    }
+    let p = predicted(&v);
+    assert!(!p.is_empty() && p.iter().all(Option::is_some));
 }
