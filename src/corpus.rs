@@ -399,8 +399,12 @@ fn engine_behind_router(e: &str) -> &str {
 /// any router): how two rows of different sets name the same deployment ([`copies`],
 /// [`unmarked_mtp`]).
 fn gpu_and_engine(catalog: &Catalog, p: &CorpusPoint) -> (String, Option<&'static str>) {
-    let gpu = catalog.gpu(&gpu_name(&p.gpu)).map_or_else(|_| p.gpu.clone(), |s| s.name.clone());
-    (gpu, engine_of(engine_behind_router(&p.engine)).map(|e| e.as_str()))
+    (catalog_gpu_name(catalog, &p.gpu), engine_of(engine_behind_router(&p.engine)).map(|e| e.as_str()))
+}
+
+/// The catalog's name of a corpus GPU (`b200_sxm` and `b200` are both B200), else the corpus's own.
+pub fn catalog_gpu_name(catalog: &Catalog, corpus_gpu: &str) -> String {
+    catalog.gpu(&gpu_name(corpus_gpu)).map_or_else(|_| corpus_gpu.to_string(), |s| s.name.clone())
 }
 
 /// The catalog GPU a corpus name means (the sets write `h100_sxm`, `b200_sxm`, `gb200`, `h200`).

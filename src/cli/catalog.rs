@@ -71,7 +71,7 @@ pub fn gpus(a: GpusArgs) -> Result<()> {
                 .iter()
                 .map(|g| json!({
             "name": g.name, "family": g.family, "memory_gb": g.memory_gb, "hbm_bandwidth_tb_s": g.hbm_bandwidth_tb_s,
-            "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "tdp_w": g.tdp_w, "source": g.source}))
+            "bf16_tflops": g.bf16_tflops, "fp8_tflops": g.fp8_tflops, "fp4_tflops": g.fp4_tflops, "tdp_w": g.tdp_w, "source": g.source}))
                 .collect::<Vec<_>>()))
             .expect("json")
         )?;
@@ -87,12 +87,16 @@ pub fn gpus(a: GpusArgs) -> Result<()> {
                 num(g.hbm_bandwidth_tb_s, 3),
                 num(g.bf16_tflops, 4),
                 g.fp8_tflops.map_or("-".into(), |v| num(v, 4)),
+                g.fp4_tflops.map_or("-".into(), |v| num(v, 4)),
                 num(g.tdp_w, 4),
                 g.source.clone(),
             ]
         })
         .collect();
-    out!("{}", table(&["gpu", "memory_gb", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "tdp_w", "source"], &rows))?;
+    out!(
+        "{}",
+        table(&["gpu", "memory_gb", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "fp4_tflops", "tdp_w", "source"], &rows)
+    )?;
     Ok(())
 }
 
@@ -264,7 +268,9 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
         m
     };
     let sets = by(&|p| p.set.to_string());
-    let gpus = by(&|p| p.gpu.clone());
+    // By the catalog's GPU: the sets name one GPU several ways (`b200`, `b200_sxm`).
+    let gpus = by(&|p| capsim::corpus::catalog_gpu_name(catalog, &p.gpu));
+    let clients = by(&|p| p.client.as_str().to_string());
     let with_recipes = e.experiments.iter().filter(|x| x.point.pd_launch.is_some()).count();
     if as_json {
         let refused: Vec<_> = if list {
@@ -293,6 +299,7 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
                 "refused_by_reason": counts.iter().map(|(r, n)| json!({"reason": r, "points": n})).collect::<Vec<_>>(),
                 "by_set": table(&sets),
                 "by_gpu": table(&gpus),
+                "by_client": table(&clients),
                 "refused_points": refused,
                 "replayed_with_pd_recipes": with_recipes,
             }))
@@ -316,6 +323,10 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
     }
     outln!("by GPU (replayed / refused):")?;
     for (k, (a, b)) in &gpus {
+        outln!("  {k:<18} {a:>5} / {b}")?;
+    }
+    outln!("by client (replayed / refused):")?;
+    for (k, (a, b)) in &clients {
         outln!("  {k:<18} {a:>5} / {b}")?;
     }
     if list {

@@ -117,6 +117,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             "parts_s": parts,
             "bound": bound,
             "hidden_s": hidden,
+            "host": host_json(&p, &parts, a.decode),
         });
         let mut v = v;
         if let Some(s) = &spec {
@@ -333,7 +334,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     outln!()?;
     outln!(
         "per request, outside the step: API server {} ms (tokenization, admission, first-token streaming); \
-         front-end serial stage {} ms; async scheduling overlap: not modelled (the step's host parts are paid in full)",
+         front-end serial stage {} ms; async scheduling overlap: {ASYNC_OVERLAP}",
         num(c.request_overhead_s * 1e3, 3),
         num(c.frontend_serial_s * 1e3, 3)
     )?;
@@ -401,6 +402,37 @@ pub fn run(a: ExplainArgs) -> Result<()> {
     }
     outln!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method))?;
     Ok(())
+}
+
+/// What explain says of the overlap async scheduling gives (vLLM's --async-scheduling, SGLang's and
+/// TensorRT-LLM's overlap schedulers): it is not a part of its own. Each engine's step overhead is
+/// learned from that engine's measurements under its own default scheduler, so whatever overlap the
+/// engine had there is already out of the learned value; the corpus has no runs with it switched
+/// off, so it cannot be split out.
+const ASYNC_OVERLAP: &str = "not a part of its own: each engine's step overhead is learned from its \
+measurements under its default scheduler, so the overlap it had there is inside the learned value";
+
+/// The host's costs, for `--json`: each request's, once (API server, front-end serial stage), the
+/// API server's per streamed token and the share of it this step keeps busy, the scheduler's per step
+/// and per sequence (also in `parts_s` as `overhead_s` and `per_seq_s`).
+fn host_json(p: &capsim::profile::Profile, parts: &capsim::sim::step::StepParts, decodes: u32) -> serde_json::Value {
+    let c = &p.coefficients;
+    let busy = if parts.total_s > 0.0 {
+        capsim::profile::api_busy_share(p.api_per_streamed_token_s(), decodes as f64, parts.total_s)
+    } else {
+        0.0
+    };
+    json!({
+        "request_overhead_s": c.request_overhead_s,
+        "frontend_serial_s": c.frontend_serial_s,
+        "api_per_token_s": c.api_per_token_s,
+        "stream_interval": p.engine.stream_interval,
+        "api_busy_share": busy,
+        "request_api_s_now": c.request_overhead_s / (1.0 - busy),
+        "step_overhead_s": parts.overhead_s,
+        "per_seq_s": parts.per_seq_s,
+        "async_scheduling_overlap": ASYNC_OVERLAP,
+    })
 }
 
 /// The host-load part of a step's request, for `--json`.

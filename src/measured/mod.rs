@@ -488,11 +488,13 @@ fn checked(run: Run) -> Result<Run> {
     }
     for s in &run.stats {
         if !(s.value.is_finite() && s.value >= 0.0) {
+            // The value as the file wrote it: a TTFT is kept in seconds, the files write milliseconds.
+            let stated = if s.metric == "ttft_s" && s.key.ends_with("_ms") { s.value * 1e3 } else { s.value };
             return Err(Error::input(
                 src,
                 line,
                 Some(&s.key),
-                format!("must be a finite non-negative number, got {}", s.value),
+                format!("must be a finite non-negative number, got {stated}"),
             ));
         }
     }

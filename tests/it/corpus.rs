@@ -124,6 +124,19 @@ fn points_corpus_prints_the_counts_by_reason() {
     assert_eq!(v["refused_points"].as_array().unwrap().len() as u64, v["refused"].as_u64().unwrap());
     let by_reason: u64 = v["refused_by_reason"].as_array().unwrap().iter().map(|r| r["points"].as_u64().unwrap()).sum();
     assert_eq!(by_reason, v["refused"].as_u64().unwrap());
+    // By GPU under the catalog's names (the sets write b200 and b200_sxm for one GPU), and by client;
+    // each table adds up to the total.
+    let gpus: Vec<&str> = v["by_gpu"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert!(gpus.contains(&"B200") && !gpus.iter().any(|g| g.contains('_') || *g == "b200"), "{gpus:?}");
+    for table in ["by_gpu", "by_client", "by_set"] {
+        let n: u64 = v[table]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["replayed"].as_u64().unwrap() + g["refused"].as_u64().unwrap())
+            .sum();
+        assert_eq!(n, total, "{table}");
+    }
     // The disaggregated points replayed with their recipes' pool settings are counted.
     let recipes = v["replayed_with_pd_recipes"].as_u64().unwrap();
     assert!(recipes > 100 && recipes < v["replayed"].as_u64().unwrap(), "{recipes}");

@@ -197,3 +197,19 @@ fn capsim_gpus_lists_the_new_gpus() {
     }
     assert_eq!(names.len(), Catalog::builtin().gpus.len());
 }
+
+/// `capsim gpus` lists the FP4 tensor rate where the catalog has one (B200's, which issue 23 asks
+/// for), in the table and the JSON; a GPU without FP4 shows none.
+#[test]
+fn gpus_lists_fp4_where_the_catalog_has_it() {
+    let o = capsim(&["gpus", "--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let by = |n: &str| v.as_array().unwrap().iter().find(|g| g["name"] == n).unwrap().clone();
+    let c = capsim::catalog::Catalog::builtin();
+    assert_eq!(by("B200")["fp4_tflops"].as_f64(), c.gpu("B200").unwrap().fp4_tflops);
+    assert!(by("B200")["fp4_tflops"].as_f64().is_some_and(|x| x > 0.0));
+    assert!(by("H100 SXM")["fp4_tflops"].is_null());
+    let text = String::from_utf8(capsim(&["gpus"]).stdout).unwrap();
+    assert!(text.lines().next().unwrap().contains("fp4_tflops"), "{text}");
+}

@@ -358,3 +358,14 @@ fn item15_aiperf_lengths_and_counts_from_the_records_beside_it() {
     let e = read_file(&folder("item15-e", &none, None)).unwrap_err().to_string();
     assert!(e.contains("input_sequence_length") && e.contains("usage_prompt_tokens"), "{e}");
 }
+
+/// A bad statistic is refused with the value the file wrote: `mean_ttft_ms: -5` said `got -0.005`
+/// (capsim keeps TTFT in seconds) before.
+#[test]
+fn a_negative_statistic_is_refused_in_the_files_own_unit() {
+    let dir = scratch("neg-unit");
+    let mut v = read_json(&fixture("vllm/detailed_c2.json"));
+    v["mean_ttft_ms"] = json!(-5.0);
+    let e = read_error(&dir, "neg.json", &v);
+    assert!(e.contains("mean_ttft_ms") && e.contains("got -5") && !e.contains("-0.005"), "{e}");
+}
