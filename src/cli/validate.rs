@@ -184,6 +184,32 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
         }
     }
     let profile = d.resolve(catalog)?;
+    if d.precision.is_none() || d.kv_dtype.is_none() {
+        // What calibrate --runs lists as its assumptions, said here too: the files state neither.
+        let (w, kv) = (profile.file.model.weight_dtype, profile.file.model.kv_dtype);
+        let from = if profile.retarget_method.as_deref().is_some_and(|m| m.starts_with("another model")) {
+            "the checkpoint's config or name, else BF16"
+        } else {
+            "the profile's, of this model"
+        };
+        let mut said = Vec::new();
+        if d.precision.is_none() {
+            said.push(format!("weights {w}"));
+        }
+        if d.kv_dtype.is_none() {
+            said.push(format!("KV cache {kv}"));
+        }
+        notes.push(format!(
+            "precision not given ({}): {} ({from}); the files do not state it",
+            [("--precision", d.precision.is_none()), ("--kv-dtype", d.kv_dtype.is_none())]
+                .iter()
+                .filter(|(_, missing)| *missing)
+                .map(|(f, _)| *f)
+                .collect::<Vec<_>>()
+                .join(", "),
+            said.join(", ")
+        ));
+    }
     if let (Some(m), Some((id, arch))) =
         (&d.model, files_model.as_ref().and_then(|id| catalog.model(id).ok().map(|a| (id, a))))
     {

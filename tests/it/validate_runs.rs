@@ -364,6 +364,14 @@ fn the_files_engine_is_taken_where_the_flags_name_none() {
     let g = json("guidellm/benchmarks.json", &["--gpu", "H100 SXM"]);
     let notes: Vec<&str> = g["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     assert!(notes.iter().any(|n| n.contains("the files name none")), "{notes:?}");
+    // The precision the files do not state is said, as calibrate --runs lists it in its assumptions.
+    assert!(
+        notes.iter().any(|n| n.starts_with("precision not given (--precision, --kv-dtype): weights fp8")),
+        "{notes:?}"
+    );
+    let given = json("guidellm/benchmarks.json", &["--gpu", "H100 SXM", "--precision", "fp8", "--kv-dtype", "fp8"]);
+    let notes: Vec<&str> = given["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(!notes.iter().any(|n| n.starts_with("precision not given")), "{notes:?}");
 }
 
 /// The corpus's InferenceX point files (vllm bench serve's layout without the counts and token
