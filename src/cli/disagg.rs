@@ -296,8 +296,9 @@ fn pools(r: &capsim::sim::DisaggReport) -> (capsim::metrics::PoolSummary, capsim
     (capsim::metrics::pool_summary(&r.prefill, r.end_ns), capsim::metrics::pool_summary(&r.decode, r.end_ns))
 }
 
-/// The table's lines for a disaggregated run: the deployment and each pool's figures.
-pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport) -> String {
+/// The table's lines for a disaggregated run: the deployment and each pool's figures. `cache`: the
+/// run reports a prefix cache or a host tier, which are the prefill pool's (said so).
+pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport, cache: bool) -> String {
     use capsim::report::num;
     let mut t = r.kv_transfer_s.clone();
     let ts = capsim::metrics::Stats::of(&mut t);
@@ -334,6 +335,12 @@ pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport) -> String {
         num(ts.p50, 4),
         num(ts.p99, 4)
     ));
+    if cache {
+        out.push_str(&format!(
+            "  prefix cache and host tier below: the prefill pool's ({} blocks evicted there; decode workers receive each prompt's KV and keep no prefix cache)\n",
+            pre.prefix_evictions
+        ));
+    }
     out
 }
 

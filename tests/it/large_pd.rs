@@ -376,3 +376,52 @@ fn pools_with_their_own_attention_dp() {
     assert_eq!(v["disaggregated"]["prefill"]["attention_dp"], 2);
     assert_eq!(v["disaggregated"]["prefill"]["expert_parallel_size"], 2);
 }
+
+/// The prefix cache and its host tier live where prompts are computed, the prefill pool; a
+/// disaggregated run reports them from there, not from the first decode worker (which keeps none).
+/// The trace of large_offload.rs's hand-computed hit (A, then B evicting A's blocks to host memory,
+/// then C repeating A) on one prefill worker with that engine: every request's prefill there is the
+/// aggregated run's (each has one output token), so the tiers' tallies and the prefix evictions
+/// equal that run's, and the prompt tokens loaded from host memory are C's 976 of 4,096.
+#[test]
+fn offload_and_prefix_figures_come_from_the_prefill_pool() {
+    use capsim::metrics::{summarize, RequestSlo};
+    use capsim::workload::TraceRecord;
+    let rec = |t: f64, input: u32, hash_ids: &[u64]| TraceRecord {
+        arrival_s: t,
+        input_tokens: input,
+        output_tokens: 1,
+        hash_ids: hash_ids.to_vec(),
+        session: None,
+    };
+    let off =
+        const_profile("vllm", STEP_S, "kv_capacity_tokens = 2080\nmax_num_batched_tokens = 256\nkv_offload_gb = 100");
+    let w =
+        Workload::trace(vec![rec(0.0, 1024, &[1, 2]), rec(10.0, 2048, &[3, 4, 5, 6]), rec(20.0, 1024, &[1, 2])], 0, 0)
+            .unwrap();
+    let one = capsim::sim::simulate(&off, &w, 1, SimOptions::default());
+    let o1 = one.offload.as_ref().unwrap();
+    assert_eq!((o1.loads, o1.host_hits.clone()), (1, vec![(2, 61 * 16)]), "the aggregated run's hit");
+    let out = simulate_disaggregated(&Disaggregated::new(off.clone(), off, 1, 2), &w, 1, SimOptions::default());
+    assert_eq!(out.records.len(), 3);
+    assert_eq!(out.offload.as_ref(), Some(o1), "the prefill worker's tiers");
+    assert!(one.prefix_evictions > 0);
+    assert_eq!(out.prefix_evictions, one.prefix_evictions);
+    let s = summarize(&out, 0, 0, 0.0, &RequestSlo::default());
+    let t = s.offload.as_ref().unwrap();
+    assert!((t.host_hit_rate - 976.0 / 4096.0).abs() < 1e-12, "{t:?}");
+    assert_eq!(t.requests_host_hit, 1);
+    assert_eq!(s.prefix_evictions, one.prefix_evictions);
+}
+
+/// The KV series of a disaggregated run is the decode pool's: every decode worker's requests, not
+/// the first worker's alone. Four requests at once over two decode workers run two on each.
+#[test]
+fn the_kv_series_covers_every_decode_worker() {
+    let p = const_profile("vllm", STEP_S, "");
+    let out =
+        simulate_disaggregated(&Disaggregated::new(p.clone(), p, 1, 2), &burst(4, 100, 50), 0, SimOptions::default());
+    assert_eq!(out.records.len(), 4);
+    let most = out.series.iter().map(|s| s.running).max().unwrap();
+    assert_eq!(most, 4, "two requests on each of two decode workers");
+}
