@@ -303,11 +303,14 @@ pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport, cache: bool)
     let mut t = r.kv_transfer_s.clone();
     let ts = capsim::metrics::Stats::of(&mut t);
     let mut out = format!(
-        "disaggregated: {} GPUs; KV link {} GB/s per GPU + {} ms per transfer ({})\n",
+        "disaggregated: {} GPUs; KV link {} GB/s per GPU + {} ms per transfer ({}); {} bytes of KV per prompt token on each GPU of the busier end (a prefill GPU sends {}, a decode GPU receives {})\n",
         d.gpus(),
         num(d.link.bw_bytes_s / 1e9, 4),
         num(d.link.latency_s * 1e3, 3),
-        d.link.source
+        d.link.source,
+        d.link.bytes_per_token_per_gpu,
+        d.link.bytes_per_token_per_prefill_gpu,
+        d.link.bytes_per_token_per_decode_gpu
     );
     let (pre, dec) = pools(r);
     for (name, p, s, workers) in
@@ -438,12 +441,14 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
 }
 
 /// `explain`'s KV transfer of one prompt of `tokens` tokens (JSON "kv_transfer": link path,
-/// bandwidth per GPU, latency, bytes per decode GPU, seconds).
+/// bandwidth per GPU, latency, bytes each prefill GPU sends and each decode GPU receives, seconds).
 pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
+    let (sent, received) = d.bytes_per_gpu(tokens);
     serde_json::json!({
         "prompt_tokens": tokens,
         "link": d.link,
-        "bytes_per_decode_gpu": tokens as f64 * d.link.bytes_per_token_per_gpu,
+        "bytes_per_prefill_gpu": sent,
+        "bytes_per_decode_gpu": received,
         "transfer_s": d.transfer_s(tokens),
     })
 }
@@ -451,18 +456,20 @@ pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
 /// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens.
 pub fn transfer_text(d: &Disaggregated, tokens: u32) -> String {
     use capsim::report::num;
+    let (sent, received) = d.bytes_per_gpu(tokens);
     format!(
-        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a decode worker's): a {tokens}-token prompt moves {} MB to each decode GPU in {} ms = {} ms latency + {} MB / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
+        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a decode worker's): a {tokens}-token prompt's KV leaves each prefill GPU as {} MB and reaches each decode GPU as {} MB, every GPU over its own link at once, in {} ms = {} ms latency + {} MB (the busier end) / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
         d.prefill_workers,
         d.prefill.gpu.name,
         d.prefill.tensor_parallel,
         d.decode_workers,
         d.decode.gpu.name,
         d.decode.tensor_parallel,
-        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        num(sent / 1e6, 4),
+        num(received / 1e6, 4),
         num(d.transfer_s(tokens) * 1e3, 4),
         num(d.link.latency_s * 1e3, 3),
-        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        num(sent.max(received) / 1e6, 4),
         num(d.link.bw_bytes_s / 1e9, 4),
         d.link.path,
         d.link.source

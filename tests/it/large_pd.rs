@@ -329,7 +329,8 @@ fn closed_loop_decode_waits_stay_short() {
 /// A pool with its own attention DP (`--decode-attention-dp`): a request's KV lands on one rank, so
 /// its tp / N GPUs receive all of it. Qwen3-30B-A3B's 4 KV heads (98,304 bytes per token) over a
 /// decode worker of TP 4: 24,576 bytes per GPU without attention DP, the whole 98,304 on the one GPU
-/// of a rank with 4 ranks; the transfer by hand from that. The run completes every request with
+/// of a rank with 4 ranks; the transfer by hand from that. The prefill worker (the deployment's TP 1)
+/// sends all 98,304 from its one GPU either way, so that end bounds both transfers. The run completes every request with
 /// both pools' own layouts (prefill EP 2 over its 2 GPUs with 2 ranks).
 #[test]
 fn pools_with_their_own_attention_dp() {
@@ -339,8 +340,12 @@ fn pools_with_their_own_attention_dp() {
         a.extend_from_slice(&["--context", "1000", "--json"]);
         capsim_json(&a)["kv_transfer"].clone()
     };
-    assert_eq!(link(&[])["link"]["bytes_per_token_per_gpu"], 24_576.0);
+    let plain = link(&[]);
+    assert_eq!(plain["bytes_per_decode_gpu"], 1000.0 * 24_576.0);
+    assert_eq!(plain["bytes_per_prefill_gpu"], 1000.0 * 98_304.0);
+    assert_eq!(plain["link"]["bytes_per_token_per_gpu"], 98_304.0);
     let t = link(&["--decode-attention-dp", "4"]);
+    assert_eq!(t["bytes_per_decode_gpu"], 1000.0 * 98_304.0);
     assert_eq!(t["link"]["bytes_per_token_per_gpu"], 98_304.0);
     let bw = t["link"]["bw_bytes_s"].as_f64().unwrap();
     let expect = KV_TRANSFER_LATENCY_S + 1000.0 * 98_304.0 / bw;
@@ -424,4 +429,40 @@ fn the_kv_series_covers_every_decode_worker() {
     assert_eq!(out.records.len(), 4);
     let most = out.series.iter().map(|s| s.running).max().unwrap();
     assert_eq!(most, 4, "two requests on each of two decode workers");
+}
+
+/// Each GPU moves its own share of a prompt's KV over its own link, so the busier end bounds the
+/// transfer. Llama-3.1-70B keeps 327,680 bytes of KV per token (bf16: 80 layers x 8 KV heads x 128 x
+/// 2 x 2); a prefill worker of TP 2 holds 163,840 of them on each GPU, a decode worker of TP 8
+/// 40,960. Ten H100s exceed one 8-GPU node: the network, 50 GB/s per GPU. An 8,192-token prompt
+/// takes 1 ms + 8,192 x 163,840 / 50e9 = 27.84 ms whichever way round the pools are, and a run of
+/// one request at a time waits exactly that for each transfer.
+#[test]
+fn the_busier_end_bounds_the_kv_transfer() {
+    let base = ["--model", "Llama-3.1-70B", "--gpu", "H100 SXM", "--tp", "4", "--precision", "fp8"];
+    let explain = |pre: &str, dec: &str| {
+        let mut a = vec!["explain"];
+        a.extend_from_slice(&base);
+        a.extend_from_slice(&["--prefill-workers", "1", "--decode-workers", "1", "--prefill-tp", pre]);
+        a.extend_from_slice(&["--decode-tp", dec, "--decode", "1", "--context", "8192", "--json"]);
+        capsim_json(&a)["kv_transfer"].clone()
+    };
+    let expect = KV_TRANSFER_LATENCY_S + 8192.0 * 163_840.0 / 50e9;
+    for (pre, dec) in [("2", "8"), ("8", "2")] {
+        let t = explain(pre, dec);
+        assert_eq!(t["link"]["bw_bytes_s"], 50e9, "{t}");
+        assert_eq!(t["link"]["bytes_per_token_per_gpu"], 163_840.0, "{t}");
+        assert!((t["transfer_s"].as_f64().unwrap() - expect).abs() < 1e-12, "{pre}:{dec} {t}");
+    }
+    let t = explain("2", "8");
+    assert_eq!(
+        (t["bytes_per_prefill_gpu"].as_f64(), t["bytes_per_decode_gpu"].as_f64()),
+        (Some(8192.0 * 163_840.0), Some(8192.0 * 40_960.0))
+    );
+    let mut a = vec!["simulate"];
+    a.extend_from_slice(&base);
+    a.extend_from_slice(&["--concurrency", "1", "--requests", "2", "--input-len", "8192", "--prefill-workers", "1"]);
+    a.extend_from_slice(&["--decode-workers", "1", "--prefill-tp", "2", "--decode-tp", "8", "--json"]);
+    let v = capsim_json(&a);
+    assert!((v["kv_transfer_s"]["max"].as_f64().unwrap() - expect).abs() < 2e-9, "{}", v["kv_transfer_s"]);
 }
