@@ -5,7 +5,7 @@
 use super::ProfileArgs;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
-use capsim::profile::disagg::{Disaggregated, PoolSpec, MAX_WORKERS};
+use capsim::profile::disagg::{worker_gpus, Disaggregated, PoolSpec, MAX_WORKERS};
 use capsim::profile::Profile;
 use capsim::workload::Workload;
 
@@ -181,6 +181,7 @@ fn pool_layout(p: &Profile) -> serde_json::Value {
     serde_json::json!({
         "gpu": p.gpu.name,
         "tensor_parallel": p.tensor_parallel,
+        "pipeline_parallel": p.parallel.pipeline_parallel,
         "expert_parallel": p.expert_parallel,
         "expert_parallel_size": p.parallel.expert_parallel_size,
         "redundant_experts": p.parallel.redundant_experts,
@@ -189,6 +190,15 @@ fn pool_layout(p: &Profile) -> serde_json::Value {
         "max_num_seqs": p.engine.max_num_seqs / p.parallel.attention_dp.max(1),
         "max_num_batched_tokens": p.engine.max_num_batched_tokens / p.parallel.attention_dp.max(1),
     })
+}
+
+/// A worker's layout as the text names it: "TP4", or "TP2 PP4" with pipeline stages (its GPUs are
+/// their product).
+fn layout(p: &Profile) -> String {
+    match p.parallel.pipeline_parallel {
+        1 => format!("TP{}", p.tensor_parallel),
+        pp => format!("TP{} PP{pp}", p.tensor_parallel),
+    }
 }
 
 /// A pool's error from the shared flags named by the pool's own flag where it came from there.
@@ -241,7 +251,7 @@ pub fn check_pools_fit(d: &Disaggregated, w: &Workload) -> Result<()> {
                 format!(
                     "a {} worker ({} x {}, {}) holds KV for {} tokens, and the workload's longest request needs {} (prompt {}{}): no room for one request; give the pool more GPUs (--{}-tp) or another GPU (--{}-gpu)",
                     match side { Side::Prefill => "prefill", Side::Decode => "decode" },
-                    p.tensor_parallel,
+                    worker_gpus(p),
                     p.gpu.name,
                     p.engine.kind.as_str(),
                     e.kv_capacity_tokens,
@@ -317,9 +327,9 @@ pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport, cache: bool)
         [("prefill", &d.prefill, &pre, d.prefill_workers), ("decode", &d.decode, &dec, d.decode_workers)]
     {
         out.push_str(&format!(
-            "  {name:<8}{workers} x {} TP{}{} {}: KV {} tokens; busy {:.1}%, queue wait mean {} s (max {} s, {} waiting at most), KV mean / max {:.1}% / {:.1}%, preemptions {}\n",
+            "  {name:<8}{workers} x {} {}{} {}: KV {} tokens; busy {:.1}%, queue wait mean {} s (max {} s, {} waiting at most), KV mean / max {:.1}% / {:.1}%, preemptions {}\n",
             p.gpu.name,
-            p.tensor_parallel,
+            layout(p),
             if p.expert_parallel { " EP" } else { "" },
             p.engine.kind.as_str(),
             p.engine.kv_capacity_tokens,
@@ -418,12 +428,14 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     headers.extend(["prefill_busy", "decode_busy", "unfinished"].map(String::from));
     let h: Vec<&str> = headers.iter().map(String::as_str).collect();
     outln!(
-        "disaggregated at {} requests/s: prefill workers of {} x {}, decode workers of {} x {}; KV link {}",
+        "disaggregated at {} requests/s: prefill workers of {} x {} ({}), decode workers of {} x {} ({}); KV link {}",
         num(rate, 4),
-        base.prefill.tensor_parallel,
+        worker_gpus(&base.prefill),
         base.prefill.gpu.name,
-        base.decode.tensor_parallel,
+        layout(&base.prefill),
+        worker_gpus(&base.decode),
         base.decode.gpu.name,
+        layout(&base.decode),
         base.link.source
     )?;
     match &ans.best {
@@ -458,13 +470,13 @@ pub fn transfer_text(d: &Disaggregated, tokens: u32) -> String {
     use capsim::report::num;
     let (sent, received) = d.bytes_per_gpu(tokens);
     format!(
-        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a decode worker's): a {tokens}-token prompt's KV leaves each prefill GPU as {} MB and reaches each decode GPU as {} MB, every GPU over its own link at once, in {} ms = {} ms latency + {} MB (the busier end) / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
+        "KV transfer (disaggregated: {} prefill workers on {} {}, {} decode workers on {} {}; the step above is a decode worker's): a {tokens}-token prompt's KV leaves each prefill GPU as {} MB and reaches each decode GPU as {} MB, every GPU over its own link at once, in {} ms = {} ms latency + {} MB (the busier end) / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
         d.prefill_workers,
         d.prefill.gpu.name,
-        d.prefill.tensor_parallel,
+        layout(&d.prefill),
         d.decode_workers,
         d.decode.gpu.name,
-        d.decode.tensor_parallel,
+        layout(&d.decode),
         num(sent / 1e6, 4),
         num(received / 1e6, 4),
         num(d.transfer_s(tokens) * 1e3, 4),

@@ -96,10 +96,18 @@ pub struct Disaggregated {
 /// What each GPU of a pool's worker holds of `bytes` of one copy of a token's KV, and so sends
 /// (prefill) or receives (decode) over its own link: a request's KV lives on one attention-DP rank
 /// (without attention DP, the whole worker), split over that rank's tp / N GPUs and replicated as
-/// the model's KV heads require (MLA's latent whole on each).
+/// the model's KV heads require (MLA's latent whole on each), and over the pipeline stages, each
+/// stage's GPUs holding its n_layers / pp layers' KV (as the step model splits the layers).
 fn per_gpu(p: &Profile, bytes: f64) -> f64 {
     let tp = p.tensor_parallel;
-    bytes * p.parallel.kv_replication(&p.arch, tp) / p.parallel.attention_tp(tp) as f64
+    bytes * p.parallel.kv_replication(&p.arch, tp)
+        / p.parallel.attention_tp(tp) as f64
+        / p.parallel.pipeline_parallel as f64
+}
+
+/// GPUs of one worker of a pool: its tensor-parallel degree times its pipeline stages.
+pub fn worker_gpus(p: &Profile) -> u64 {
+    p.parallel.gpus(p.tensor_parallel) as u64
 }
 
 /// KV bytes of a `prompt_tokens`-token prompt on each GPU of a pool's worker: the full-attention
@@ -119,8 +127,7 @@ impl Disaggregated {
     /// 72); else the scale-out network, the slower of the two GPUs' NICs (models/gpus.toml
     /// scale_out_bw_gb_s).
     pub fn new(prefill: Profile, decode: Profile, prefill_workers: u32, decode_workers: u32) -> Disaggregated {
-        let gpus = prefill_workers as u64 * prefill.tensor_parallel as u64
-            + decode_workers as u64 * decode.tensor_parallel as u64;
+        let gpus = prefill_workers as u64 * worker_gpus(&prefill) + decode_workers as u64 * worker_gpus(&decode);
         let same = prefill.gpu.name == decode.gpu.name;
         let fabric = matches!(decode.gpu.link, LinkKind::Nvlink | LinkKind::Xgmi);
         let (path, bw, source) = if same && fabric && gpus <= decode.gpu.link_domain_gpus as u64 {
@@ -165,10 +172,10 @@ impl Disaggregated {
         };
         Disaggregated { prefill, decode, prefill_workers, decode_workers, link }
     }
-    /// GPUs in all: workers x tensor-parallel degree, both pools.
+    /// GPUs in all: workers x tensor-parallel degree x pipeline stages, both pools.
     pub fn gpus(&self) -> u64 {
-        self.prefill_workers as u64 * self.prefill.tensor_parallel as u64
-            + self.decode_workers as u64 * self.decode.tensor_parallel as u64
+        self.prefill_workers as u64 * worker_gpus(&self.prefill)
+            + self.decode_workers as u64 * worker_gpus(&self.decode)
     }
     /// KV bytes of a `prompt_tokens`-token prompt that each prefill GPU sends and each decode GPU
     /// receives. Sliding-window layers move at most their window.

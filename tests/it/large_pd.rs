@@ -466,3 +466,41 @@ fn the_busier_end_bounds_the_kv_transfer() {
     let v = capsim_json(&a);
     assert!((v["kv_transfer_s"]["max"].as_f64().unwrap() - expect).abs() < 2e-9, "{}", v["kv_transfer_s"]);
 }
+
+/// Pipeline stages are GPUs: a worker of `--tp 2 --pp 4` runs on 8, so one prefill and one decode
+/// worker are 16 H100s, beyond one 8-GPU node (the network, 50 GB/s per GPU), and each GPU holds one
+/// stage's 80 / 4 layers of Llama-3.1-70B's KV over TP 2: 327,680 / 2 / 4 = 40,960 bytes per token.
+/// capacity --disaggregated counts its candidates' GPUs the same way.
+#[test]
+fn pipeline_stages_count_in_gpus_link_and_bytes() {
+    let base = ["--model", "Llama-3.1-70B", "--gpu", "H100 SXM", "--tp", "2", "--pp", "4", "--precision", "fp8"];
+    let pd = ["--prefill-workers", "1", "--decode-workers", "1"];
+    let load = ["--concurrency", "1", "--requests", "2", "--input-len", "1000", "--output-len", "16"];
+    let args: Vec<&str> = [&["simulate"][..], &base, &pd, &load].concat();
+    let v = capsim_json(&[&args[..], &["--json"]].concat());
+    let d = &v["disaggregated"];
+    assert_eq!(d["gpus"], 16, "{d}");
+    assert_eq!(d["kv_link"]["path"], "network", "{d}");
+    assert_eq!(d["kv_link"]["bytes_per_token_per_gpu"], 40_960.0, "{d}");
+    assert_eq!(
+        (d["prefill"]["pipeline_parallel"].as_u64(), d["decode"]["pipeline_parallel"].as_u64()),
+        (Some(4), Some(4))
+    );
+    let o = capsim(&args);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("disaggregated: 16 GPUs") && text.contains("TP2 PP4"), "{text}");
+    let c = capsim_json(
+        &[
+            &["capacity", "--disaggregated", "--target-rate", "0.5", "--max-replicas", "2"][..],
+            &base,
+            &["--input-len", "1000", "--output-len", "16", "--requests", "20", "--slo", "ttft_p95_s=100", "--json"],
+        ]
+        .concat(),
+    );
+    let tried = c["disaggregated"]["tried"].as_array().unwrap();
+    assert!(!tried.is_empty());
+    for t in tried {
+        let workers = t["prefill_workers"].as_u64().unwrap() + t["decode_workers"].as_u64().unwrap();
+        assert_eq!(t["gpus"].as_u64(), Some(8 * workers), "{t}");
+    }
+}
