@@ -162,7 +162,27 @@ impl ProfileArgs {
                 *slot = Some(n);
             }
         }
-        a.resolve(catalog).map_err(|e| rename_flag(e, side))
+        a.resolve(catalog).map_err(|e| match e {
+            // The weights leave no KV room on the pool's workers (profile/engine.rs, the one
+            // Infeasible of a resolve): the pool's own flags are what changes that.
+            Error::Infeasible(msg) => {
+                let flag = if spec.gpu.is_some() && spec.tp.is_none() { side.flag("gpu") } else { side.flag("tp") };
+                let name = match side {
+                    Side::Prefill => "prefill",
+                    Side::Decode => "decode",
+                };
+                let msg = msg.strip_suffix("; raise tensor_parallel").unwrap_or(&msg);
+                Error::flag(
+                    &flag,
+                    format!(
+                        "the {name} pool: {msg}; give its workers more GPUs ({}) or a GPU with more memory ({})",
+                        side.flag("tp"),
+                        side.flag("gpu")
+                    ),
+                )
+            }
+            e => rename_flag(e, side),
+        })
     }
     /// The disaggregated deployment the flags state, None without `--prefill-*`/`--decode-*` flags.
     pub fn disaggregated(&self, catalog: &Catalog) -> Result<Option<Disaggregated>> {

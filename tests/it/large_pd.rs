@@ -504,3 +504,19 @@ fn pipeline_stages_count_in_gpus_link_and_bytes() {
         assert_eq!(t["gpus"].as_u64(), Some(8 * workers), "{t}");
     }
 }
+
+/// A pool whose weights leave no KV room is refused naming that pool's flag: DeepSeek-R1 in fp8
+/// (671 GB) fits no prefill worker of 2 B200s nor a decode worker of 8 A100 80GB.
+#[test]
+fn a_pool_too_small_for_the_weights_names_its_flag() {
+    let base = ["simulate", "--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--precision", "fp8"];
+    let load = ["--concurrency", "1", "--requests", "1", "--input-len", "100", "--output-len", "2"];
+    let pd = ["--prefill-workers", "1", "--decode-workers", "1"];
+    for (extra, flag) in [(["--prefill-tp", "2"], "--prefill-tp"), (["--decode-gpu", "A100 80GB"], "--decode-gpu")] {
+        let o = capsim(&[&base[..], &load, &pd, &extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("does not fit") && err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!err.contains("raise tensor_parallel"), "{err}");
+    }
+}
