@@ -397,6 +397,19 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
             return Err(Error::flag(flag, "not with --disaggregated"));
         }
     }
+    // The worker counts are what is searched: given ones would be ignored, so they are refused.
+    for (flag, given) in
+        [("--prefill-workers", a.profile.prefill_workers), ("--decode-workers", a.profile.decode_workers)]
+    {
+        if let Some(n) = given {
+            return Err(Error::flag(
+                flag,
+                format!(
+                    "capacity --disaggregated searches the number of prefill and decode workers (up to --max-replicas per pool), so it takes no {flag} (given {n}); leave both out, and state each pool's shape with --prefill-tp, --decode-tp, --prefill-gpu, ...; to run one split, use simulate --prefill-workers P --decode-workers D"
+                ),
+            ));
+        }
+    }
     if a.max_replicas == 0 || a.max_replicas > MAX_WORKERS {
         return Err(Error::flag(
             "--max-replicas",
@@ -406,7 +419,7 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     let q = super::capacity::question(a)?;
     let catalog = a.profile.catalog()?;
     let mut pa = a.profile.clone();
-    // The worker counts are what is searched: the pools' shapes alone matter here.
+    // The pools' shapes alone matter here (the worker counts, refused above, are searched).
     pa.prefill_workers = Some(1);
     pa.decode_workers = Some(1);
     let base = pa.disaggregated(&catalog)?.expect("worker counts set");

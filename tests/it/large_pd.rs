@@ -520,3 +520,19 @@ fn a_pool_too_small_for_the_weights_names_its_flag() {
         assert!(!err.contains("raise tensor_parallel"), "{err}");
     }
 }
+
+/// capacity --disaggregated searches the split: worker counts given to it are refused, naming the
+/// flag and saying so, rather than ignored.
+#[test]
+fn capacity_refuses_the_worker_counts_it_searches() {
+    let base = ["capacity", "--disaggregated", "--target-rate", "5", "--slo", "ttft_p95_s=1.0"];
+    for (extra, flag) in [
+        (&["--prefill-workers", "3", "--decode-workers", "2"][..], "--prefill-workers"),
+        (&["--decode-workers", "2"][..], "--decode-workers"),
+    ] {
+        let o = capsim(&[&base[..], extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag) && err.contains("searches"), "{extra:?}: {err}");
+    }
+}
