@@ -338,6 +338,8 @@ pub struct PoolSummary {
     pub preemptions: u64,
     pub rejected: u64,
     pub steps: u64,
+    /// Blocks the pool's prefix caches evicted (the run's `prefix_evictions` is both pools' sum).
+    pub prefix_evictions: u64,
 }
 
 /// A disaggregated run's pool figures summarized.
@@ -356,5 +358,6 @@ pub fn pool_summary(p: &crate::sim::PoolOutput, end_ns: u64) -> PoolSummary {
         preemptions: p.preemptions,
         rejected: p.rejected,
         steps: p.steps,
+        prefix_evictions: p.prefix_evictions,
     }
 }

@@ -11,7 +11,7 @@
 use super::{Question, Slo};
 use crate::error::{Error, Result};
 use crate::metrics::{pool_summary, summarize, RequestSlo};
-use crate::profile::disagg::Disaggregated;
+use crate::profile::disagg::{worker_gpus, Disaggregated};
 use crate::sim::{simulate_disaggregated, SimOptions};
 use crate::workload::LoadAxis;
 use serde::Serialize;
@@ -94,11 +94,12 @@ pub fn size_disaggregated(
         tried.insert((p, d), c.clone());
         Ok(c)
     };
-    let (tp_p, tp_d) = (base.prefill.tensor_parallel as u64, base.decode.tensor_parallel as u64);
+    // GPUs per worker (tensor parallel x pipeline stages).
+    let (gpus_p, gpus_d) = (worker_gpus(&base.prefill), worker_gpus(&base.decode));
     let mut best: Option<(u64, u32, u32)> = None;
     let mut d_cap = max_workers;
     for p in 1..=max_workers {
-        if best.is_some_and(|(g, _, _)| p as u64 * tp_p + tp_d > g) {
+        if best.is_some_and(|(g, _, _)| p as u64 * gpus_p + gpus_d > g) {
             break;
         }
         // Doubling D up to the cap, until it meets or the prefill pool is the bottleneck.
@@ -126,7 +127,7 @@ pub fn size_disaggregated(
             }
         }
         d_cap = hi;
-        let g = p as u64 * tp_p + hi as u64 * tp_d;
+        let g = p as u64 * gpus_p + hi as u64 * gpus_d;
         if best.is_none_or(|(bg, _, _)| g < bg) {
             best = Some((g, p, hi));
         }

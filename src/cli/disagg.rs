@@ -5,7 +5,7 @@
 use super::ProfileArgs;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
-use capsim::profile::disagg::{Disaggregated, PoolSpec, MAX_WORKERS};
+use capsim::profile::disagg::{worker_gpus, Disaggregated, PoolSpec, MAX_WORKERS};
 use capsim::profile::Profile;
 use capsim::workload::Workload;
 
@@ -162,7 +162,27 @@ impl ProfileArgs {
                 *slot = Some(n);
             }
         }
-        a.resolve(catalog).map_err(|e| rename_flag(e, side))
+        a.resolve(catalog).map_err(|e| match e {
+            // The weights leave no KV room on the pool's workers (profile/engine.rs, the one
+            // Infeasible of a resolve): the pool's own flags are what changes that.
+            Error::Infeasible(msg) => {
+                let flag = if spec.gpu.is_some() && spec.tp.is_none() { side.flag("gpu") } else { side.flag("tp") };
+                let name = match side {
+                    Side::Prefill => "prefill",
+                    Side::Decode => "decode",
+                };
+                let msg = msg.strip_suffix("; raise tensor_parallel").unwrap_or(&msg);
+                Error::flag(
+                    &flag,
+                    format!(
+                        "the {name} pool: {msg}; give its workers more GPUs ({}) or a GPU with more memory ({})",
+                        side.flag("tp"),
+                        side.flag("gpu")
+                    ),
+                )
+            }
+            e => rename_flag(e, side),
+        })
     }
     /// The disaggregated deployment the flags state, None without `--prefill-*`/`--decode-*` flags.
     pub fn disaggregated(&self, catalog: &Catalog) -> Result<Option<Disaggregated>> {
@@ -181,6 +201,7 @@ fn pool_layout(p: &Profile) -> serde_json::Value {
     serde_json::json!({
         "gpu": p.gpu.name,
         "tensor_parallel": p.tensor_parallel,
+        "pipeline_parallel": p.parallel.pipeline_parallel,
         "expert_parallel": p.expert_parallel,
         "expert_parallel_size": p.parallel.expert_parallel_size,
         "redundant_experts": p.parallel.redundant_experts,
@@ -189,6 +210,15 @@ fn pool_layout(p: &Profile) -> serde_json::Value {
         "max_num_seqs": p.engine.max_num_seqs / p.parallel.attention_dp.max(1),
         "max_num_batched_tokens": p.engine.max_num_batched_tokens / p.parallel.attention_dp.max(1),
     })
+}
+
+/// A worker's layout as the text names it: "TP4", or "TP2 PP4" with pipeline stages (its GPUs are
+/// their product).
+fn layout(p: &Profile) -> String {
+    match p.parallel.pipeline_parallel {
+        1 => format!("TP{}", p.tensor_parallel),
+        pp => format!("TP{} PP{pp}", p.tensor_parallel),
+    }
 }
 
 /// A pool's error from the shared flags named by the pool's own flag where it came from there.
@@ -241,7 +271,7 @@ pub fn check_pools_fit(d: &Disaggregated, w: &Workload) -> Result<()> {
                 format!(
                     "a {} worker ({} x {}, {}) holds KV for {} tokens, and the workload's longest request needs {} (prompt {}{}): no room for one request; give the pool more GPUs (--{}-tp) or another GPU (--{}-gpu)",
                     match side { Side::Prefill => "prefill", Side::Decode => "decode" },
-                    p.tensor_parallel,
+                    worker_gpus(p),
                     p.gpu.name,
                     p.engine.kind.as_str(),
                     e.kv_capacity_tokens,
@@ -296,26 +326,30 @@ fn pools(r: &capsim::sim::DisaggReport) -> (capsim::metrics::PoolSummary, capsim
     (capsim::metrics::pool_summary(&r.prefill, r.end_ns), capsim::metrics::pool_summary(&r.decode, r.end_ns))
 }
 
-/// The table's lines for a disaggregated run: the deployment and each pool's figures.
-pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport) -> String {
+/// The table's lines for a disaggregated run: the deployment and each pool's figures. `cache`: the
+/// run reports a prefix cache or a host tier, which are the prefill pool's (said so).
+pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport, cache: bool) -> String {
     use capsim::report::num;
     let mut t = r.kv_transfer_s.clone();
     let ts = capsim::metrics::Stats::of(&mut t);
     let mut out = format!(
-        "disaggregated: {} GPUs; KV link {} GB/s per GPU + {} ms per transfer ({})\n",
+        "disaggregated: {} GPUs; KV link {} GB/s per GPU + {} ms per transfer ({}); {} bytes of KV per prompt token on each GPU of the busier end (a prefill GPU sends {}, a decode GPU receives {})\n",
         d.gpus(),
         num(d.link.bw_bytes_s / 1e9, 4),
         num(d.link.latency_s * 1e3, 3),
-        d.link.source
+        d.link.source,
+        d.link.bytes_per_token_per_gpu,
+        d.link.bytes_per_token_per_prefill_gpu,
+        d.link.bytes_per_token_per_decode_gpu
     );
     let (pre, dec) = pools(r);
     for (name, p, s, workers) in
         [("prefill", &d.prefill, &pre, d.prefill_workers), ("decode", &d.decode, &dec, d.decode_workers)]
     {
         out.push_str(&format!(
-            "  {name:<8}{workers} x {} TP{}{} {}: KV {} tokens; busy {:.1}%, queue wait mean {} s (max {} s, {} waiting at most), KV mean / max {:.1}% / {:.1}%, preemptions {}\n",
+            "  {name:<8}{workers} x {} {}{} {}: KV {} tokens; busy {:.1}%, queue wait mean {} s (max {} s, {} waiting at most), KV mean / max {:.1}% / {:.1}%, preemptions {}\n",
             p.gpu.name,
-            p.tensor_parallel,
+            layout(p),
             if p.expert_parallel { " EP" } else { "" },
             p.engine.kind.as_str(),
             p.engine.kv_capacity_tokens,
@@ -334,6 +368,12 @@ pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport) -> String {
         num(ts.p50, 4),
         num(ts.p99, 4)
     ));
+    if cache {
+        out.push_str(&format!(
+            "  prefix cache and host tier below: the prefill pool's ({} blocks evicted there; decode workers receive each prompt's KV and keep no prefix cache)\n",
+            pre.prefix_evictions
+        ));
+    }
     out
 }
 
@@ -357,6 +397,19 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
             return Err(Error::flag(flag, "not with --disaggregated"));
         }
     }
+    // The worker counts are what is searched: given ones would be ignored, so they are refused.
+    for (flag, given) in
+        [("--prefill-workers", a.profile.prefill_workers), ("--decode-workers", a.profile.decode_workers)]
+    {
+        if let Some(n) = given {
+            return Err(Error::flag(
+                flag,
+                format!(
+                    "capacity --disaggregated searches the number of prefill and decode workers (up to --max-replicas per pool), so it takes no {flag} (given {n}); leave both out, and state each pool's shape with --prefill-tp, --decode-tp, --prefill-gpu, ...; to run one split, use simulate --prefill-workers P --decode-workers D"
+                ),
+            ));
+        }
+    }
     if a.max_replicas == 0 || a.max_replicas > MAX_WORKERS {
         return Err(Error::flag(
             "--max-replicas",
@@ -366,7 +419,7 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     let q = super::capacity::question(a)?;
     let catalog = a.profile.catalog()?;
     let mut pa = a.profile.clone();
-    // The worker counts are what is searched: the pools' shapes alone matter here.
+    // The pools' shapes alone matter here (the worker counts, refused above, are searched).
     pa.prefill_workers = Some(1);
     pa.decode_workers = Some(1);
     let base = pa.disaggregated(&catalog)?.expect("worker counts set");
@@ -408,12 +461,14 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     headers.extend(["prefill_busy", "decode_busy", "unfinished"].map(String::from));
     let h: Vec<&str> = headers.iter().map(String::as_str).collect();
     outln!(
-        "disaggregated at {} requests/s: prefill workers of {} x {}, decode workers of {} x {}; KV link {}",
+        "disaggregated at {} requests/s: prefill workers of {} x {} ({}), decode workers of {} x {} ({}); KV link {}",
         num(rate, 4),
-        base.prefill.tensor_parallel,
+        worker_gpus(&base.prefill),
         base.prefill.gpu.name,
-        base.decode.tensor_parallel,
+        layout(&base.prefill),
+        worker_gpus(&base.decode),
         base.decode.gpu.name,
+        layout(&base.decode),
         base.link.source
     )?;
     match &ans.best {
@@ -431,12 +486,14 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
 }
 
 /// `explain`'s KV transfer of one prompt of `tokens` tokens (JSON "kv_transfer": link path,
-/// bandwidth per GPU, latency, bytes per decode GPU, seconds).
+/// bandwidth per GPU, latency, bytes each prefill GPU sends and each decode GPU receives, seconds).
 pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
+    let (sent, received) = d.bytes_per_gpu(tokens);
     serde_json::json!({
         "prompt_tokens": tokens,
         "link": d.link,
-        "bytes_per_decode_gpu": tokens as f64 * d.link.bytes_per_token_per_gpu,
+        "bytes_per_prefill_gpu": sent,
+        "bytes_per_decode_gpu": received,
         "transfer_s": d.transfer_s(tokens),
     })
 }
@@ -444,18 +501,20 @@ pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
 /// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens.
 pub fn transfer_text(d: &Disaggregated, tokens: u32) -> String {
     use capsim::report::num;
+    let (sent, received) = d.bytes_per_gpu(tokens);
     format!(
-        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a decode worker's): a {tokens}-token prompt moves {} MB to each decode GPU in {} ms = {} ms latency + {} MB / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
+        "KV transfer (disaggregated: {} prefill workers on {} {}, {} decode workers on {} {}; the step above is a decode worker's): a {tokens}-token prompt's KV leaves each prefill GPU as {} MB and reaches each decode GPU as {} MB, every GPU over its own link at once, in {} ms = {} ms latency + {} MB (the busier end) / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
         d.prefill_workers,
         d.prefill.gpu.name,
-        d.prefill.tensor_parallel,
+        layout(&d.prefill),
         d.decode_workers,
         d.decode.gpu.name,
-        d.decode.tensor_parallel,
-        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        layout(&d.decode),
+        num(sent / 1e6, 4),
+        num(received / 1e6, 4),
         num(d.transfer_s(tokens) * 1e3, 4),
         num(d.link.latency_s * 1e3, 3),
-        num(tokens as f64 * d.link.bytes_per_token_per_gpu / 1e6, 4),
+        num(sent.max(received) / 1e6, 4),
         num(d.link.bw_bytes_s / 1e9, 4),
         d.link.path,
         d.link.source

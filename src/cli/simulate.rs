@@ -340,7 +340,10 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             outln!("{note}")?;
         }
         match (&prep.pd, &out.disagg) {
-            (Some(d), Some(r)) => out!("{}", super::disagg::pools_text(d, r))?,
+            (Some(d), Some(r)) => {
+                let cache = s.prefix_hit_rate > 0.0 || s.prefix_evictions > 0 || s.offload.is_some();
+                out!("{}", super::disagg::pools_text(d, r, cache))?
+            }
             _ => out!("{}", kv_capacity_text(p))?,
         }
         outln!()?;

@@ -62,17 +62,23 @@ pub enum LinkPath {
     Network,
 }
 
-/// The KV link between the pools: each decode GPU reads its share of the prompt's KV over its own
-/// link in parallel with the others.
+/// The KV link between the pools: each prefill GPU sends its share of the prompt's KV over its own
+/// link, each decode GPU receives its share over its own, all in parallel; the end whose GPUs move
+/// more bytes each (a prefill pool of fewer GPUs per worker sends more per GPU than a wide decode
+/// worker receives) bounds the transfer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KvLink {
     pub path: LinkPath,
     /// Bandwidth per GPU, one direction, bytes/s.
     pub bw_bytes_s: f64,
     pub latency_s: f64,
-    /// KV bytes one decode GPU receives per prompt token (its share under the decode pool's tensor
-    /// parallelism, MLA's latent whole on every GPU).
+    /// KV bytes per prompt token over the busier end's GPU: the larger of the two below.
     pub bytes_per_token_per_gpu: f64,
+    /// KV bytes one prefill GPU sends per prompt token (its share under the prefill pool's tensor
+    /// parallelism and attention DP, MLA's latent whole on every GPU).
+    pub bytes_per_token_per_prefill_gpu: f64,
+    /// KV bytes one decode GPU receives per prompt token (the same under the decode pool's layout).
+    pub bytes_per_token_per_decode_gpu: f64,
     /// Why this link and figure.
     pub source: String,
 }
@@ -87,12 +93,29 @@ pub struct Disaggregated {
     pub link: KvLink,
 }
 
-/// What each receiving decode GPU holds of `bytes` of one copy of a token's KV: a request's KV
-/// lives on one attention-DP rank (without attention DP, the whole worker), split over that rank's
-/// tp / N GPUs and replicated as the model's KV heads require (MLA's latent whole on each).
-fn per_decode_gpu(decode: &Profile, bytes: f64) -> f64 {
-    let tp = decode.tensor_parallel;
-    bytes * decode.parallel.kv_replication(&decode.arch, tp) / decode.parallel.attention_tp(tp) as f64
+/// What each GPU of a pool's worker holds of `bytes` of one copy of a token's KV, and so sends
+/// (prefill) or receives (decode) over its own link: a request's KV lives on one attention-DP rank
+/// (without attention DP, the whole worker), split over that rank's tp / N GPUs and replicated as
+/// the model's KV heads require (MLA's latent whole on each), and over the pipeline stages, each
+/// stage's GPUs holding its n_layers / pp layers' KV (as the step model splits the layers).
+fn per_gpu(p: &Profile, bytes: f64) -> f64 {
+    let tp = p.tensor_parallel;
+    bytes * p.parallel.kv_replication(&p.arch, tp)
+        / p.parallel.attention_tp(tp) as f64
+        / p.parallel.pipeline_parallel as f64
+}
+
+/// GPUs of one worker of a pool: its tensor-parallel degree times its pipeline stages.
+pub fn worker_gpus(p: &Profile) -> u64 {
+    p.parallel.gpus(p.tensor_parallel) as u64
+}
+
+/// KV bytes of a `prompt_tokens`-token prompt on each GPU of a pool's worker: the full-attention
+/// layers' for every token, sliding-window layers' for at most their window.
+fn prompt_bytes_per_gpu(p: &Profile, prompt_tokens: u32) -> f64 {
+    let (a, kv) = (&p.arch, p.file.model.kv_dtype);
+    per_gpu(p, a.kv_bytes_per_token(kv)) * prompt_tokens as f64
+        + per_gpu(p, a.sliding_kv_bytes_per_token(kv)) * (prompt_tokens as u64).min(a.sliding_window) as f64
 }
 
 /// Cap on the workers of a pool (a bound on the work of one run).
@@ -104,8 +127,7 @@ impl Disaggregated {
     /// 72); else the scale-out network, the slower of the two GPUs' NICs (models/gpus.toml
     /// scale_out_bw_gb_s).
     pub fn new(prefill: Profile, decode: Profile, prefill_workers: u32, decode_workers: u32) -> Disaggregated {
-        let gpus = prefill_workers as u64 * prefill.tensor_parallel as u64
-            + decode_workers as u64 * decode.tensor_parallel as u64;
+        let gpus = prefill_workers as u64 * worker_gpus(&prefill) + decode_workers as u64 * worker_gpus(&decode);
         let same = prefill.gpu.name == decode.gpu.name;
         let fabric = matches!(decode.gpu.link, LinkKind::Nvlink | LinkKind::Xgmi);
         let (path, bw, source) = if same && fabric && gpus <= decode.gpu.link_domain_gpus as u64 {
@@ -137,23 +159,33 @@ impl Disaggregated {
                 ),
             )
         };
-        let bytes_per_token_per_gpu =
-            per_decode_gpu(&decode, decode.arch.kv_bytes_per_token(decode.file.model.kv_dtype));
-        let link = KvLink { path, bw_bytes_s: bw, latency_s: KV_TRANSFER_LATENCY_S, bytes_per_token_per_gpu, source };
+        let share = |p: &Profile| per_gpu(p, p.arch.kv_bytes_per_token(p.file.model.kv_dtype));
+        let (sent, received) = (share(&prefill), share(&decode));
+        let link = KvLink {
+            path,
+            bw_bytes_s: bw,
+            latency_s: KV_TRANSFER_LATENCY_S,
+            bytes_per_token_per_gpu: sent.max(received),
+            bytes_per_token_per_prefill_gpu: sent,
+            bytes_per_token_per_decode_gpu: received,
+            source,
+        };
         Disaggregated { prefill, decode, prefill_workers, decode_workers, link }
     }
-    /// GPUs in all: workers x tensor-parallel degree, both pools.
+    /// GPUs in all: workers x tensor-parallel degree x pipeline stages, both pools.
     pub fn gpus(&self) -> u64 {
-        self.prefill_workers as u64 * self.prefill.tensor_parallel as u64
-            + self.decode_workers as u64 * self.decode.tensor_parallel as u64
+        self.prefill_workers as u64 * worker_gpus(&self.prefill)
+            + self.decode_workers as u64 * worker_gpus(&self.decode)
     }
-    /// Seconds one prompt's KV takes on an idle link: latency + bytes per decode GPU / bandwidth.
-    /// Sliding-window layers move at most their window.
+    /// KV bytes of a `prompt_tokens`-token prompt that each prefill GPU sends and each decode GPU
+    /// receives. Sliding-window layers move at most their window.
+    pub fn bytes_per_gpu(&self, prompt_tokens: u32) -> (f64, f64) {
+        (prompt_bytes_per_gpu(&self.prefill, prompt_tokens), prompt_bytes_per_gpu(&self.decode, prompt_tokens))
+    }
+    /// Seconds one prompt's KV takes on an idle link: latency + the busier end's bytes per GPU /
+    /// bandwidth (every GPU of both ends moves its share at once over its own link).
     pub fn transfer_s(&self, prompt_tokens: u32) -> f64 {
-        let a = &self.decode.arch;
-        let sliding = per_decode_gpu(&self.decode, a.sliding_kv_bytes_per_token(self.decode.file.model.kv_dtype))
-            * (prompt_tokens as u64).min(a.sliding_window) as f64;
-        self.link.latency_s
-            + (prompt_tokens as f64 * self.link.bytes_per_token_per_gpu + sliding) / self.link.bw_bytes_s
+        let (sent, received) = self.bytes_per_gpu(prompt_tokens);
+        self.link.latency_s + sent.max(received) / self.link.bw_bytes_s
     }
 }

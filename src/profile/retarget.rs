@@ -238,16 +238,31 @@ impl Profile {
                 self.gpu.name, self.gpu.bf16_tflops
             ));
         }
-        let r = self.arch.kv_replication(self.tensor_parallel);
-        if r > 1.0 {
+        // Under attention DP each rank stores its own requests' KV over its tp / attention_dp GPUs:
+        // the copies are those of one rank's group, not of the whole tensor-parallel group.
+        let (tp, dp) = (self.tensor_parallel, self.parallel.attention_dp);
+        let rank_gpus = self.parallel.attention_tp(tp);
+        let r = self.parallel.kv_replication(&self.arch, tp);
+        let why = if self.arch.mla.is_some() {
+            "MLA's latent is kept whole on every GPU"
+        } else {
+            "fewer KV heads than GPUs"
+        };
+        if dp > 1 {
+            let whole = self.arch.kv_replication(tp);
+            if r > 1.0 {
+                out.push(format!(
+                    "KV cache stored {r:.0} times across each attention-DP rank's {rank_gpus} GPUs ({why}): each of the {dp} attention-DP ranks holds its own requests' KV, each token of context taking {r:.0}x the memory of one copy"
+                ));
+            } else if whole > 1.0 {
+                out.push(format!(
+                    "KV cache stored once: each of the {dp} attention-DP ranks holds its own requests' KV on its {rank_gpus} GPU{} (without attention DP, {why}: {whole:.0} copies across the {tp} GPUs)",
+                    if rank_gpus == 1 { "" } else { "s" }
+                ));
+            }
+        } else if r > 1.0 {
             out.push(format!(
-                "KV cache stored {r:.0} times across the {} GPUs ({}): each token of context takes {r:.0}x the memory of one copy",
-                self.tensor_parallel,
-                if self.arch.mla.is_some() {
-                    "MLA's latent is kept whole on every GPU"
-                } else {
-                    "fewer KV heads than GPUs"
-                }
+                "KV cache stored {r:.0} times across the {tp} GPUs ({why}): each token of context takes {r:.0}x the memory of one copy"
             ));
         }
         if self.tensor_parallel > self.gpu.link_domain_gpus {

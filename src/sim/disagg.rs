@@ -19,7 +19,7 @@
 use super::arrivals::{shares_content, Pending};
 use super::drive::Events;
 use super::engine::StepView;
-use super::run::{cache_block, Arrived, MeasureWindow, Replica, SimOptions, SimOutput};
+use super::run::{cache_block, Arrived, MeasureWindow, Replica, Sample, SimOptions, SimOutput};
 use super::RequestRecord;
 use crate::profile::disagg::Disaggregated;
 use crate::units::SimTime;
@@ -39,6 +39,9 @@ pub struct PoolOutput {
     pub max_waiting: u32,
     pub steps: u64,
     pub rejected: u64,
+    /// Blocks the pool's prefix caches evicted, summed over its workers (the prefill pool's: decode
+    /// workers keep no prefix cache).
+    pub prefix_evictions: u64,
     /// Each request's wait in this pool's queue: from reaching the worker's engine to its first step
     /// there (s), in the order the pool finished them.
     pub queue_wait_s: Vec<f64>,
@@ -214,6 +217,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
             max_waiting: os.iter().map(|o| o.max_waiting).max().unwrap_or(0),
             steps: os.iter().map(|o| o.steps).sum(),
             rejected: os.iter().map(|o| o.requests_rejected).sum(),
+            prefix_evictions: os.iter().map(|o| o.prefix_evictions).sum(),
             queue_wait_s: Vec::new(),
         }
     };
@@ -221,11 +225,24 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
     report.prefill = PoolOutput { queue_wait_s: std::mem::take(&mut report.prefill.queue_wait_s), ..pool(pre) };
     report.decode = PoolOutput { queue_wait_s: std::mem::take(&mut report.decode.queue_wait_s), ..pool(dec) };
     report.end_ns = end_ns;
+    // Counters over every worker of both pools; the prefix cache and its host tier are the prefill
+    // pool's (decode workers keep none: their requests arrive with their KV), so their tallies are
+    // that pool's. The time series is the decode pool's, as the KV use above.
+    let prefix_evictions = report.prefill.prefix_evictions + report.decode.prefix_evictions;
+    let offload = outs.iter().filter_map(|o| o.offload.as_ref()).fold(None, |acc, o| {
+        let mut a: super::offload::OffloadStats = acc.unwrap_or_default();
+        a.add(o);
+        Some(a)
+    });
+    let series = pool_series(&outs[np..]);
     let mut outs = outs;
     let mut all = outs.swap_remove(np);
     for o in &outs[np..] {
         all.itl_gaps.merge(&o.itl_gaps);
     }
+    all.prefix_evictions = prefix_evictions;
+    all.offload = offload;
+    all.series = series;
     all.records = done;
     all.requests_sent = sent;
     all.requests_rejected = report.prefill.rejected + report.decode.rejected;
@@ -246,4 +263,35 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
     all.decode_tokens += outs.iter().map(|o| o.decode_tokens).sum::<u64>();
     all.disagg = Some(Box::new(report));
     all
+}
+
+/// A pool's state over time as one series, from its workers' own: at each time any worker sampled,
+/// every worker's latest sample (none before its first), the running and waiting requests summed
+/// and the KV use the workers' mean; thinned by halves, as a replica's series is, to the length of
+/// the longest worker's. One worker's series comes back as it was.
+fn pool_series(os: &[SimOutput]) -> Vec<Sample> {
+    let mut at: Vec<(f64, usize, Sample)> =
+        os.iter().enumerate().flat_map(|(k, o)| o.series.iter().map(move |s| (s.t_s, k, *s))).collect();
+    at.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut latest: Vec<Option<Sample>> = vec![None; os.len()];
+    let mut out: Vec<Sample> = Vec::with_capacity(at.len());
+    for (t_s, k, s) in at {
+        latest[k] = Some(s);
+        let now = latest.iter().flatten();
+        let merged = Sample {
+            t_s,
+            kv_util: now.clone().map(|s| s.kv_util).sum::<f64>() / os.len() as f64,
+            running: now.clone().map(|s| s.running).sum(),
+            waiting: now.map(|s| s.waiting).sum(),
+        };
+        match out.last_mut() {
+            Some(last) if last.t_s == t_s => *last = merged,
+            _ => out.push(merged),
+        }
+    }
+    let points = os.iter().map(|o| o.series.len()).max().unwrap_or(0).max(2);
+    while out.len() > points {
+        out = out.iter().step_by(2).copied().collect();
+    }
+    out
 }

@@ -365,3 +365,37 @@ fn a_prompt_chunk_runs_on_one_rank() {
     let (a, b) = (dp["dense_matmul_s"].as_f64().unwrap(), tp["dense_matmul_s"].as_f64().unwrap());
     assert!((a / b - 1.0).abs() < 1e-9, "decode: {a} against {b}");
 }
+
+/// The KV replication note says what attention DP stores: each rank holds its own requests' KV over
+/// its tp / attention_dp GPUs. DeepSeek-R1's MLA latent is kept whole on every GPU of a group, so TP
+/// 8 stores it 8 times; with 8 ranks of one GPU each a request's KV is stored once, with 2 ranks of 4
+/// GPUs 4 times. The note (text and JSON caveats) follows.
+#[test]
+fn the_kv_replication_note_follows_attention_dp() {
+    let caveats = |dp: &str| -> Vec<String> {
+        let mut a = vec!["simulate", "--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--precision", "fp8"];
+        a.extend_from_slice(&["--concurrency", "1", "--requests", "1", "--input-len", "100", "--output-len", "2"]);
+        if dp != "1" {
+            a.extend_from_slice(&["--attention-dp", dp]);
+        }
+        let o = capsim(&[&a[..], &["--json"]].concat());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let text = String::from_utf8_lossy(&capsim(&a).stdout).to_string();
+        let c: Vec<String> =
+            v["scenario"]["caveats"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
+        for note in c.iter().filter(|c| c.contains("KV cache")) {
+            assert!(text.contains(note.as_str()), "the text prints the JSON's note: {text}");
+        }
+        c.into_iter().filter(|c| c.contains("KV cache")).collect()
+    };
+    let plain = caveats("1");
+    assert!(plain.len() == 1 && plain[0].contains("stored 8 times across the 8 GPUs"), "{plain:?}");
+    let eight = caveats("8");
+    assert_eq!(eight.len(), 1, "{eight:?}");
+    assert!(!eight[0].contains("8 times"), "{eight:?}");
+    assert!(eight[0].contains("each of the 8 attention-DP ranks") && eight[0].contains("once"), "{eight:?}");
+    let two = caveats("2");
+    assert_eq!(two.len(), 1, "{two:?}");
+    assert!(two[0].contains("stored 4 times across each") && two[0].contains("2 attention-DP ranks"), "{two:?}");
+}

@@ -329,7 +329,8 @@ fn closed_loop_decode_waits_stay_short() {
 /// A pool with its own attention DP (`--decode-attention-dp`): a request's KV lands on one rank, so
 /// its tp / N GPUs receive all of it. Qwen3-30B-A3B's 4 KV heads (98,304 bytes per token) over a
 /// decode worker of TP 4: 24,576 bytes per GPU without attention DP, the whole 98,304 on the one GPU
-/// of a rank with 4 ranks; the transfer by hand from that. The run completes every request with
+/// of a rank with 4 ranks; the transfer by hand from that. The prefill worker (the deployment's TP 1)
+/// sends all 98,304 from its one GPU either way, so that end bounds both transfers. The run completes every request with
 /// both pools' own layouts (prefill EP 2 over its 2 GPUs with 2 ranks).
 #[test]
 fn pools_with_their_own_attention_dp() {
@@ -339,8 +340,12 @@ fn pools_with_their_own_attention_dp() {
         a.extend_from_slice(&["--context", "1000", "--json"]);
         capsim_json(&a)["kv_transfer"].clone()
     };
-    assert_eq!(link(&[])["link"]["bytes_per_token_per_gpu"], 24_576.0);
+    let plain = link(&[]);
+    assert_eq!(plain["bytes_per_decode_gpu"], 1000.0 * 24_576.0);
+    assert_eq!(plain["bytes_per_prefill_gpu"], 1000.0 * 98_304.0);
+    assert_eq!(plain["link"]["bytes_per_token_per_gpu"], 98_304.0);
     let t = link(&["--decode-attention-dp", "4"]);
+    assert_eq!(t["bytes_per_decode_gpu"], 1000.0 * 98_304.0);
     assert_eq!(t["link"]["bytes_per_token_per_gpu"], 98_304.0);
     let bw = t["link"]["bw_bytes_s"].as_f64().unwrap();
     let expect = KV_TRANSFER_LATENCY_S + 1000.0 * 98_304.0 / bw;
@@ -375,4 +380,159 @@ fn pools_with_their_own_attention_dp() {
     assert_eq!(v["disaggregated"]["decode"]["attention_dp"], 4);
     assert_eq!(v["disaggregated"]["prefill"]["attention_dp"], 2);
     assert_eq!(v["disaggregated"]["prefill"]["expert_parallel_size"], 2);
+}
+
+/// The prefix cache and its host tier live where prompts are computed, the prefill pool; a
+/// disaggregated run reports them from there, not from the first decode worker (which keeps none).
+/// The trace of large_offload.rs's hand-computed hit (A, then B evicting A's blocks to host memory,
+/// then C repeating A) on one prefill worker with that engine: every request's prefill there is the
+/// aggregated run's (each has one output token), so the tiers' tallies and the prefix evictions
+/// equal that run's, and the prompt tokens loaded from host memory are C's 976 of 4,096.
+#[test]
+fn offload_and_prefix_figures_come_from_the_prefill_pool() {
+    use capsim::metrics::{summarize, RequestSlo};
+    use capsim::workload::TraceRecord;
+    let rec = |t: f64, input: u32, hash_ids: &[u64]| TraceRecord {
+        arrival_s: t,
+        input_tokens: input,
+        output_tokens: 1,
+        hash_ids: hash_ids.to_vec(),
+        session: None,
+    };
+    let off =
+        const_profile("vllm", STEP_S, "kv_capacity_tokens = 2080\nmax_num_batched_tokens = 256\nkv_offload_gb = 100");
+    let w =
+        Workload::trace(vec![rec(0.0, 1024, &[1, 2]), rec(10.0, 2048, &[3, 4, 5, 6]), rec(20.0, 1024, &[1, 2])], 0, 0)
+            .unwrap();
+    let one = capsim::sim::simulate(&off, &w, 1, SimOptions::default());
+    let o1 = one.offload.as_ref().unwrap();
+    assert_eq!((o1.loads, o1.host_hits.clone()), (1, vec![(2, 61 * 16)]), "the aggregated run's hit");
+    let out = simulate_disaggregated(&Disaggregated::new(off.clone(), off, 1, 2), &w, 1, SimOptions::default());
+    assert_eq!(out.records.len(), 3);
+    assert_eq!(out.offload.as_ref(), Some(o1), "the prefill worker's tiers");
+    assert!(one.prefix_evictions > 0);
+    assert_eq!(out.prefix_evictions, one.prefix_evictions);
+    let s = summarize(&out, 0, 0, 0.0, &RequestSlo::default());
+    let t = s.offload.as_ref().unwrap();
+    assert!((t.host_hit_rate - 976.0 / 4096.0).abs() < 1e-12, "{t:?}");
+    assert_eq!(t.requests_host_hit, 1);
+    assert_eq!(s.prefix_evictions, one.prefix_evictions);
+}
+
+/// The KV series of a disaggregated run is the decode pool's: every decode worker's requests, not
+/// the first worker's alone. Four requests at once over two decode workers run two on each.
+#[test]
+fn the_kv_series_covers_every_decode_worker() {
+    let p = const_profile("vllm", STEP_S, "");
+    let out =
+        simulate_disaggregated(&Disaggregated::new(p.clone(), p, 1, 2), &burst(4, 100, 50), 0, SimOptions::default());
+    assert_eq!(out.records.len(), 4);
+    let most = out.series.iter().map(|s| s.running).max().unwrap();
+    assert_eq!(most, 4, "two requests on each of two decode workers");
+}
+
+/// Each GPU moves its own share of a prompt's KV over its own link, so the busier end bounds the
+/// transfer. Llama-3.1-70B keeps 327,680 bytes of KV per token (bf16: 80 layers x 8 KV heads x 128 x
+/// 2 x 2); a prefill worker of TP 2 holds 163,840 of them on each GPU, a decode worker of TP 8
+/// 40,960. Ten H100s exceed one 8-GPU node: the network, 50 GB/s per GPU. An 8,192-token prompt
+/// takes 1 ms + 8,192 x 163,840 / 50e9 = 27.84 ms whichever way round the pools are, and a run of
+/// one request at a time waits exactly that for each transfer.
+#[test]
+fn the_busier_end_bounds_the_kv_transfer() {
+    let base = ["--model", "Llama-3.1-70B", "--gpu", "H100 SXM", "--tp", "4", "--precision", "fp8"];
+    let explain = |pre: &str, dec: &str| {
+        let mut a = vec!["explain"];
+        a.extend_from_slice(&base);
+        a.extend_from_slice(&["--prefill-workers", "1", "--decode-workers", "1", "--prefill-tp", pre]);
+        a.extend_from_slice(&["--decode-tp", dec, "--decode", "1", "--context", "8192", "--json"]);
+        capsim_json(&a)["kv_transfer"].clone()
+    };
+    let expect = KV_TRANSFER_LATENCY_S + 8192.0 * 163_840.0 / 50e9;
+    for (pre, dec) in [("2", "8"), ("8", "2")] {
+        let t = explain(pre, dec);
+        assert_eq!(t["link"]["bw_bytes_s"], 50e9, "{t}");
+        assert_eq!(t["link"]["bytes_per_token_per_gpu"], 163_840.0, "{t}");
+        assert!((t["transfer_s"].as_f64().unwrap() - expect).abs() < 1e-12, "{pre}:{dec} {t}");
+    }
+    let t = explain("2", "8");
+    assert_eq!(
+        (t["bytes_per_prefill_gpu"].as_f64(), t["bytes_per_decode_gpu"].as_f64()),
+        (Some(8192.0 * 163_840.0), Some(8192.0 * 40_960.0))
+    );
+    let mut a = vec!["simulate"];
+    a.extend_from_slice(&base);
+    a.extend_from_slice(&["--concurrency", "1", "--requests", "2", "--input-len", "8192", "--prefill-workers", "1"]);
+    a.extend_from_slice(&["--decode-workers", "1", "--prefill-tp", "2", "--decode-tp", "8", "--json"]);
+    let v = capsim_json(&a);
+    assert!((v["kv_transfer_s"]["max"].as_f64().unwrap() - expect).abs() < 2e-9, "{}", v["kv_transfer_s"]);
+}
+
+/// Pipeline stages are GPUs: a worker of `--tp 2 --pp 4` runs on 8, so one prefill and one decode
+/// worker are 16 H100s, beyond one 8-GPU node (the network, 50 GB/s per GPU), and each GPU holds one
+/// stage's 80 / 4 layers of Llama-3.1-70B's KV over TP 2: 327,680 / 2 / 4 = 40,960 bytes per token.
+/// capacity --disaggregated counts its candidates' GPUs the same way.
+#[test]
+fn pipeline_stages_count_in_gpus_link_and_bytes() {
+    let base = ["--model", "Llama-3.1-70B", "--gpu", "H100 SXM", "--tp", "2", "--pp", "4", "--precision", "fp8"];
+    let pd = ["--prefill-workers", "1", "--decode-workers", "1"];
+    let load = ["--concurrency", "1", "--requests", "2", "--input-len", "1000", "--output-len", "16"];
+    let args: Vec<&str> = [&["simulate"][..], &base, &pd, &load].concat();
+    let v = capsim_json(&[&args[..], &["--json"]].concat());
+    let d = &v["disaggregated"];
+    assert_eq!(d["gpus"], 16, "{d}");
+    assert_eq!(d["kv_link"]["path"], "network", "{d}");
+    assert_eq!(d["kv_link"]["bytes_per_token_per_gpu"], 40_960.0, "{d}");
+    assert_eq!(
+        (d["prefill"]["pipeline_parallel"].as_u64(), d["decode"]["pipeline_parallel"].as_u64()),
+        (Some(4), Some(4))
+    );
+    let o = capsim(&args);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("disaggregated: 16 GPUs") && text.contains("TP2 PP4"), "{text}");
+    let c = capsim_json(
+        &[
+            &["capacity", "--disaggregated", "--target-rate", "0.5", "--max-replicas", "2"][..],
+            &base,
+            &["--input-len", "1000", "--output-len", "16", "--requests", "20", "--slo", "ttft_p95_s=100", "--json"],
+        ]
+        .concat(),
+    );
+    let tried = c["disaggregated"]["tried"].as_array().unwrap();
+    assert!(!tried.is_empty());
+    for t in tried {
+        let workers = t["prefill_workers"].as_u64().unwrap() + t["decode_workers"].as_u64().unwrap();
+        assert_eq!(t["gpus"].as_u64(), Some(8 * workers), "{t}");
+    }
+}
+
+/// A pool whose weights leave no KV room is refused naming that pool's flag: DeepSeek-R1 in fp8
+/// (671 GB) fits no prefill worker of 2 B200s nor a decode worker of 8 A100 80GB.
+#[test]
+fn a_pool_too_small_for_the_weights_names_its_flag() {
+    let base = ["simulate", "--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--precision", "fp8"];
+    let load = ["--concurrency", "1", "--requests", "1", "--input-len", "100", "--output-len", "2"];
+    let pd = ["--prefill-workers", "1", "--decode-workers", "1"];
+    for (extra, flag) in [(["--prefill-tp", "2"], "--prefill-tp"), (["--decode-gpu", "A100 80GB"], "--decode-gpu")] {
+        let o = capsim(&[&base[..], &load, &pd, &extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("does not fit") && err.contains(flag), "{extra:?} should name {flag}: {err}");
+        assert!(!err.contains("raise tensor_parallel"), "{err}");
+    }
+}
+
+/// capacity --disaggregated searches the split: worker counts given to it are refused, naming the
+/// flag and saying so, rather than ignored.
+#[test]
+fn capacity_refuses_the_worker_counts_it_searches() {
+    let base = ["capacity", "--disaggregated", "--target-rate", "5", "--slo", "ttft_p95_s=1.0"];
+    for (extra, flag) in [
+        (&["--prefill-workers", "3", "--decode-workers", "2"][..], "--prefill-workers"),
+        (&["--decode-workers", "2"][..], "--decode-workers"),
+    ] {
+        let o = capsim(&[&base[..], extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag) && err.contains("searches"), "{extra:?}: {err}");
+    }
 }
