@@ -5,7 +5,7 @@
 use super::ProfileArgs;
 use capsim::error::{Error, Result};
 use capsim::report::{num, table};
-use capsim::sim::{BatchShape, DraftShape, StepModel};
+use capsim::sim::{add_verification, BatchShape, DraftShape, StepModel};
 use clap::Args;
 use serde_json::json;
 
@@ -80,27 +80,31 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         ));
     }
     // Speculative decoding: each decoding sequence verifies its K drafts (K + 1 query tokens) and the
-    // draft runs after the step (sim/spec.rs); `plain` is the same step without speculation.
+    // draft runs after the step; the shape is built as the simulator builds it: the scheduler's
+    // decodes and chunk, then each decode's verification (sim/spec.rs `add_verification`, the
+    // function `spec_verify` calls, in its order, so the sums agree to the bit). `plain` is
+    // the same step without speculation.
     let spec = p.speculative().cloned();
     let k = spec.as_ref().map_or(0, |s| s.tokens);
-    let shape = |k: u32| {
-        let mut b = BatchShape::default();
+    let shape = |k: Option<u32>| {
+        let (mut b, mut d) = (BatchShape::default(), DraftShape::default());
         for _ in 0..a.decode {
-            b.add_chunk(a.context, 1 + k);
+            b.add_chunk(a.context, 1);
         }
         if a.prefill > 0 {
             b.add_chunk(a.prefill_start, a.prefill);
         }
-        b
+        if let Some(k) = k {
+            for _ in 0..a.decode {
+                add_verification(&mut b, &mut d, a.context, k);
+            }
+        }
+        (b, d)
     };
-    let b = shape(k);
+    let (b, draft) = shape(spec.as_ref().map(|_| k));
     let model = StepModel::new(&p);
-    let draft = DraftShape {
-        seqs: if spec.is_some() { a.decode } else { 0 },
-        ctx_tokens: a.decode as u64 * (a.context as u64 + 1),
-    };
     let parts = model.parts_spec(&b, &draft);
-    let plain = model.parts(&shape(0));
+    let plain = model.parts(&shape(None).0);
     // Tokens the step emits: each decode's expected accepted run plus one, the chunk's one if it ends.
     let emitted = a.decode as f64 * spec.as_ref().map_or(1.0, |s| s.expected_tokens(k));
     let ms = |s: f64| s * 1e3;

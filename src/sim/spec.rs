@@ -43,6 +43,25 @@ pub struct DraftShape {
     pub ctx_tokens: u64,
 }
 
+/// One decoding sequence's verification of `d` drafted tokens, added to a step's shape that already
+/// holds its decode token (`BatchShape::add_chunk(start, 1)`), and its draft passes added to `draft`:
+/// the one place the speculative step's shape is built, for the simulator (`spec_verify`) and
+/// `capsim explain` alike. The d tokens read their own KV slots and attend to the context and to
+/// the tokens before them; they leave `max_chunk` alone (a verification is no prompt chunk: the
+/// step stays a decode step, without the prefill's fixed cost, and under attention DP or pipeline
+/// stages keeps the decode's balanced split) and `decode_pairs` too. explain built the sequence as
+/// one (1 + K)-token chunk, which made its step a prefill step (issue 25's audit: DeepSeek-R1 on
+/// 8 B200s, MTP K = 3, one decode at context 1100: a 69.92 ms step against the simulator's 9.2).
+#[inline]
+pub fn add_verification(shape: &mut BatchShape, draft: &mut DraftShape, start: u32, d: u32) {
+    let (s0, dd) = (start as f64, d as f64);
+    shape.n_tokens += d;
+    shape.kv_read_tokens += d as u64;
+    shape.attn_pairs += dd * s0 + ((dd + 1.0) * (dd + 2.0) / 2.0 - 1.0);
+    draft.seqs += 1;
+    draft.ctx_tokens += start as u64 + 1;
+}
+
 /// The per-step speculation state of one engine.
 #[derive(Debug, Clone)]
 pub(super) struct SpecState {
@@ -96,13 +115,8 @@ impl Engine<'_> {
             if d > 0 {
                 self.alloc(idx, start + 1 + d);
             }
-            let (s0, dd) = (start as f64, d as f64);
-            shape.n_tokens += d;
-            shape.kv_read_tokens += d as u64;
-            shape.attn_pairs += dd * s0 + ((dd + 1.0) * (dd + 2.0) / 2.0 - 1.0);
+            add_verification(shape, &mut s.draft, start, d);
             s.drafted.push((idx, d));
-            s.draft.seqs += 1;
-            s.draft.ctx_tokens += start as u64 + 1;
         }
         self.spec = Some(s);
     }

@@ -300,3 +300,44 @@ fn calibrate_runs_writes_the_fitted_acceptance_and_explain_shows_the_draft() {
     assert!(v["parts_s"].get("draft_s").is_none() && v.get("speculative").is_none());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// explain's speculative step is the simulator's step for the same batch: N requests of 1100
+/// tokens sent together prefill in one step, then decode once at context 1100 (2 output tokens), so
+/// each one's single inter-token gap is that decode step, which explain prints for
+/// `--decode N --context 1100`. explain had built each decode as one (1 + K)-token chunk, a prefill
+/// step (issue 25's audit: 69.92 ms against the simulator's 9.21 ms for N = 1 on DeepSeek-R1 with
+/// MTP K = 3), and missed the decodes' absorbed-MLA pairs; under attention DP it charged the chunk to
+/// one rank. Acceptance does not change the step (only what it emits), so two rates are checked.
+#[test]
+fn explain_speculative_step_is_the_simulators() {
+    let dep = ["--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--precision", "fp8", "--spec-method", "mtp"];
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = capsim(args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    for (n, rate, layout) in [
+        ("1", "0", &[][..]),
+        ("6", "0.7", &[][..]),
+        ("1", "0", &["--attention-dp", "8", "--ep", "8"][..]),
+        ("6", "0.7", &["--attention-dp", "8", "--ep", "8"][..]),
+    ] {
+        let mut common: Vec<&str> = dep.to_vec();
+        common.extend_from_slice(&["--spec-tokens", "3", "--spec-accept-rate", rate]);
+        common.extend_from_slice(layout);
+        let mut e = vec!["explain", "--decode", n, "--context", "1100", "--json"];
+        e.extend_from_slice(&common);
+        let ex = json(&e);
+        let step_ms = ex["parts_s"]["total_s"].as_f64().unwrap() * 1e3;
+        assert_eq!(ex["parts_s"].get("prefill_overhead_s"), None, "{n} {layout:?}: a decode step");
+        let mut s =
+            vec!["simulate", "--burst", n, "--requests", n, "--input-len", "1100", "--output-len", "2", "--json"];
+        s.extend_from_slice(&common);
+        let sim = json(&s);
+        let itl_ms = sim["itl_ms"]["mean"].as_f64().unwrap();
+        assert!(
+            (itl_ms - step_ms).abs() < 1e-6,
+            "{n} decodes at {rate}, {layout:?}: explain {step_ms} ms, simulate {itl_ms} ms"
+        );
+    }
+}
