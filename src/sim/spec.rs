@@ -8,8 +8,22 @@
 //!   = `num_speculative_tokens` when speculation is on, 0 for a request's first chunk;
 //!   ../shared/FACTS-hardware-engines.md, vLLM V1 scheduler notes). Where the free blocks cannot hold all K, the
 //!   sequence drafts fewer this step (vLLM would preempt instead; the lookahead is at most one block).
-//!   The verification tokens are added to the step's shape after the scheduler built it, so they do
-//!   not count against the token budget (a step holds at most max_num_seqs x K of them).
+//! - Token budget (vLLM): a decode's drafts count against max_num_batched_tokens. vLLM's scheduler
+//!   gives a running request num_new_tokens = num_tokens_with_spec - num_computed_tokens (1 + K for
+//!   a decode), cut to the budget left, and trims its drafts to what was scheduled
+//!   (vllm/v1/core/sched/scheduler.py `schedule`: `num_new_tokens = min(num_new_tokens,
+//!   token_budget)`, then `num_scheduled_spec_tokens = num_new_tokens + request.num_computed_tokens
+//!   - request.num_tokens` and `del request.spec_token_ids[num_scheduled_spec_tokens:]`;
+//!   `token_budget -= num_new_tokens`; as recalled from the source, not among this repository's
+//!   mirrors: re-check against the release used). So the running decodes, in order, take 1 + K
+//!   until the budget runs short, the one at the edge fewer drafts, those beyond it no step at all,
+//!   and waiting prompts get what is left. `schedule_vllm` charges each decode's drafts to its
+//!   budget; `spec_verify` walks the scheduled list in the same order to give each decode the drafts
+//!   the budget granted it ([`vllm_drafts`]). The verification tokens are added to the step's shape
+//!   after the scheduler built it. SGLang and TensorRT-LLM: the drafts are not charged to a budget
+//!   here (SGLang's decode batches are not bound by its prefill budget).
+//!   Before this, vLLM's drafts were charged to no budget: `--max-num-batched-tokens 2 --spec-tokens
+//!   3` ran steps of 4 tokens per sequence.
 //! - Acceptance: deterministic, not drawn. Each sequence keeps an accumulator of the expected tokens
 //!   per step, E = 1 + sum_{i<=K} prod_{j<=i} a_j (started at 1/2), and emits its integer part each
 //!   step: after s steps it has emitted round(s x E) tokens, between 1 and K + 1 a step. A seeded
@@ -31,6 +45,7 @@ use super::engine::Engine;
 use super::step::BatchShape;
 use crate::catalog::gpu::Collectives;
 use crate::profile::spec::NGRAM_S_PER_SEQ;
+use crate::profile::EngineKind;
 use crate::profile::{Profile, SpecMethod, Speculative};
 use crate::units::Dtype;
 
@@ -41,6 +56,26 @@ pub struct DraftShape {
     pub seqs: u32,
     /// Their contexts summed (tokens of KV each draft pass attends).
     pub ctx_tokens: u64,
+}
+
+/// A scheduled entry of `n` tokens is a decode: one token after the request's first, its prompt
+/// done (the test `spec_verify` and vLLM's budget share).
+#[inline]
+pub(super) fn is_decoding(r: &super::engine::Live, n: u32) -> bool {
+    n == 1 && r.generated > 0 && r.computed + 1 == r.num_tokens
+}
+
+/// vLLM's budget for one scheduled entry of `n` tokens: a decode takes 1 + min(K, what is left
+/// after its token) and returns those drafts; any other entry takes its `n`.
+#[inline]
+fn vllm_drafts(budget: &mut u32, n: u32, decoding: bool, k: u32) -> u32 {
+    *budget = budget.saturating_sub(n);
+    if !decoding {
+        return 0;
+    }
+    let d = k.min(*budget);
+    *budget -= d;
+    d
 }
 
 /// One decoding sequence's verification of `d` drafted tokens, added to a step's shape that already
@@ -65,7 +100,7 @@ pub fn add_verification(shape: &mut BatchShape, draft: &mut DraftShape, start: u
 /// The per-step speculation state of one engine.
 #[derive(Debug, Clone)]
 pub(super) struct SpecState {
-    k: u32,
+    pub(super) k: u32,
     /// Expected tokens per step when d tokens were drafted, d = 0..=K.
     expected: Vec<f64>,
     /// Each slot's accumulator of expected tokens (fractional part kept between steps).
@@ -97,14 +132,21 @@ impl Engine<'_> {
         if s.acc.len() < self.reqs.len() {
             s.acc.resize(self.reqs.len(), 0.5);
         }
+        // vLLM: the budget left as its scheduler spent it, walked in the same (scheduled) order.
+        let mut budget = (self.p.engine.kind == EngineKind::Vllm).then_some(self.p.engine.max_num_batched_tokens);
         for j in 0..self.scheduled.len() {
             let (idx, n) = self.scheduled[j];
             let r = &self.reqs[idx as usize];
-            if n != 1 || r.generated == 0 || r.computed + 1 != r.num_tokens {
+            let decoding = is_decoding(r, n);
+            let granted = match &mut budget {
+                Some(b) => vllm_drafts(b, n, decoding, s.k),
+                None => s.k,
+            };
+            if !decoding {
                 continue;
             }
             let start = r.computed;
-            let mut d = s.k;
+            let mut d = granted;
             while d > 0 && self.extra_blocks(r, start + 1 + d) > self.free_blocks {
                 d -= 1;
             }

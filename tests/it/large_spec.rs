@@ -341,3 +341,39 @@ fn explain_speculative_step_is_the_simulators() {
         );
     }
 }
+
+/// vLLM counts a decode's drafts against max_num_batched_tokens: running decodes take 1 + K in
+/// order, the one at the budget's edge fewer drafts, those beyond it wait a step
+/// (vllm/v1/core/sched/scheduler.py `schedule`, sim/spec.rs). Before, the drafts were added outside
+/// the budget: `simulate ... --max-num-batched-tokens 2 --spec-method mtp --spec-tokens 3` ran 4
+/// tokens per sequence a step.
+#[test]
+fn vllm_drafts_count_against_the_token_budget() {
+    let mut p = const_profile("vllm", 0.048, "max_num_batched_tokens = 10");
+    p.file.speculative = Some(Speculative::new(SpecMethod::Mtp, 3, vec![0.0]));
+    let w = burst(4, 5, 30);
+    let (mut max_tokens, mut at_edge) = (0, 0);
+    let out = simulate_observed(&p, &w, 7, SimOptions::default(), &mut |v| {
+        max_tokens = max_tokens.max(v.shape.n_tokens);
+        // Four decodes at a budget of 10: 4 + 4 + 2 (one draft) tokens, the fourth waits.
+        if v.shape.n_seqs == 3 && v.shape.n_tokens == 10 && v.shape.max_chunk == 1 {
+            at_edge += 1;
+        }
+    });
+    assert_eq!(max_tokens, 10);
+    assert!(at_edge > 0);
+    assert!(out.records.iter().all(|r| r.output_tokens == 30));
+    // With room in the budget every decode verifies its 3 drafts: 4 x 4 tokens.
+    let mut p = const_profile("vllm", 0.048, "max_num_batched_tokens = 100");
+    p.file.speculative = Some(Speculative::new(SpecMethod::Mtp, 3, vec![0.0]));
+    let mut max_tokens = 0;
+    simulate_observed(&p, &w, 7, SimOptions::default(), &mut |v| max_tokens = max_tokens.max(v.shape.n_tokens));
+    assert_eq!(max_tokens, 20, "the prompts' step");
+    let mut decode_max = 0;
+    simulate_observed(&p, &w, 7, SimOptions::default(), &mut |v| {
+        if v.shape.max_chunk == 1 {
+            decode_max = decode_max.max(v.shape.n_tokens);
+        }
+    });
+    assert_eq!(decode_max, 16);
+}
