@@ -441,11 +441,12 @@ pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
     })
 }
 
-/// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens.
-pub fn transfer_text(d: &Disaggregated, tokens: u32) -> String {
+/// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens, after the step of a
+/// `pool` ("prefill" or "decode") worker.
+pub fn transfer_text(d: &Disaggregated, pool: &str, tokens: u32) -> String {
     use capsim::report::num;
     format!(
-        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a decode worker's): a {tokens}-token prompt moves {} MB to each decode GPU in {} ms = {} ms latency + {} MB / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
+        "KV transfer (disaggregated: {} prefill workers on {} TP{}, {} decode workers on {} TP{}; the step above is a {pool} worker's): a {tokens}-token prompt moves {} MB to each decode GPU in {} ms = {} ms latency + {} MB / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
         d.prefill_workers,
         d.prefill.gpu.name,
         d.prefill.tensor_parallel,

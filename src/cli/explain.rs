@@ -35,11 +35,15 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         return Err(Error::flag("--decode", "the step is empty: give --decode N or --prefill N"));
     }
     let catalog = a.deployment.catalog()?;
-    // A disaggregated deployment: the decode pool's step, and the KV transfer before it.
+    // A disaggregated deployment: a step of prompt chunks alone (--decode 0) is a prefill worker's,
+    // on the prefill pool's layout and GPU (--prefill-tp, --prefill-gpu, ...); a step with decodes
+    // is a decode worker's; the KV transfer between them beside it. explain showed the decode
+    // worker's step for both, so --prefill-* went unused for a prefill step.
     let pd = a.deployment.disaggregated(&catalog)?;
-    let p = match &pd {
-        Some(d) => d.decode.clone(),
-        None => a.deployment.resolve(&catalog)?,
+    let (p, pool) = match &pd {
+        Some(d) if a.decode == 0 => (d.prefill.clone(), Some("prefill")),
+        Some(d) => (d.decode.clone(), Some("decode")),
+        None => (a.deployment.resolve(&catalog)?, None),
     };
     // A step holds at most the engine's running-sequence cap and contexts within the model's window
     // (counted in 64 bits: --decode 4294967295 plus a prefill is not 0 sequences).
@@ -144,11 +148,19 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         }
         if let Some(d) = &pd {
             v["kv_transfer"] = super::disagg::transfer_json(d, a.context.max(a.prefill_start + a.prefill));
+            v["pool"] = json!(pool);
         }
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
     outln!("profile: {}{}", p.name(), super::simulate::extrapolation_note(&p))?;
+    if let (Some(d), Some(pool)) = (&pd, pool) {
+        let (workers, why) = match pool {
+            "prefill" => (d.prefill_workers, "a step of prompt chunks alone (--decode 0)"),
+            _ => (d.decode_workers, "a step with decodes (--decode 0 shows a prefill worker's)"),
+        };
+        outln!("pool: a {pool} worker's step, one of {workers}: {why}")?;
+    }
     outln!(
         "step: {} sequences, {} tokens ({} decoding at context {}{}), {} x {} (TP {}{})",
         b.n_seqs,
@@ -401,7 +413,8 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         outln!("  host link: {}", k.link_source)?;
     }
     if let Some(d) = &pd {
-        out!("{}", super::disagg::transfer_text(d, a.context.max(a.prefill_start + a.prefill)))?;
+        let pool = pool.unwrap_or("decode");
+        out!("{}", super::disagg::transfer_text(d, pool, a.context.max(a.prefill_start + a.prefill)))?;
     }
     outln!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method))?;
     Ok(())
