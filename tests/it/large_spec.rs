@@ -377,3 +377,32 @@ fn vllm_drafts_count_against_the_token_budget() {
     });
     assert_eq!(decode_max, 16);
 }
+
+/// simulate's scenario states the layout and the speculation it ran (new keys beside the old),
+/// and the text header names the speculation. Before, `--attention-dp 4 --ep 8 --spec-method mtp`
+/// left only expert_parallel and tensor_parallel in the scenario.
+#[test]
+fn the_scenario_states_the_layout_and_the_speculation() {
+    let mut a = vec!["simulate", "--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--precision", "fp8"];
+    a.extend_from_slice(&["--attention-dp", "4", "--ep", "8", "--spec-method", "mtp", "--spec-tokens", "2"]);
+    a.extend_from_slice(&["--spec-accept-rate", "0.5", "--concurrency", "2", "--requests", "6"]);
+    let text = capsim(&a);
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("speculative decoding: mtp, 2 drafted tokens a step at acceptance 0.5"), "{text}");
+    assert!(
+        text.contains("layout: TP 8, 4 attention DP rank(s), experts over 8 GPU(s), 1 pipeline stage(s)"),
+        "{text}"
+    );
+    a.push("--json");
+    let o = capsim(&a);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = &v["scenario"];
+    assert_eq!((s["attention_dp"].as_u64(), s["expert_parallel_size"].as_u64()), (Some(4), Some(8)));
+    assert_eq!((s["pipeline_parallel"].as_u64(), s["tensor_parallel"].as_u64()), (Some(1), Some(8)));
+    assert_eq!(s["speculative"]["method"], "mtp");
+    assert_eq!(s["speculative"]["tokens"], 2);
+    assert_eq!(s["speculative"]["accept_rate"], serde_json::json!([0.5]));
+    // 1 + 0.5 + 0.25 tokens a step.
+    assert_eq!(s["speculative"]["expected_tokens_per_step"], 1.75);
+}
