@@ -12,8 +12,9 @@
 //!   gives a running request num_new_tokens = num_tokens_with_spec - num_computed_tokens (1 + K for
 //!   a decode), cut to the budget left, and trims its drafts to what was scheduled
 //!   (vllm/v1/core/sched/scheduler.py `schedule`: `num_new_tokens = min(num_new_tokens,
-//!   token_budget)`, then `num_scheduled_spec_tokens = num_new_tokens + request.num_computed_tokens
-//!   - request.num_tokens` and `del request.spec_token_ids[num_scheduled_spec_tokens:]`;
+//!   token_budget)`, then `num_scheduled_spec_tokens = num_new_tokens +
+//!   request.num_computed_tokens - request.num_tokens` and
+//!   `del request.spec_token_ids[num_scheduled_spec_tokens:]`;
 //!   `token_budget -= num_new_tokens`; as recalled from the source, not among this repository's
 //!   mirrors: re-check against the release used). So the running decodes, in order, take 1 + K
 //!   until the budget runs short, the one at the edge fewer drafts, those beyond it no step at all,
@@ -22,8 +23,8 @@
 //!   the budget granted it ([`vllm_drafts`]). The verification tokens are added to the step's shape
 //!   after the scheduler built it. SGLang and TensorRT-LLM: the drafts are not charged to a budget
 //!   here (SGLang's decode batches are not bound by its prefill budget).
-//!   Before this, vLLM's drafts were charged to no budget: `--max-num-batched-tokens 2 --spec-tokens
-//!   3` ran steps of 4 tokens per sequence.
+//!   Before this, vLLM's drafts were charged to no budget: a budget of 2 tokens with K = 3 ran
+//!   steps of 4 tokens per sequence.
 //! - Acceptance: deterministic, not drawn. Each sequence keeps an accumulator of the expected tokens
 //!   per step, E = 1 + sum_{i<=K} prod_{j<=i} a_j (started at 1/2), and emits its integer part each
 //!   step: after s steps it has emitted round(s x E) tokens, between 1 and K + 1 a step. A seeded
