@@ -498,12 +498,13 @@ pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
     })
 }
 
-/// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens.
-pub fn transfer_text(d: &Disaggregated, tokens: u32) -> String {
+/// `explain`'s lines for the KV transfer of one prompt of `tokens` tokens, after the step of a
+/// `pool` ("prefill" or "decode") worker.
+pub fn transfer_text(d: &Disaggregated, pool: &str, tokens: u32) -> String {
     use capsim::report::num;
     let (sent, received) = d.bytes_per_gpu(tokens);
     format!(
-        "KV transfer (disaggregated: {} prefill workers on {} {}, {} decode workers on {} {}; the step above is a decode worker's): a {tokens}-token prompt's KV leaves each prefill GPU as {} MB and reaches each decode GPU as {} MB, every GPU over its own link at once, in {} ms = {} ms latency + {} MB (the busier end) / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
+        "KV transfer (disaggregated: {} prefill workers on {} {}, {} decode workers on {} {}; the step above is a {pool} worker's): a {tokens}-token prompt's KV leaves each prefill GPU as {} MB and reaches each decode GPU as {} MB, every GPU over its own link at once, in {} ms = {} ms latency + {} MB (the busier end) / {} GB/s ({:?}: {}); it adds to that request's TTFT, not to any step\n",
         d.prefill_workers,
         d.prefill.gpu.name,
         layout(&d.prefill),

@@ -5,7 +5,7 @@
 use super::ProfileArgs;
 use capsim::error::{Error, Result};
 use capsim::report::{num, table};
-use capsim::sim::{BatchShape, DraftShape, StepModel};
+use capsim::sim::{add_verification, BatchShape, DraftShape, StepModel};
 use clap::Args;
 use serde_json::json;
 
@@ -35,11 +35,15 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         return Err(Error::flag("--decode", "the step is empty: give --decode N or --prefill N"));
     }
     let catalog = a.deployment.catalog()?;
-    // A disaggregated deployment: the decode pool's step, and the KV transfer before it.
+    // A disaggregated deployment: a step of prompt chunks alone (--decode 0) is a prefill worker's,
+    // on the prefill pool's layout and GPU (--prefill-tp, --prefill-gpu, ...); a step with decodes
+    // is a decode worker's; the KV transfer between them beside it. explain showed the decode
+    // worker's step for both, so --prefill-* went unused for a prefill step.
     let pd = a.deployment.disaggregated(&catalog)?;
-    let p = match &pd {
-        Some(d) => d.decode.clone(),
-        None => a.deployment.resolve(&catalog)?,
+    let (p, pool) = match &pd {
+        Some(d) if a.decode == 0 => (d.prefill.clone(), Some("prefill")),
+        Some(d) => (d.decode.clone(), Some("decode")),
+        None => (a.deployment.resolve(&catalog)?, None),
     };
     // A step holds at most the engine's running-sequence cap and contexts within the model's window
     // (counted in 64 bits: --decode 4294967295 plus a prefill is not 0 sequences).
@@ -80,27 +84,31 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         ));
     }
     // Speculative decoding: each decoding sequence verifies its K drafts (K + 1 query tokens) and the
-    // draft runs after the step (sim/spec.rs); `plain` is the same step without speculation.
+    // draft runs after the step; the shape is built as the simulator builds it: the scheduler's
+    // decodes and chunk, then each decode's verification (sim/spec.rs `add_verification`, the
+    // function `spec_verify` calls, in its order, so the sums agree to the bit). `plain` is
+    // the same step without speculation.
     let spec = p.speculative().cloned();
     let k = spec.as_ref().map_or(0, |s| s.tokens);
-    let shape = |k: u32| {
-        let mut b = BatchShape::default();
+    let shape = |k: Option<u32>| {
+        let (mut b, mut d) = (BatchShape::default(), DraftShape::default());
         for _ in 0..a.decode {
-            b.add_chunk(a.context, 1 + k);
+            b.add_chunk(a.context, 1);
         }
         if a.prefill > 0 {
             b.add_chunk(a.prefill_start, a.prefill);
         }
-        b
+        if let Some(k) = k {
+            for _ in 0..a.decode {
+                add_verification(&mut b, &mut d, a.context, k);
+            }
+        }
+        (b, d)
     };
-    let b = shape(k);
+    let (b, draft) = shape(spec.as_ref().map(|_| k));
     let model = StepModel::new(&p);
-    let draft = DraftShape {
-        seqs: if spec.is_some() { a.decode } else { 0 },
-        ctx_tokens: a.decode as u64 * (a.context as u64 + 1),
-    };
     let parts = model.parts_spec(&b, &draft);
-    let plain = model.parts(&shape(0));
+    let plain = model.parts(&shape(None).0);
     // Tokens the step emits: each decode's expected accepted run plus one, the chunk's one if it ends.
     let emitted = a.decode as f64 * spec.as_ref().map_or(1.0, |s| s.expected_tokens(k));
     let ms = |s: f64| s * 1e3;
@@ -141,11 +149,19 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         }
         if let Some(d) = &pd {
             v["kv_transfer"] = super::disagg::transfer_json(d, a.context.max(a.prefill_start + a.prefill));
+            v["pool"] = json!(pool);
         }
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
     outln!("profile: {}{}", p.name(), super::simulate::extrapolation_note(&p))?;
+    if let (Some(d), Some(pool)) = (&pd, pool) {
+        let (workers, why) = match pool {
+            "prefill" => (d.prefill_workers, "a step of prompt chunks alone (--decode 0)"),
+            _ => (d.decode_workers, "a step with decodes (--decode 0 shows a prefill worker's)"),
+        };
+        outln!("pool: a {pool} worker's step, one of {workers}: {why}")?;
+    }
     outln!(
         "step: {} sequences, {} tokens ({} decoding at context {}{}), {} x {} (TP {}{})",
         b.n_seqs,
@@ -398,7 +414,8 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         outln!("  host link: {}", k.link_source)?;
     }
     if let Some(d) = &pd {
-        out!("{}", super::disagg::transfer_text(d, a.context.max(a.prefill_start + a.prefill)))?;
+        let pool = pool.unwrap_or("decode");
+        out!("{}", super::disagg::transfer_text(d, pool, a.context.max(a.prefill_start + a.prefill)))?;
     }
     outln!("coefficients from: {}", p.retarget_method.as_deref().unwrap_or(&p.file.provenance.method))?;
     Ok(())

@@ -132,7 +132,62 @@ pub fn scenario_json(p: &Profile, w: &Workload, seed: u64) -> serde_json::Value 
         "coefficients": p.coefficients,
         "workload": workload,
         "seed": seed,
+        // The layout beyond tensor parallelism and the speculation (issue 25), added after the keys
+        // above, which stay as they were: attention DP ranks, the GPUs the experts are spread over
+        // (the TP group under plain --expert-parallel, 1 without), pipeline stages, redundant
+        // expert slots, and the speculative method, drafts, acceptance (null without).
+        "attention_dp": p.parallel.attention_dp,
+        "expert_parallel_size": expert_parallel_gpus(p),
+        "pipeline_parallel": p.parallel.pipeline_parallel,
+        "redundant_experts": p.parallel.redundant_experts,
+        "speculative": p.speculative().map(|s| json!({
+            "method": s.method.as_str(),
+            "tokens": s.tokens,
+            "accept_rate": s.accept_rate,
+            "expected_tokens_per_step": s.expected_tokens(s.tokens),
+        })),
     })
+}
+
+/// The GPUs a MoE layer's experts are spread over whole: `--ep N`, the TP group under plain
+/// `--expert-parallel`, 1 where experts are split by tensor parallelism only.
+fn expert_parallel_gpus(p: &Profile) -> u32 {
+    match p.parallel.expert_parallel_size {
+        1 if p.expert_parallel => p.tensor_parallel,
+        n => n,
+    }
+}
+
+/// The text header's lines for a layout beyond tensor parallelism and for speculative decoding
+/// (empty for a plain deployment).
+pub fn layout_text(p: &Profile) -> String {
+    let mut out = String::new();
+    let par = &p.parallel;
+    if par.is_large(p.tensor_parallel) {
+        out += &format!(
+            "layout: TP {}, {} attention DP rank(s), experts over {} GPU(s), {} pipeline stage(s){}: {} GPUs\n",
+            p.tensor_parallel,
+            par.attention_dp,
+            expert_parallel_gpus(p),
+            par.pipeline_parallel,
+            if par.redundant_experts > 0 {
+                format!(", {} redundant experts", par.redundant_experts)
+            } else {
+                String::new()
+            },
+            par.gpus(p.tensor_parallel)
+        );
+    }
+    if let Some(s) = p.speculative() {
+        out += &format!(
+            "speculative decoding: {}, {} drafted tokens a step at acceptance {}: {} tokens per sequence and step expected\n",
+            s.method.as_str(),
+            s.tokens,
+            s.accept_rate.iter().map(|x| format!("{x}")).collect::<Vec<_>>().join(","),
+            num(s.expected_tokens(s.tokens), 4)
+        );
+    }
+    out
 }
 
 fn stats_row(name: &str, s: &Stats) -> Vec<String> {
@@ -336,6 +391,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             p.engine.block_size_tokens,
             a.seed
         )?;
+        out!("{}", layout_text(p))?;
         if let Some(note) = timing_noise_note(w) {
             outln!("{note}")?;
         }

@@ -8,8 +8,23 @@
 //!   = `num_speculative_tokens` when speculation is on, 0 for a request's first chunk;
 //!   ../shared/FACTS-hardware-engines.md, vLLM V1 scheduler notes). Where the free blocks cannot hold all K, the
 //!   sequence drafts fewer this step (vLLM would preempt instead; the lookahead is at most one block).
-//!   The verification tokens are added to the step's shape after the scheduler built it, so they do
-//!   not count against the token budget (a step holds at most max_num_seqs x K of them).
+//! - Token budget (vLLM): a decode's drafts count against max_num_batched_tokens. vLLM's scheduler
+//!   gives a running request num_new_tokens = num_tokens_with_spec - num_computed_tokens (1 + K for
+//!   a decode), cut to the budget left, and trims its drafts to what was scheduled
+//!   (vllm/v1/core/sched/scheduler.py `schedule`: `num_new_tokens = min(num_new_tokens,
+//!   token_budget)`, then `num_scheduled_spec_tokens = num_new_tokens +
+//!   request.num_computed_tokens - request.num_tokens` and
+//!   `del request.spec_token_ids[num_scheduled_spec_tokens:]`;
+//!   `token_budget -= num_new_tokens`; as recalled from the source, not among this repository's
+//!   mirrors: re-check against the release used). So the running decodes, in order, take 1 + K
+//!   until the budget runs short, the one at the edge fewer drafts, those beyond it no step at all,
+//!   and waiting prompts get what is left. `schedule_vllm` charges each decode's drafts to its
+//!   budget; `spec_verify` walks the scheduled list in the same order to give each decode the drafts
+//!   the budget granted it ([`vllm_drafts`]). The verification tokens are added to the step's shape
+//!   after the scheduler built it. SGLang and TensorRT-LLM: the drafts are not charged to a budget
+//!   here (SGLang's decode batches are not bound by its prefill budget).
+//!   Before this, vLLM's drafts were charged to no budget: a budget of 2 tokens with K = 3 ran
+//!   steps of 4 tokens per sequence.
 //! - Acceptance: deterministic, not drawn. Each sequence keeps an accumulator of the expected tokens
 //!   per step, E = 1 + sum_{i<=K} prod_{j<=i} a_j (started at 1/2), and emits its integer part each
 //!   step: after s steps it has emitted round(s x E) tokens, between 1 and K + 1 a step. A seeded
@@ -31,6 +46,7 @@ use super::engine::Engine;
 use super::step::BatchShape;
 use crate::catalog::gpu::Collectives;
 use crate::profile::spec::NGRAM_S_PER_SEQ;
+use crate::profile::EngineKind;
 use crate::profile::{Profile, SpecMethod, Speculative};
 use crate::units::Dtype;
 
@@ -43,10 +59,49 @@ pub struct DraftShape {
     pub ctx_tokens: u64,
 }
 
+/// A scheduled entry of `n` tokens is a decode: one token after the request's first, its prompt
+/// done (the test `spec_verify` and vLLM's budget share).
+#[inline]
+pub(super) fn is_decoding(r: &super::engine::Live, n: u32) -> bool {
+    n == 1 && r.generated > 0 && r.computed + 1 == r.num_tokens
+}
+
+/// vLLM's budget for one scheduled entry of `n` tokens: a decode takes 1 + min(K, what is left
+/// after its token) and returns those drafts; any other entry takes its `n`.
+#[inline]
+fn vllm_drafts(budget: &mut u32, n: u32, decoding: bool, k: u32) -> u32 {
+    *budget = budget.saturating_sub(n);
+    if !decoding {
+        return 0;
+    }
+    let d = k.min(*budget);
+    *budget -= d;
+    d
+}
+
+/// One decoding sequence's verification of `d` drafted tokens, added to a step's shape that already
+/// holds its decode token (`BatchShape::add_chunk(start, 1)`), and its draft passes added to `draft`:
+/// the one place the speculative step's shape is built, for the simulator (`spec_verify`) and
+/// `capsim explain` alike. The d tokens read their own KV slots and attend to the context and to
+/// the tokens before them; they leave `max_chunk` alone (a verification is no prompt chunk: the
+/// step stays a decode step, without the prefill's fixed cost, and under attention DP or pipeline
+/// stages keeps the decode's balanced split) and `decode_pairs` too. explain built the sequence as
+/// one (1 + K)-token chunk, which made its step a prefill step (issue 25's audit: DeepSeek-R1 on
+/// 8 B200s, MTP K = 3, one decode at context 1100: a 69.92 ms step against the simulator's 9.2).
+#[inline]
+pub fn add_verification(shape: &mut BatchShape, draft: &mut DraftShape, start: u32, d: u32) {
+    let (s0, dd) = (start as f64, d as f64);
+    shape.n_tokens += d;
+    shape.kv_read_tokens += d as u64;
+    shape.attn_pairs += dd * s0 + ((dd + 1.0) * (dd + 2.0) / 2.0 - 1.0);
+    draft.seqs += 1;
+    draft.ctx_tokens += start as u64 + 1;
+}
+
 /// The per-step speculation state of one engine.
 #[derive(Debug, Clone)]
 pub(super) struct SpecState {
-    k: u32,
+    pub(super) k: u32,
     /// Expected tokens per step when d tokens were drafted, d = 0..=K.
     expected: Vec<f64>,
     /// Each slot's accumulator of expected tokens (fractional part kept between steps).
@@ -78,14 +133,21 @@ impl Engine<'_> {
         if s.acc.len() < self.reqs.len() {
             s.acc.resize(self.reqs.len(), 0.5);
         }
+        // vLLM: the budget left as its scheduler spent it, walked in the same (scheduled) order.
+        let mut budget = (self.p.engine.kind == EngineKind::Vllm).then_some(self.p.engine.max_num_batched_tokens);
         for j in 0..self.scheduled.len() {
             let (idx, n) = self.scheduled[j];
             let r = &self.reqs[idx as usize];
-            if n != 1 || r.generated == 0 || r.computed + 1 != r.num_tokens {
+            let decoding = is_decoding(r, n);
+            let granted = match &mut budget {
+                Some(b) => vllm_drafts(b, n, decoding, s.k),
+                None => s.k,
+            };
+            if !decoding {
                 continue;
             }
             let start = r.computed;
-            let mut d = s.k;
+            let mut d = granted;
             while d > 0 && self.extra_blocks(r, start + 1 + d) > self.free_blocks {
                 d -= 1;
             }
@@ -96,13 +158,8 @@ impl Engine<'_> {
             if d > 0 {
                 self.alloc(idx, start + 1 + d);
             }
-            let (s0, dd) = (start as f64, d as f64);
-            shape.n_tokens += d;
-            shape.kv_read_tokens += d as u64;
-            shape.attn_pairs += dd * s0 + ((dd + 1.0) * (dd + 2.0) / 2.0 - 1.0);
+            add_verification(shape, &mut s.draft, start, d);
             s.drafted.push((idx, d));
-            s.draft.seqs += 1;
-            s.draft.ctx_tokens += start as u64 + 1;
         }
         self.spec = Some(s);
     }

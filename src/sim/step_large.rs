@@ -36,9 +36,12 @@
 //! bytes / bandwidth). The bubble: with fewer sequences than stages the period is still one full
 //! traversal, so a lone request pays every stage in sequence.
 //!
-//! A prompt chunk is not spread over the ranks: its sequence sits on one rank, so a step holding
-//! one charges the busiest rank the larger of its longest chunk and the balanced ceil(T / N)
-//! (StepModel::parts; without pipeline stages).
+//! A prompt chunk is spread over neither the ranks nor the micro-batches: its sequence sits on one
+//! rank of one micro-batch (the engines schedule whole requests per micro-batch), so a step holding
+//! one charges the busiest micro-batch the larger of its longest chunk and the balanced ceil(T / P),
+//! and that micro-batch's busiest rank the larger of the chunk and its ceil(. / N)
+//! (StepModel::parts_prefill_whole). A lone prompt at P stages therefore takes one full traversal of
+//! its whole chunk, its pp 1 time plus the sends between stages.
 //!
 //! Where this breaks: ranks with unequal contexts wait for the slowest, and so do several chunks
 //! on one rank and micro-batches of unequal size. All make the real step longer than this one.

@@ -1,7 +1,8 @@
 //! vLLM V1's scheduler (vllm/v1/core/sched/scheduler.py `schedule`, read at 0.33.0; ENGINES.md).
 //!
 //! One token budget per step; running requests first, in admission order, each taking
-//! min(remaining, budget) tokens; then waiting requests FCFS while budget, max_num_seqs and KV blocks
+//! min(remaining, budget) tokens (a decode under speculative decoding 1 + K, its drafts cut to what
+//! the budget leaves: sim/spec.rs); then waiting requests FCFS while budget, max_num_seqs and KV blocks
 //! allow, stopping at the first that cannot be allocated (head-of-line). Blocks are allocated for the
 //! tokens computed in the step only; when a running request cannot get its blocks, the most recently
 //! admitted running request is preempted (recompute) and goes back to the front of the queue, and no
@@ -21,6 +22,9 @@ impl Engine<'_> {
         }
         let e = &self.p.engine;
         let mut budget = e.max_num_batched_tokens;
+        // Speculative decoding: a decode's drafts take budget too (sim/spec.rs `vllm_drafts`); 0
+        // without speculation, which leaves the loop below as it was.
+        let spec_k = self.spec.as_ref().map_or(0, |s| s.k);
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -47,6 +51,9 @@ impl Engine<'_> {
             self.alloc(idx, target);
             self.mark_scheduled(idx, now, shape, n);
             budget -= n;
+            if spec_k > 0 && super::spec::is_decoding(&self.reqs[idx as usize], n) {
+                budget -= spec_k.min(budget);
+            }
             i += 1;
         }
         if preempted {

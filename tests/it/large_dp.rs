@@ -399,3 +399,70 @@ fn the_kv_replication_note_follows_attention_dp() {
     assert_eq!(two.len(), 1, "{two:?}");
     assert!(two[0].contains("stored 4 times across each") && two[0].contains("2 attention-DP ranks"), "{two:?}");
 }
+
+/// One sequence's prompt chunk is one micro-batch: it passes every stage in turn, so its step is
+/// pp 1's plus the P - 1 sends of its activations. The audit of issue 25 found the chunk split over
+/// the stages (`LargeStep::shares` gave each micro-batch ceil(T / P) of a lone prompt's tokens):
+/// `explain --decode 0 --prefill 2048 --pp 4` on Llama-3.1-70B showed dense matmuls of 12.46 ms
+/// against 49.84 ms at pp 1, and a lone prompt's TTFT fell from 0.116 s at pp 1 to 0.061 s at pp 4.
+#[test]
+fn a_prompt_chunk_is_one_micro_batch_through_every_stage() {
+    let one = profile("tensor_parallel = 1", "", 0.01, 1e-3, 1e12);
+    let two = profile("tensor_parallel = 1\npipeline_parallel = 2", "", 0.01, 1e-3, 1e12);
+    let mut b = BatchShape::default();
+    b.add_chunk(0, 2048);
+    let (p1, p2) = (StepModel::new(&one).parts(&b), StepModel::new(&two).parts(&b));
+    for (name, x, y) in [
+        ("weights", p1.weights_s, p2.weights_s),
+        ("kv", p1.kv_s, p2.kv_s),
+        ("attention", p1.attention_s, p2.attention_s),
+        ("dense", p1.dense_matmul_s, p2.dense_matmul_s),
+        ("experts", p1.expert_matmul_s, p2.expert_matmul_s),
+    ] {
+        assert!((x - y).abs() <= 1e-12 * x.abs(), "{name}: pp 1 {x}, pp 2 {y}");
+    }
+    // The send by hand: 2048 tokens x 2048 x 2 bytes over NVLink as NCCL sends it.
+    let send = BASE_S + HOP_S + 2048.0 * 2048.0 * 2.0 / (two.gpu.link_bw_gb_s * 1e9 * 0.8);
+    assert!((p2.pipeline_s - send).abs() < 1e-15, "{} vs {send}", p2.pipeline_s);
+    assert!((p2.total_s - p1.total_s - send).abs() < 1e-12, "{} vs {} + {send}", p2.total_s, p1.total_s);
+    // Beside 63 decodes at 4 stages, the chunk's micro-batch still carries the whole chunk (its
+    // dense work is the chunk's, more than the balanced (2048 + 63) / 4 tokens).
+    let four = profile("tensor_parallel = 1\npipeline_parallel = 4", "", 0.01, 1e-3, 1e12);
+    for _ in 0..63 {
+        b.add_chunk(1000, 1);
+    }
+    let m4 = StepModel::new(&four);
+    let (mixed, alone) = (m4.parts(&b).weights_s, m4.weight_bytes(2048) / 1e12);
+    assert!((mixed - alone).abs() < 1e-15, "{mixed} vs {alone}");
+}
+
+/// The same through the CLI on the audit's deployment: a lone prompt's TTFT does not fall as
+/// stages are added (it rises by the sends), and explain's prefill step keeps pp 1's matmuls.
+#[test]
+fn pipeline_stages_do_not_shorten_a_lone_prompt() {
+    let dep = ["--model", "Llama-3.1-70B", "--gpu", "H100 SXM", "--tp", "4", "--precision", "fp8"];
+    let ttft = |pp: &str| {
+        let mut a = vec!["simulate", "--concurrency", "1", "--requests", "5", "--input-len", "2048"];
+        a.extend_from_slice(&dep);
+        a.extend_from_slice(&["--output-len", "uniform:200:200", "--pp", pp, "--json"]);
+        let o = capsim(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["ttft_s"]["mean"].as_f64().unwrap(), v["tpot_ms"]["mean"].as_f64().unwrap())
+    };
+    let (t1, tpot1) = ttft("1");
+    let (t4, tpot4) = ttft("4");
+    assert!(t4 >= t1 && t4 < 1.1 * t1, "TTFT {t4} at pp 4 against {t1} at pp 1");
+    // Decode steps keep the balanced split: a lone decode's TPOT as before (within the sends).
+    assert!((tpot4 / tpot1 - 1.0).abs() < 0.02, "TPOT {tpot4} against {tpot1}");
+    let dense = |pp: &str| {
+        let mut a = vec!["explain", "--decode", "0", "--prefill", "2048", "--pp", pp, "--json"];
+        a.extend_from_slice(&dep);
+        let o = capsim(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["parts_s"]["dense_matmul_s"].as_f64().unwrap()
+    };
+    let (d1, d4) = (dense("1"), dense("4"));
+    assert!((d4 / d1 - 1.0).abs() < 1e-9, "dense matmuls {d4} at pp 4 against {d1} at pp 1");
+}

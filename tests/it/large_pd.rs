@@ -536,3 +536,51 @@ fn capacity_refuses_the_worker_counts_it_searches() {
         assert!(err.contains(flag) && err.contains("searches"), "{extra:?}: {err}");
     }
 }
+
+/// explain of a disaggregated deployment: a prefill-only step (--decode 0) is a prefill worker's,
+/// on --prefill-tp's GPUs; a step with decodes a decode worker's. explain had shown the decode
+/// pool's "8 x B200 (TP 8)" step for `--prefill-tp 4 --decode 0 --prefill 4096` and called it a
+/// decode worker's.
+#[test]
+fn explain_takes_the_pool_whose_step_it_is() {
+    let pd = ["--prefill-workers", "1", "--decode-workers", "1", "--prefill-tp", "4", "--decode-tp", "8"];
+    let run = |step: &[&str], json: bool| {
+        let mut a = vec!["explain", "--model", "DeepSeek-R1", "--gpu", "B200", "--precision", "fp8"];
+        a.extend_from_slice(&pd);
+        a.extend_from_slice(step);
+        if json {
+            a.push("--json");
+        }
+        let o = capsim(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let prefill = ["--decode", "0", "--prefill", "4096"];
+    let v: serde_json::Value = serde_json::from_slice(&run(&prefill, true)).unwrap();
+    assert_eq!(v["pool"], "prefill");
+    assert!(v["profile"].as_str().unwrap().contains("B200 x4"), "{}", v["profile"]);
+    let text = String::from_utf8(run(&prefill, false)).unwrap();
+    assert!(text.contains("4 x B200 (TP 4") && text.contains("the step above is a prefill worker's"), "{text}");
+    // The same step on the TP 4 deployment alone: the prefill worker's step is that step.
+    let o = capsim(&[
+        "explain",
+        "--model",
+        "DeepSeek-R1",
+        "--gpu",
+        "B200",
+        "--precision",
+        "fp8",
+        "--tp",
+        "4",
+        "--decode",
+        "0",
+        "--prefill",
+        "4096",
+        "--json",
+    ]);
+    let alone: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["parts_s"], alone["parts_s"]);
+    let v: serde_json::Value = serde_json::from_slice(&run(&["--decode", "8", "--context", "1000"], true)).unwrap();
+    assert_eq!(v["pool"], "decode");
+    assert!(v["profile"].as_str().unwrap().contains("B200 x8"), "{}", v["profile"]);
+}

@@ -301,3 +301,109 @@ fn calibrate_runs_writes_the_fitted_acceptance_and_explain_shows_the_draft() {
     assert!(v["parts_s"].get("draft_s").is_none() && v.get("speculative").is_none());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// explain's speculative step is the simulator's step for the same batch: N requests of 1100
+/// tokens sent together prefill in one step, then decode once at context 1100 (2 output tokens), so
+/// each one's single inter-token gap is that decode step, which explain prints for
+/// `--decode N --context 1100`. explain had built each decode as one (1 + K)-token chunk, a prefill
+/// step (issue 25's audit: 69.92 ms against the simulator's 9.21 ms for N = 1 on DeepSeek-R1 with
+/// MTP K = 3), and missed the decodes' absorbed-MLA pairs; under attention DP it charged the chunk to
+/// one rank. Acceptance does not change the step (only what it emits), so two rates are checked.
+#[test]
+fn explain_speculative_step_is_the_simulators() {
+    let dep = ["--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--precision", "fp8", "--spec-method", "mtp"];
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = capsim(args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    for (n, rate, layout) in [
+        ("1", "0", &[][..]),
+        ("6", "0.7", &[][..]),
+        ("1", "0", &["--attention-dp", "8", "--ep", "8"][..]),
+        ("6", "0.7", &["--attention-dp", "8", "--ep", "8"][..]),
+    ] {
+        let mut common: Vec<&str> = dep.to_vec();
+        common.extend_from_slice(&["--spec-tokens", "3", "--spec-accept-rate", rate]);
+        common.extend_from_slice(layout);
+        let mut e = vec!["explain", "--decode", n, "--context", "1100", "--json"];
+        e.extend_from_slice(&common);
+        let ex = json(&e);
+        let step_ms = ex["parts_s"]["total_s"].as_f64().unwrap() * 1e3;
+        assert_eq!(ex["parts_s"].get("prefill_overhead_s"), None, "{n} {layout:?}: a decode step");
+        let mut s =
+            vec!["simulate", "--burst", n, "--requests", n, "--input-len", "1100", "--output-len", "2", "--json"];
+        s.extend_from_slice(&common);
+        let sim = json(&s);
+        let itl_ms = sim["itl_ms"]["mean"].as_f64().unwrap();
+        assert!(
+            (itl_ms - step_ms).abs() < 1e-6,
+            "{n} decodes at {rate}, {layout:?}: explain {step_ms} ms, simulate {itl_ms} ms"
+        );
+    }
+}
+
+/// vLLM counts a decode's drafts against max_num_batched_tokens: running decodes take 1 + K in
+/// order, the one at the budget's edge fewer drafts, those beyond it wait a step
+/// (vllm/v1/core/sched/scheduler.py `schedule`, sim/spec.rs). Before, the drafts were added outside
+/// the budget: `simulate ... --max-num-batched-tokens 2 --spec-method mtp --spec-tokens 3` ran 4
+/// tokens per sequence a step.
+#[test]
+fn vllm_drafts_count_against_the_token_budget() {
+    let mut p = const_profile("vllm", 0.048, "max_num_batched_tokens = 10");
+    p.file.speculative = Some(Speculative::new(SpecMethod::Mtp, 3, vec![0.0]));
+    let w = burst(4, 5, 30);
+    let (mut max_tokens, mut at_edge) = (0, 0);
+    let out = simulate_observed(&p, &w, 7, SimOptions::default(), &mut |v| {
+        max_tokens = max_tokens.max(v.shape.n_tokens);
+        // Four decodes at a budget of 10: 4 + 4 + 2 (one draft) tokens, the fourth waits.
+        if v.shape.n_seqs == 3 && v.shape.n_tokens == 10 && v.shape.max_chunk == 1 {
+            at_edge += 1;
+        }
+    });
+    assert_eq!(max_tokens, 10);
+    assert!(at_edge > 0);
+    assert!(out.records.iter().all(|r| r.output_tokens == 30));
+    // With room in the budget every decode verifies its 3 drafts: 4 x 4 tokens.
+    let mut p = const_profile("vllm", 0.048, "max_num_batched_tokens = 100");
+    p.file.speculative = Some(Speculative::new(SpecMethod::Mtp, 3, vec![0.0]));
+    let mut max_tokens = 0;
+    simulate_observed(&p, &w, 7, SimOptions::default(), &mut |v| max_tokens = max_tokens.max(v.shape.n_tokens));
+    assert_eq!(max_tokens, 20, "the prompts' step");
+    let mut decode_max = 0;
+    simulate_observed(&p, &w, 7, SimOptions::default(), &mut |v| {
+        if v.shape.max_chunk == 1 {
+            decode_max = decode_max.max(v.shape.n_tokens);
+        }
+    });
+    assert_eq!(decode_max, 16);
+}
+
+/// simulate's scenario states the layout and the speculation it ran (new keys beside the old),
+/// and the text header names the speculation. Before, `--attention-dp 4 --ep 8 --spec-method mtp`
+/// left only expert_parallel and tensor_parallel in the scenario.
+#[test]
+fn the_scenario_states_the_layout_and_the_speculation() {
+    let mut a = vec!["simulate", "--model", "DeepSeek-R1", "--gpu", "B200", "--tp", "8", "--precision", "fp8"];
+    a.extend_from_slice(&["--attention-dp", "4", "--ep", "8", "--spec-method", "mtp", "--spec-tokens", "2"]);
+    a.extend_from_slice(&["--spec-accept-rate", "0.5", "--concurrency", "2", "--requests", "6"]);
+    let text = capsim(&a);
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("speculative decoding: mtp, 2 drafted tokens a step at acceptance 0.5"), "{text}");
+    assert!(
+        text.contains("layout: TP 8, 4 attention DP rank(s), experts over 8 GPU(s), 1 pipeline stage(s)"),
+        "{text}"
+    );
+    a.push("--json");
+    let o = capsim(&a);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = &v["scenario"];
+    assert_eq!((s["attention_dp"].as_u64(), s["expert_parallel_size"].as_u64()), (Some(4), Some(8)));
+    assert_eq!((s["pipeline_parallel"].as_u64(), s["tensor_parallel"].as_u64()), (Some(1), Some(8)));
+    assert_eq!(s["speculative"]["method"], "mtp");
+    assert_eq!(s["speculative"]["tokens"], 2);
+    assert_eq!(s["speculative"]["accept_rate"], serde_json::json!([0.5]));
+    // 1 + 0.5 + 0.25 tokens a step.
+    assert_eq!(s["speculative"]["expected_tokens_per_step"], 1.75);
+}
