@@ -271,6 +271,31 @@ impl Profile {
                 self.tensor_parallel, self.gpu.link_domain_gpus, self.gpu.link, self.gpu.name
             ));
         }
+        // A checkpoint that quantizes its routed experts in its config (gpt-oss's MXFP4) keeps them
+        // so whatever the other weights are served in (ModelArch::expert_dtype): said, since the
+        // deployment's one precision label would hide it.
+        let experts = self.arch.expert_dtype(w);
+        if self.arch.moe.is_some() && experts != w {
+            out.push(format!(
+                "routed experts stored in {experts} (the checkpoint's quantization_config), the other weights in {w}: \
+                 --precision sets the other weights (the experts too only where it is narrower)"
+            ));
+        }
+        // vLLM refuses to start when one request of max_model_len does not fit the KV cache
+        // (vllm/v1/core/kv_cache_utils.py, check_enough_kv_cache_memory: 'To serve at least one
+        // request with the model's max seq len ...'); capsim simulates the requests it is given.
+        let k = self.kv_capacity();
+        if k.max_len_requests < 1.0 {
+            out.push(format!(
+                "the KV cache holds {:.2} requests of the model's full {}-token context{}; the simulation runs the requests it is given",
+                k.max_len_requests,
+                k.max_model_len_tokens,
+                match self.engine.kind {
+                    EngineKind::Vllm => ": vLLM refuses to start so unless --max-model-len is lowered (check_enough_kv_cache_memory)",
+                    _ => ": the engine cannot hold one request of that length",
+                }
+            ));
+        }
         out
     }
 }

@@ -15,8 +15,8 @@
 //!   token_budget)`, then `num_scheduled_spec_tokens = num_new_tokens +
 //!   request.num_computed_tokens - request.num_tokens` and
 //!   `del request.spec_token_ids[num_scheduled_spec_tokens:]`;
-//!   `token_budget -= num_new_tokens`; as recalled from the source, not among this repository's
-//!   mirrors: re-check against the release used). So the running decodes, in order, take 1 + K
+//!   `token_budget -= num_new_tokens`; read in vLLM 0.8.5's PyPI source, the running-request loop
+//!   of `Scheduler.schedule`). So the running decodes, in order, take 1 + K
 //!   until the budget runs short, the one at the edge fewer drafts, those beyond it no step at all,
 //!   and waiting prompts get what is left. `schedule_vllm` charges each decode's drafts to its
 //!   budget; `spec_verify` walks the scheduled list in the same order to give each decode the drafts

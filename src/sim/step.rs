@@ -339,9 +339,8 @@ impl StepModel {
     /// vllm/v1/core/sched/scheduler.py `schedule`, "PP>1 and we have already scheduled all prompt
     /// tokens but they are not finished yet"; SGLang's pipeline loop runs one ScheduleBatch of
     /// whole requests per micro-batch, `event_loop_pp` (python/sglang/srt/managers/scheduler.py,
-    /// scheduler_pp_mixin.py in later releases); both as recalled from the engines' source, whose
-    /// snapshots exceed what this repository's mirrors can fetch: re-check against the release
-    /// used), and inside it
+    /// scheduler_pp_mixin.py in later releases, one `running_mbs[mb_id]` per micro-batch); both read
+    /// in the PyPI sources of vLLM 0.8.5 and SGLang 0.5.10), and inside it
     /// the chunk's sequence sits on one attention DP rank, which computes the whole chunk (its dense
     /// layers, attention and KV reads over that rank's tp / N GPUs) while every rank waits for it at
     /// the MoE layers. The busiest micro-batch and rank take the larger of that chunk and the

@@ -419,3 +419,28 @@ fn explain_of_another_model_differs_by_engine() {
     let (v, s, t) = (step_ms("vllm"), step_ms("sglang"), step_ms("trtllm"));
     assert!((v - s).abs() > 0.05 * v && (v - t).abs() > 0.02 * v, "vllm {v:.3} sglang {s:.3} trtllm {t:.3} ms");
 }
+
+/// The deployment's caveats say what its one precision label and its start would hide: gpt-oss's
+/// routed experts stay MXFP4 (its quantization_config) under "bf16 weights"; a KV cache that holds
+/// under one request of the model's full context is one vLLM refuses to start with.
+#[test]
+fn caveats_name_quantized_experts_and_a_cache_short_of_one_full_context() {
+    let caveats = |args: &[&str]| -> Vec<String> {
+        let mut a =
+            vec!["simulate", "--concurrency", "1", "--requests", "2", "--input-len", "100", "--output-len", "4"];
+        a.extend_from_slice(args);
+        a.push("--json");
+        let o = capsim(&a);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["scenario"]["caveats"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect()
+    };
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/corpus/configs/openai__gpt-oss-120b.json");
+    let oss = caveats(&["--model", config, "--gpu", "B200"]);
+    assert!(oss.iter().any(|c| c.starts_with("routed experts stored in mxfp4") && c.contains("bf16")), "{oss:?}");
+    let small = caveats(&["--model", "deepseek_v3", "--gpu", "RTX PRO 6000", "--tp", "8", "--precision", "fp8"]);
+    assert!(small.iter().any(|c| c.contains("requests of the model's full 163840-token context")), "{small:?}");
+    let roomy = caveats(&["--model", "deepseek_v3", "--gpu", "B200", "--tp", "8", "--precision", "fp8"]);
+    assert!(!roomy.iter().any(|c| c.contains("full") && c.contains("context")), "{roomy:?}");
+    assert!(!roomy.iter().any(|c| c.starts_with("routed experts stored in")), "{roomy:?}");
+}
