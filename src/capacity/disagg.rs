@@ -66,7 +66,7 @@ pub fn size_disaggregated(
         if let Some(c) = tried.get(&(p, d)) {
             return Ok(c.clone());
         }
-        let dep = Disaggregated::new(base.prefill.clone(), base.decode.clone(), p, d);
+        let dep = Disaggregated::new(base.prefill.clone(), base.decode.clone(), p, d).with_routing(base.routing);
         let mut t = q.template.clone();
         if t.requests.is_none() && t.duration_s.is_none() {
             t.requests = Some(requests_for(p + d));

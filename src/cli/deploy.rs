@@ -152,6 +152,12 @@ pub struct ProfileArgs {
     /// GPU's host link (PCIe, NVLink-C2C on GB200/GB300) instead of recomputing; 0: off
     #[arg(long, help_heading = "Engine", allow_negative_numbers = true)]
     pub kv_offload_gb: Option<f64>,
+    /// Disaggregated prefill/decode: how the router picks each request's workers. round-robin
+    /// (Dynamo's default router mode), least-outstanding (load-aware), prefix-aware (a
+    /// conversation's later turns to the prefill worker holding its prefix, else least-outstanding:
+    /// llm-d's P/D prefix-cache and queue scorers, Dynamo's KV router) [default: round-robin]
+    #[arg(long, value_enum, help_heading = "Disaggregated")]
+    pub pd_routing: Option<PdRoutingArg>,
     /// Disaggregated prefill/decode: prefill workers (with --decode-workers; src/cli/disagg.rs).
     #[arg(long, help_heading = "Disaggregated")]
     pub prefill_workers: Option<u32>,
@@ -221,6 +227,13 @@ pub enum SpecMethodArg {
 pub enum OnOff {
     On,
     Off,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum PdRoutingArg {
+    RoundRobin,
+    LeastOutstanding,
+    PrefixAware,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]

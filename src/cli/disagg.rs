@@ -2,10 +2,11 @@
 //! into a [`Disaggregated`] deployment: each pool a profile of its own, from the deployment's flags
 //! with the pool's GPU, tensor parallelism and expert layout.
 
+use super::deploy::PdRoutingArg;
 use super::ProfileArgs;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
-use capsim::profile::disagg::{worker_gpus, Disaggregated, PoolSpec, MAX_WORKERS};
+use capsim::profile::disagg::{worker_gpus, Disaggregated, PdRouting, PoolSpec, MAX_WORKERS};
 use capsim::profile::Profile;
 use capsim::workload::Workload;
 
@@ -27,8 +28,9 @@ impl Side {
 
 impl ProfileArgs {
     /// The disaggregated flags and whether each was given.
-    pub fn pd_flag_list(&self) -> [(&'static str, bool); 16] {
+    pub fn pd_flag_list(&self) -> [(&'static str, bool); 17] {
         [
+            ("--pd-routing", self.pd_routing.is_some()),
             ("--prefill-workers", self.prefill_workers.is_some()),
             ("--prefill-tp", self.prefill_tp.is_some()),
             ("--prefill-ep", self.prefill_ep.is_some()),
@@ -94,6 +96,7 @@ impl ProfileArgs {
     /// These flags without the disaggregated ones (the deployment each pool starts from).
     pub fn without_pd(&self) -> ProfileArgs {
         ProfileArgs {
+            pd_routing: None,
             prefill_workers: None,
             prefill_tp: None,
             prefill_ep: None,
@@ -192,7 +195,12 @@ impl ProfileArgs {
         if prefill.arch.name != decode.arch.name {
             return Err(Error::flag("--decode-gpu", "both pools must serve the same model"));
         }
-        Ok(Some(Disaggregated::new(prefill, decode, p.workers, d.workers)))
+        let routing = match self.pd_routing {
+            None | Some(PdRoutingArg::RoundRobin) => PdRouting::RoundRobin,
+            Some(PdRoutingArg::LeastOutstanding) => PdRouting::LeastOutstanding,
+            Some(PdRoutingArg::PrefixAware) => PdRouting::PrefixAware,
+        };
+        Ok(Some(Disaggregated::new(prefill, decode, p.workers, d.workers).with_routing(routing)))
     }
 }
 
@@ -311,6 +319,7 @@ pub fn insert_json(
             "decode": pool(&d.decode, d.decode_workers),
             "gpus": d.gpus(),
             "kv_link": d.link,
+            "routing": d.routing,
         }),
     );
     let (pre, dec) = pools(r);
@@ -333,8 +342,9 @@ pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport, cache: bool)
     let mut t = r.kv_transfer_s.clone();
     let ts = capsim::metrics::Stats::of(&mut t);
     let mut out = format!(
-        "disaggregated: {} GPUs; KV link {} GB/s per GPU + {} ms per transfer ({}); {} bytes of KV per prompt token on each GPU of the busier end (a prefill GPU sends {}, a decode GPU receives {})\n",
+        "disaggregated: {} GPUs, {} routing; KV link {} GB/s per GPU + {} ms per transfer ({}); {} bytes of KV per prompt token on each GPU of the busier end (a prefill GPU sends {}, a decode GPU receives {})\n",
         d.gpus(),
+        d.routing.as_str(),
         num(d.link.bw_bytes_s / 1e9, 4),
         num(d.link.latency_s * 1e3, 3),
         d.link.source,

@@ -91,6 +91,37 @@ pub struct Disaggregated {
     pub prefill_workers: u32,
     pub decode_workers: u32,
     pub link: KvLink,
+    /// How the router picks each request's prefill and decode worker.
+    pub routing: PdRouting,
+}
+
+/// How a disaggregated deployment's router picks the workers of a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PdRouting {
+    /// Request i to prefill worker i mod P, its hand-over j to decode worker j mod D: a router
+    /// that knows neither the workers' caches nor their load (Dynamo's default router mode).
+    #[default]
+    RoundRobin,
+    /// Each to the worker of its pool with the fewest requests routed to it and not finished there
+    /// (ties: the lowest index): a load-aware router (llm-d's queue-scorer alone).
+    LeastOutstanding,
+    /// A conversation's later turns to the prefill worker that computed its earlier ones (where its
+    /// prefix is cached), anything else least-outstanding; decode least-outstanding. A prefix-cache
+    /// aware router: llm-d's P/D configuration scores prefill workers by prefix-cache hit (weight 2)
+    /// and queue (weight 1) (llm-d-inference-scheduler deploy/config/pd-epp-config.yaml, commit
+    /// 520af478), Dynamo's KV router by the blocks a worker already holds.
+    PrefixAware,
+}
+
+impl PdRouting {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PdRouting::RoundRobin => "round-robin",
+            PdRouting::LeastOutstanding => "least-outstanding",
+            PdRouting::PrefixAware => "prefix-aware",
+        }
+    }
 }
 
 /// What each GPU of a pool's worker holds of `bytes` of one copy of a token's KV, and so sends
@@ -170,7 +201,11 @@ impl Disaggregated {
             bytes_per_token_per_decode_gpu: received,
             source,
         };
-        Disaggregated { prefill, decode, prefill_workers, decode_workers, link }
+        Disaggregated { prefill, decode, prefill_workers, decode_workers, link, routing: PdRouting::RoundRobin }
+    }
+    /// The same deployment behind another router.
+    pub fn with_routing(self, routing: PdRouting) -> Disaggregated {
+        Disaggregated { routing, ..self }
     }
     /// GPUs in all: workers x tensor-parallel degree x pipeline stages, both pools.
     pub fn gpus(&self) -> u64 {

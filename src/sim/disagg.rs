@@ -1,10 +1,11 @@
 //! Disaggregated prefill/decode (crate::profile::disagg): a pool of prefill replicas and a pool of
 //! decode replicas (run.rs), interleaved in time order as drive.rs interleaves a fleet.
 //!
-//! A request sent by the client goes to a prefill worker (round-robin, Dynamo's default router mode)
-//! as a request of one output token: its engine queues, chunks, preempts it with its own KV pool.
+//! A request sent by the client goes to a prefill worker (round-robin, Dynamo's default router mode;
+//! or least-outstanding, or prefix-aware: crate::profile::disagg::PdRouting) as a request of one
+//! output token: its engine queues, chunks, preempts it with its own KV pool.
 //! Its first token there ends its prefill; its KV then moves to a decode worker (round-robin over
-//! the decode pool) over that worker's link, transfers to one decode worker taking turns on it
+//! the decode pool, or the least outstanding) over that worker's link, transfers to one decode worker taking turns on it
 //! (first come, first served: one NIC's bandwidth shared); when the KV is in, the request joins the
 //! decode worker's queue with its prompt's KV computed but for its last token (vLLM recomputes it to
 //! get the first token's logits), so the decode engine admits it as its policy admits any request,
@@ -18,10 +19,11 @@
 
 use super::arrivals::{shares_content, Pending};
 use super::drive::Events;
+use super::drive::LeastOutstanding;
 use super::engine::StepView;
 use super::run::{cache_block, Arrived, MeasureWindow, Replica, Sample, SimOptions, SimOutput};
 use super::RequestRecord;
-use crate::profile::disagg::Disaggregated;
+use crate::profile::disagg::{Disaggregated, PdRouting};
 use crate::units::SimTime;
 use crate::workload::Workload;
 
@@ -93,6 +95,12 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
             }))
             .collect();
     let mut arr = Pending::new(w, seed, cache_block(&d.prefill, shares));
+    // The router (PdRouting): round-robin, or the pools' outstanding counts (a request is
+    // outstanding on a prefill worker until its first token there, on a decode worker until it
+    // finishes), and for prefix-aware a conversation's prefill worker.
+    let routed = d.routing != PdRouting::RoundRobin;
+    let (mut least_p, mut least_d) = (LeastOutstanding::new(np, routed), LeastOutstanding::new(nd, routed));
+    let mut sticky: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     let mut events = Events::new(reps.len());
     let mut sides: Vec<PrefillSide> = Vec::with_capacity(planned as usize);
     let mut link_free = vec![0u64; nd];
@@ -117,7 +125,20 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
                     cached: 0,
                 });
                 a.prefill_only();
-                let k = (sent % np as u64) as usize;
+                let k = match d.routing {
+                    PdRouting::RoundRobin => (sent % np as u64) as usize,
+                    PdRouting::LeastOutstanding => least_p.route(a.send),
+                    PdRouting::PrefixAware => match a.route_key.and_then(|key| sticky.get(&key).copied()) {
+                        Some(k) => least_p.route_to(a.send, k),
+                        None => {
+                            let k = least_p.route(a.send);
+                            if let Some(key) = a.route_key {
+                                sticky.insert(key, k);
+                            }
+                            k
+                        }
+                    },
+                };
                 last_send = a.send;
                 reps[k].accept(a);
                 events.reschedule(&reps[k], k);
@@ -154,6 +175,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
         events.reschedule(&reps[i], i);
         if i < np {
             for &(at, client, rejected) in &finished {
+                least_p.finished(at, i);
                 if rejected {
                     completed += 1;
                     arr.on_finish(at, client, true);
@@ -166,7 +188,10 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
                 (side.enqueued, side.first_scheduled) = (rec.enqueued.0, rec.first_scheduled.0);
                 (side.preemptions, side.cached) = (rec.preemptions, rec.cached_tokens);
                 report.prefill.queue_wait_s.push(rec.queue_wait_s());
-                let k = (handed % nd as u64) as usize;
+                let k = match d.routing {
+                    PdRouting::RoundRobin => (handed % nd as u64) as usize,
+                    _ => least_d.route(rec.first_token.0),
+                };
                 handed += 1;
                 let ready = rec.first_token.0 + SimTime::from_secs(d.link.latency_s).0;
                 let bytes_ns = SimTime::from_secs(d.transfer_s(rec.input_tokens) - d.link.latency_s).0;
@@ -183,6 +208,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
             completed += finished.len() as u64;
             for &(at, client, rejected) in &finished {
                 arr.on_finish(at, client, rejected);
+                least_d.finished(at, i - np);
             }
             // The decode worker's records, with the request's life before it.
             for mut rec in reps[i].out.records.drain(..) {

@@ -180,7 +180,7 @@ impl Events {
 /// and not finished by the send time, in an ordered set (fewest first, then the lowest index, as a
 /// scan would pick). Finish times are known ahead of the sends they precede (a replica's step that
 /// ends before a send is simulated before the send is routed) and applied when a send passes them.
-struct LeastOutstanding {
+pub(super) struct LeastOutstanding {
     enabled: bool,
     count: Vec<u64>,
     by_count: BTreeSet<(u64, u32)>,
@@ -188,17 +188,17 @@ struct LeastOutstanding {
 }
 
 impl LeastOutstanding {
-    fn new(replicas: usize, enabled: bool) -> Self {
+    pub(super) fn new(replicas: usize, enabled: bool) -> Self {
         let by_count = if enabled { (0..replicas as u32).map(|i| (0, i)).collect() } else { BTreeSet::new() };
         LeastOutstanding { enabled, count: vec![0; replicas], by_count, finishes: BinaryHeap::new() }
     }
-    fn finished(&mut self, at: u64, replica: usize) {
+    pub(super) fn finished(&mut self, at: u64, replica: usize) {
         if self.enabled {
             self.finishes.push(Reverse((at, replica as u32)));
         }
     }
     /// Route to replica `k` (prefix-aware routing's choice), keeping the counts.
-    fn route_to(&mut self, send: u64, k: usize) -> usize {
+    pub(super) fn route_to(&mut self, send: u64, k: usize) -> usize {
         self.apply_finishes(send);
         let c = &mut self.count[k];
         self.by_count.remove(&(*c, k as u32));
@@ -218,7 +218,7 @@ impl LeastOutstanding {
             self.by_count.insert((*c, i));
         }
     }
-    fn route(&mut self, send: u64) -> usize {
+    pub(super) fn route(&mut self, send: u64) -> usize {
         self.apply_finishes(send);
         let (c, i) = self.by_count.pop_first().expect("at least one replica");
         self.count[i as usize] = c + 1;
