@@ -130,6 +130,13 @@ pub struct FixedParts {
     all_to_all_s: f64,
     pipeline_s: f64,
     per_seq_s: f64,
+    /// How much more context than the balanced share the busiest attention-DP rank of the busiest
+    /// pipeline micro-batch reads, minus one (0: balanced, and for every plain deployment). The
+    /// step model charges a large deployment's KV reads and attention as each rank's 1 / N of one
+    /// micro-batch's 1 / P of the batch; a micro-batch holds whole sequences and a rank its own,
+    /// so with B sequences the busiest holds ceil(ceil(B / P) / N) of them, and the step waits for
+    /// it: a lone decode at P stages reads its whole KV in its one traversal, not 1 / P of it.
+    context_excess: f64,
 }
 
 /// Step-time model with its constants folded.
@@ -390,6 +397,7 @@ impl StepModel {
             all_to_all_s: 0.0,
             pipeline_s: 0.0,
             per_seq_s: self.per_seq_s * n_seqs as f64,
+            context_excess: 0.0,
         }
     }
 
@@ -402,7 +410,14 @@ impl StepModel {
         let (seqs, tokens, moe_tokens) = l.shares(n_seqs, n_tokens);
         let (tokens, moe_tokens) = whole_chunk.unwrap_or((tokens, moe_tokens));
         let ranks = l.ranks as f64;
+        // The busiest rank's sequences over its balanced share (a step with a whole prompt chunk
+        // charges its chunk's own reads: parts_prefill_whole).
+        let context_excess = match whole_chunk {
+            None if n_seqs > 0 => (seqs as f64 * ranks * l.stages as f64 / n_seqs as f64 - 1.0).max(0.0),
+            _ => 0.0,
+        };
         FixedParts {
+            context_excess,
             empty: false,
             weights_s: (l.dense_weight_bytes + self.experts(moe_tokens) * self.expert_bytes_all_layers) * self.inv_bw,
             state_s: seqs as f64 * ranks * self.state_bytes_per_seq * self.inv_bw,
@@ -432,8 +447,10 @@ impl StepModel {
             return StepParts::default();
         }
         let prefill_overhead_s = if prefill { self.prefill_overhead_s } else { 0.0 };
-        let kv_s = kv_read_tokens as f64 * self.kv_bytes_per_token * self.inv_bw;
-        let attention_s = attn_pairs * self.attn_s_per_pair + decode_pairs * self.attn_s_per_decode_pair_extra;
+        let busiest = 1.0 + f.context_excess;
+        let kv_s = kv_read_tokens as f64 * self.kv_bytes_per_token * self.inv_bw * busiest;
+        let attention_s =
+            (attn_pairs * self.attn_s_per_pair + decode_pairs * self.attn_s_per_decode_pair_extra) * busiest;
         let memory_s = f.weights_s + kv_s + f.state_s;
         let compute_s = f.dense_matmul_s + f.expert_matmul_s + f.lm_head_s + attention_s;
         let total_s = self.overhead_s

@@ -466,3 +466,41 @@ fn pipeline_stages_do_not_shorten_a_lone_prompt() {
     let (d1, d4) = (dense("1"), dense("4"));
     assert!((d4 / d1 - 1.0).abs() < 1e-9, "dense matmuls {d4} at pp 4 against {d1} at pp 1");
 }
+
+/// A decode's context is read by the micro-batch and rank that hold its sequence: with B sequences
+/// over P stages and N attention-DP ranks the step waits for the busiest, ceil(ceil(B / P) / N) of
+/// them, not the balanced B / (P N). Before, a lone decode at --pp 2 read half its KV per period
+/// (Llama-3.1-70B FP8, 4 x H100 per stage, context 8,000: TPOT 11.46 ms at pp 2, 11.41 at pp 4,
+/// below pp 1's 11.58): by hand, one decode at pp 2 reads what it reads at pp 1, two decodes at pp
+/// 2 (one per micro-batch) what one does, three (two in the busiest) what two do at pp 1.
+#[test]
+fn a_decode_reads_its_context_on_the_micro_batch_that_holds_it() {
+    let kv = |decode: &str, pp: &str| -> (f64, f64) {
+        let o = capsim(&[
+            "explain",
+            "--model",
+            "Llama-3.1-70B",
+            "--gpu",
+            "H100 SXM",
+            "--tp",
+            "4",
+            "--precision",
+            "fp8",
+            "--decode",
+            decode,
+            "--context",
+            "8000",
+            "--pp",
+            pp,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["parts_s"]["kv_s"].as_f64().unwrap(), v["parts_s"]["attention_s"].as_f64().unwrap())
+    };
+    let close = |a: (f64, f64), b: (f64, f64)| (a.0 / b.0 - 1.0).abs() < 1e-9 && (a.1 / b.1 - 1.0).abs() < 1e-9;
+    assert!(close(kv("1", "2"), kv("1", "1")), "{:?} {:?}", kv("1", "2"), kv("1", "1"));
+    assert!(close(kv("2", "2"), kv("1", "1")));
+    assert!(close(kv("3", "2"), kv("2", "1")));
+    assert!(close(kv("8", "2"), kv("4", "1")), "balanced: half the sequences per micro-batch");
+}
