@@ -279,7 +279,10 @@ impl DraftModel {
             expert_bytes: if moe.is_some() { a.expert_params() as f64 * a.expert_dtype(w).bytes() } else { 0.0 },
             arch: a.clone(),
             expert_spread: c.expert_spread,
-            kv_bytes_per_ctx: a.kv_bytes_per_token(p.file.model.kv_dtype) / attn_layers * a.kv_replication(tp),
+            // The KV copies of the layout, as the target step counts them (sim/step.rs): under
+            // attention DP each rank keeps its requests' KV over its own tp / N GPUs.
+            kv_bytes_per_ctx: a.kv_bytes_per_token(p.file.model.kv_dtype) / attn_layers
+                * p.parallel.kv_replication(a, tp),
             dense_s_per_token: 2.0 * (attn + mlp_always + proj) as f64 / matmul_rate,
             expert_s_per_token: 2.0 * k_routed * a.expert_params() as f64 / (matmul_rate * c.grouped_gemm_rel),
             lm_head_s_per_seq: 2.0 * lm as f64 / matmul_rate,
