@@ -34,12 +34,15 @@ pub fn parse_pool(s: &str) -> Result<PoolSpec> {
             .parse()
             .map_err(|_| Error::flag("--pool", format!("`{kv}` in `{s}`: {k} must be a whole number")))?;
         match k.trim() {
-            "tp" if (1..=64).contains(&n) => spec.tp = Some(n),
+            "tp" if (1..=capsim::profile::MAX_TENSOR_PARALLEL).contains(&n) => spec.tp = Some(n),
             "replicas" if (1..=10_000).contains(&n) => spec.replicas = n,
             "tp" | "replicas" => {
                 return Err(Error::flag(
                     "--pool",
-                    format!("`{kv}` in `{s}`: tp must be in 1..=64, replicas in 1..=10000"),
+                    format!(
+                        "`{kv}` in `{s}`: tp must be in 1..={}, replicas in 1..=10000",
+                        capsim::profile::MAX_TENSOR_PARALLEL
+                    ),
                 ))
             }
             other => return Err(Error::flag("--pool", format!("`{other}` in `{s}`: unknown key (tp, replicas)"))),

@@ -80,8 +80,11 @@ pub(super) fn check_flags(a: &PlanArgs) -> Result<()> {
         return Err(Error::flag("--max-gpus", format!("must be in 1..=100000, got {}", a.max_gpus)));
     }
     if let Some(tps) = &a.tps {
-        if let Some(bad) = tps.iter().find(|&&t| t == 0 || t > 64) {
-            return Err(Error::flag("--tps", format!("each degree must be in 1..=64, got {bad}")));
+        if let Some(bad) = tps.iter().find(|&&t| t == 0 || t > capsim::profile::MAX_TENSOR_PARALLEL) {
+            return Err(Error::flag(
+                "--tps",
+                format!("each degree must be in 1..={}, got {bad}", capsim::profile::MAX_TENSOR_PARALLEL),
+            ));
         }
     }
     Ok(())

@@ -51,6 +51,11 @@ pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The most GPUs one replica's tensor-parallel group may span: a GB200 or GB300 NVL72 rack, 72 GPUs
+/// in one NVLink domain (models/gpus.toml link_domain_gpus), which the corpus's wide deployments use
+/// (SGLang and TensorRT-LLM attention-DP and expert-parallel groups of 72).
+pub const MAX_TENSOR_PARALLEL: u32 = 72;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelRef {
@@ -362,12 +367,12 @@ impl ProfileFile {
         let arch = catalog.model(&self.model.name)?;
         let gpu = catalog.gpu(&self.gpu.name)?.clone();
         let tp = self.gpu.tensor_parallel.unwrap_or(1);
-        if tp == 0 || tp > 64 {
+        if tp == 0 || tp > MAX_TENSOR_PARALLEL {
             return Err(Error::input(
                 source,
                 None,
                 Some("gpu.tensor_parallel"),
-                format!("must be in 1..=64, got {tp}"),
+                format!("must be in 1..={MAX_TENSOR_PARALLEL}, got {tp}"),
             ));
         }
         let c = &self.coefficients;

@@ -504,3 +504,42 @@ fn a_decode_reads_its_context_on_the_micro_batch_that_holds_it() {
     assert!(close(kv("3", "2"), kv("2", "1")));
     assert!(close(kv("8", "2"), kv("4", "1")), "balanced: half the sequences per micro-batch");
 }
+
+/// A GB200 NVL72 rack is one NVLink domain of 72 GPUs, and its wide deployments use all of them:
+/// DeepSeek-R1 over 72 attention-DP ranks with its experts spread over the 72 (256 + 32
+/// redundant). --tp 72 was refused ("must be in 1..=64"); a TP group past the rack still is.
+#[test]
+fn a_whole_nvl72_rack_is_one_replica() {
+    let args = |tp: &'static str| {
+        vec![
+            "simulate",
+            "--model",
+            "DeepSeek-R1",
+            "--gpu",
+            "GB200",
+            "--tp",
+            tp,
+            "--attention-dp",
+            tp,
+            "--ep",
+            tp,
+            "--redundant-experts",
+            "32",
+            "--precision",
+            "nvfp4",
+            "--concurrency",
+            "64",
+            "--requests",
+            "128",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "64",
+        ]
+    };
+    let o = capsim(&args("72"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = capsim(&args("80"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--tp") && err.contains("1..=72"), "{err}");
+}
