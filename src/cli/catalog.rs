@@ -277,7 +277,9 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
             e.refused
                 .iter()
                 .map(|(p, r)| {
-                    let mut v = json!({"id": p.id, "file": p.file, "line": p.line, "reason": r.label()});
+                    // A file that is one point has no line: null, not 0.
+                    let line = (p.line > 0).then_some(p.line);
+                    let mut v = json!({"id": p.id, "file": p.file, "line": line, "reason": r.label()});
                     if let capsim::corpus::Refusal::Duplicate(d) = r {
                         v["copy_of"] = json!(d.of);
                     }
@@ -332,10 +334,15 @@ fn corpus_points(catalog: &Catalog, dir: Option<&std::path::Path>, list: bool, a
     if list {
         outln!()?;
         for (p, r) in &e.refused {
-            let at = if p.line > 0 { format!("{}:{}", p.file, p.line) } else { p.file.clone() };
+            // A point of its own file (InferenceX's) is named by the file; a CSV row by file:line and id.
+            let at = match (p.line > 0, p.id == p.file) {
+                (true, _) => format!("{}:{}  {}", p.file, p.line, p.id),
+                (false, true) => p.file.clone(),
+                (false, false) => format!("{}  {}", p.file, p.id),
+            };
             match r {
-                capsim::corpus::Refusal::Duplicate(d) => outln!("{at}  {}  {}: {}", p.id, r.label(), d.of)?,
-                _ => outln!("{at}  {}  {}", p.id, r.label())?,
+                capsim::corpus::Refusal::Duplicate(d) => outln!("{at}  {}: {}", r.label(), d.of)?,
+                _ => outln!("{at}  {}", r.label())?,
             }
         }
     }

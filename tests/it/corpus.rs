@@ -137,6 +137,20 @@ fn points_corpus_prints_the_counts_by_reason() {
             .sum();
         assert_eq!(n, total, "{table}");
     }
+    // A refused point names its place once: a CSV row by file and line (and its id), a point file by
+    // its path alone (its id), with no line (null, not 0), in the JSON and the text list.
+    for r in v["refused_points"].as_array().unwrap() {
+        match r["line"].as_u64() {
+            Some(l) => assert!(l > 0 && r["file"].as_str().unwrap().ends_with(".csv"), "{r}"),
+            None => assert!(r["line"].is_null() && r["file"].as_str().unwrap().ends_with(".json"), "{r}"),
+        }
+    }
+    let listed = text(&capsim(&["points", "--corpus", "--list"]));
+    let file_line = listed
+        .lines()
+        .find(|l| l.starts_with("calibration/corpus/inferencex-dsr1/") && !l.contains("a copy of"))
+        .expect("a refused point file");
+    assert_eq!(file_line.matches(".json").count(), 1, "{file_line}");
     // The disaggregated points replayed with their recipes' pool settings are counted.
     let recipes = v["replayed_with_pd_recipes"].as_u64().unwrap();
     assert!(recipes > 100 && recipes < v["replayed"].as_u64().unwrap(), "{recipes}");
