@@ -273,7 +273,7 @@ pub(crate) fn files_server_version(runs: &[Run], kind: EngineKind, notes: &mut V
 }
 
 /// Where the predictions come from: the deployment, the profile's provenance and its band.
-fn provenance_lines(p: &Profile) -> Vec<String> {
+fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::LearnedModel>) -> Vec<String> {
     let f = &p.file;
     let mut out = vec![format!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p))];
     out.push(format!(
@@ -302,9 +302,19 @@ fn provenance_lines(p: &Profile) -> Vec<String> {
             fit.n_points, fit.median_abs_error_pct, fit.p90_abs_error_pct
         );
     }
-    if let Some(base) = &p.retargeted_from {
+    let learned_coefficients = p.retarget_method.as_deref().is_some_and(|m| m.starts_with("another model"));
+    match (&p.retargeted_from, learned.filter(|_| learned_coefficients)) {
+        // Another model: the coefficients are the learned step model's, as for any deployment
+        // nobody calibrated; the profile it was moved from lends none of its fit.
+        (Some(base), Some(m)) => {
+            prov = format!(
+                "the step model learned across the corpus (models/learned.toml: {} points of {} deployments, its fit's median |error| TTFT {:.1}%, TPOT {:.1}%; held out by GPU, model and engine in validation/corpus.md), moved from profile {base}, whose own fit does not enter these coefficients",
+                m.fit.points, m.fit.deployments, m.fit.ttft_median_abs_pct, m.fit.tpot_median_abs_pct
+            );
+        }
         // The numbers are the moved profile's, not its fit's: the move is the extrapolation above.
-        prov = format!("moved from profile {base}, itself {prov}");
+        (Some(base), None) => prov = format!("moved from profile {base}, itself {prov}"),
+        (None, _) => {}
     }
     out.push(format!("provenance: {prov}"));
     out.push(if f.sigmas.is_some() {
@@ -417,7 +427,7 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
     for s in &skipped {
         eprintln!("skipped {s}");
     }
-    for l in provenance_lines(&profile) {
+    for l in provenance_lines(&profile, catalog.learned.as_ref()) {
         outln!("{l}")?;
     }
     for r in &runs {

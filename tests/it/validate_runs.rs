@@ -182,6 +182,12 @@ fn the_text_says_where_the_prediction_comes_from() {
     let o = capsim(&["validate", "--runs", &f, "--profile", DEFAULT]);
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(t.contains("provenance: calibrated on report 001") && !t.contains("EXTRAPOLATION"), "{t}");
+    // Another model: the learned step model's coefficients, said as such, not the moved profile's fit
+    // (before: 'moved from profile ..., itself calibrated on report 001 (fit over 39 points ...)').
+    let o = capsim(&["validate", "--runs", &f, "--gpu", "H100 SXM", "--model", "Llama-3.1-8B-Instruct"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(t.contains("provenance: the step model learned across the corpus (models/learned.toml: "), "{t}");
+    assert!(!t.contains("itself calibrated on report"), "{t}");
 }
 
 #[test]
