@@ -19,8 +19,7 @@
 //!   of `Scheduler.schedule`). So the running decodes, in order, take 1 + K
 //!   until the budget runs short, the one at the edge fewer drafts, those beyond it no step at all,
 //!   and waiting prompts get what is left. `schedule_vllm` charges each decode's drafts to its
-//!   budget; `spec_verify` walks the scheduled list in the same order to give each decode the drafts
-//!   the budget granted it ([`vllm_drafts`]). The verification tokens are added to the step's shape
+//!   budget and records them (`SpecState::granted`); `spec_verify` drafts that many. The verification tokens are added to the step's shape
 //!   after the scheduler built it. SGLang and TensorRT-LLM: the drafts are not charged to a budget
 //!   here (SGLang's decode batches are not bound by its prefill budget).
 //!   Before this, vLLM's drafts were charged to no budget: a budget of 2 tokens with K = 3 ran
@@ -66,19 +65,6 @@ pub(super) fn is_decoding(r: &super::engine::Live, n: u32) -> bool {
     n == 1 && r.generated > 0 && r.computed + 1 == r.num_tokens
 }
 
-/// vLLM's budget for one scheduled entry of `n` tokens: a decode takes 1 + min(K, what is left
-/// after its token) and returns those drafts; any other entry takes its `n`.
-#[inline]
-fn vllm_drafts(budget: &mut u32, n: u32, decoding: bool, k: u32) -> u32 {
-    *budget = budget.saturating_sub(n);
-    if !decoding {
-        return 0;
-    }
-    let d = k.min(*budget);
-    *budget -= d;
-    d
-}
-
 /// One decoding sequence's verification of `d` drafted tokens, added to a step's shape that already
 /// holds its decode token (`BatchShape::add_chunk(start, 1)`), and its draft passes added to `draft`:
 /// the one place the speculative step's shape is built, for the simulator (`spec_verify`) and
@@ -108,6 +94,10 @@ pub(super) struct SpecState {
     acc: Vec<f64>,
     /// (slot, tokens drafted) of this step's decoding sequences.
     drafted: Vec<(u32, u32)>,
+    /// vLLM: the drafts its scheduler granted each running entry it scheduled, in the order of
+    /// `Engine::scheduled` (0 for an entry that is no decode); the scheduler charges them to its
+    /// token budget and `spec_verify` drafts that many. Empty for the other engines (K each).
+    pub(super) granted: Vec<u32>,
     pub(super) draft: DraftShape,
 }
 
@@ -118,6 +108,7 @@ impl SpecState {
             expected: (0..=s.tokens).map(|d| s.expected_tokens(d)).collect(),
             acc: Vec::new(),
             drafted: Vec::new(),
+            granted: Vec::new(),
             draft: DraftShape::default(),
         }
     }
@@ -133,16 +124,14 @@ impl Engine<'_> {
         if s.acc.len() < self.reqs.len() {
             s.acc.resize(self.reqs.len(), 0.5);
         }
-        // vLLM: the budget left as its scheduler spent it, walked in the same (scheduled) order.
-        let mut budget = (self.p.engine.kind == EngineKind::Vllm).then_some(self.p.engine.max_num_batched_tokens);
+        // vLLM: the drafts its scheduler granted (the running entries come first in `scheduled`);
+        // the other engines draft K.
+        let vllm = self.p.engine.kind == EngineKind::Vllm;
         for j in 0..self.scheduled.len() {
             let (idx, n) = self.scheduled[j];
             let r = &self.reqs[idx as usize];
             let decoding = is_decoding(r, n);
-            let granted = match &mut budget {
-                Some(b) => vllm_drafts(b, n, decoding, s.k),
-                None => s.k,
-            };
+            let granted = if vllm { s.granted.get(j).copied().unwrap_or(0) } else { s.k };
             if !decoding {
                 continue;
             }

@@ -22,9 +22,13 @@ impl Engine<'_> {
         }
         let e = &self.p.engine;
         let mut budget = e.max_num_batched_tokens;
-        // Speculative decoding: a decode's drafts take budget too (sim/spec.rs `vllm_drafts`); 0
-        // without speculation, which leaves the loop below as it was.
-        let spec_k = self.spec.as_ref().map_or(0, |s| s.k);
+        // Speculative decoding: a decode's drafts take budget too, recorded for spec_verify
+        // (sim/spec.rs `SpecState::granted`); 0 without speculation, which leaves the loop below as
+        // it was.
+        let spec_k = self.spec.as_mut().map_or(0, |s| {
+            s.granted.clear();
+            s.k
+        });
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -51,8 +55,10 @@ impl Engine<'_> {
             self.alloc(idx, target);
             self.mark_scheduled(idx, now, shape, n);
             budget -= n;
-            if spec_k > 0 && super::spec::is_decoding(&self.reqs[idx as usize], n) {
-                budget -= spec_k.min(budget);
+            if spec_k > 0 {
+                let d = if super::spec::is_decoding(&self.reqs[idx as usize], n) { spec_k.min(budget) } else { 0 };
+                budget -= d;
+                self.spec.as_mut().expect("spec_k > 0 only under speculation").granted.push(d);
             }
             i += 1;
         }
