@@ -78,7 +78,7 @@ fn pd_deployment(p: &CorpusPoint) -> Option<impl Eq + std::hash::Hash> {
     let dtype = weight_dtype(p, true, gpu.starts_with("mi")).ok()?;
     let version = p.engine_version.trim_start_matches('v').to_string();
     Some((
-        (gpu, engine_of(engine_behind_router(&p.engine))?.as_str(), version, dtype),
+        (gpu, EngineKind::from_name(engine_behind_router(&p.engine))?.as_str(), version, dtype),
         (p.isl, p.osl, p.concurrency, p.spec_decoding.is_some()),
         (pre.workers, layout::worker_gpus(p, &pre), dec.workers, layout::worker_gpus(p, &dec)),
     ))
@@ -399,7 +399,7 @@ fn engine_behind_router(e: &str) -> &str {
 /// any router): how two rows of different sets name the same deployment ([`copies`],
 /// [`unmarked_mtp`]).
 fn gpu_and_engine(catalog: &Catalog, p: &CorpusPoint) -> (String, Option<&'static str>) {
-    (catalog_gpu_name(catalog, &p.gpu), engine_of(engine_behind_router(&p.engine)).map(|e| e.as_str()))
+    (catalog_gpu_name(catalog, &p.gpu), EngineKind::from_name(engine_behind_router(&p.engine)).map(|e| e.as_str()))
 }
 
 /// The catalog's name of a corpus GPU (`b200_sxm` and `b200` are both B200), else the corpus's own.
@@ -437,15 +437,6 @@ fn model_name(m: &str) -> String {
 /// the name decides which model a protocol holds out.
 fn is_dsr1_db_row(p: &CorpusPoint) -> bool {
     p.is_inferencex_db_row() && p.id.starts_with("dsr1_")
-}
-
-fn engine_of(e: &str) -> Option<EngineKind> {
-    match e {
-        "vllm" => Some(EngineKind::Vllm),
-        "sglang" => Some(EngineKind::Sglang),
-        "trtllm" | "trt" => Some(EngineKind::Trtllm),
-        _ => None,
-    }
 }
 
 /// The weights' dtype from the quantization columns: the experts' for an MoE model (most of the
@@ -633,7 +624,7 @@ pub fn express(
         Some(_) => engine_behind_router(&p.engine),
         None => p.engine.as_str(),
     };
-    let engine = engine_of(engine_name).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
+    let engine = EngineKind::from_name(engine_name).ok_or_else(|| Refusal::UnknownEngine(p.engine.clone()))?;
     let gpu = catalog.gpu(&gpu_name(&p.gpu)).map_err(|_| Refusal::UnknownGpu(p.gpu.clone()))?;
     let model_key = if is_dsr1_db_row(p) { "DeepSeek-R1".to_string() } else { model_name(&p.model) };
     let arch = catalog.model(&model_key).map_err(|_| Refusal::UnknownModel(p.model.clone()))?;

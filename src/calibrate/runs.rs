@@ -97,11 +97,37 @@ pub fn files_engine(runs: &[Run]) -> Result<Option<crate::profile::EngineKind>> 
             ),
         ));
     }
-    Ok(seen.pop().map(|(e, _, _)| match e {
-        "sglang" => EngineKind::Sglang,
-        "trtllm" => EngineKind::Trtllm,
-        _ => EngineKind::Vllm,
-    }))
+    Ok(seen.pop().and_then(|(e, _, _)| EngineKind::from_name(e)))
+}
+
+/// The server release the runs state, where it is one capsim models: SGLang's bench_serving
+/// records the server's `/get_server_info` version (`RunSource::tool_version`). A release outside
+/// the ones capsim read is said in `notes` and left out (the latest release's behaviour is used).
+pub fn files_server_version(runs: &[Run], kind: crate::profile::EngineKind, notes: &mut Vec<String>) -> Option<String> {
+    use crate::measured::Tool;
+    use crate::profile::{latest_version, oldest_version, EngineKind, EngineVersion};
+    let mut versions: Vec<&str> = runs
+        .iter()
+        .filter(|r| matches!(r.source.tool, Tool::SglangBenchServing) && kind == EngineKind::Sglang)
+        .filter_map(|r| r.source.tool_version.as_deref())
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    let [v] = versions[..] else { return None };
+    let (oldest, newest) = (oldest_version(kind), latest_version(kind));
+    match EngineVersion::parse(v) {
+        Some(parsed) if parsed >= oldest && parsed <= newest => {
+            notes.push(format!("engine release from the files' server_info: {} {v}", kind.as_str()));
+            Some(v.to_string())
+        }
+        _ => {
+            notes.push(format!(
+                "the files' server release {} {v} is outside the releases capsim read ({oldest} to {newest}): {newest}'s behaviour used",
+                kind.as_str()
+            ));
+            None
+        }
+    }
 }
 
 /// The model the runs measured, as their files name it (None where no file names one). Runs of two

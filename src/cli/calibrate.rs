@@ -168,7 +168,7 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     };
     let mut settings = a.engine_settings();
     if settings.kind.is_none() && settings.version.is_none() {
-        settings.version = super::validate::files_server_version(runs, engine, &mut notes);
+        settings.version = calibrate::runs::files_server_version(runs, engine, &mut notes);
     }
     settings.kind = Some(engine);
     notes.extend(capsim::calibrate::runs::chunking_notes(

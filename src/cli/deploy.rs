@@ -243,6 +243,16 @@ pub enum EngineArg {
     Trtllm,
 }
 
+impl From<EngineKind> for EngineArg {
+    fn from(k: EngineKind) -> EngineArg {
+        match k {
+            EngineKind::Vllm => EngineArg::Vllm,
+            EngineKind::Sglang => EngineArg::Sglang,
+            EngineKind::Trtllm => EngineArg::Trtllm,
+        }
+    }
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy)]
 pub enum CapacityPolicyArg {
     GuaranteedNoEvict,

@@ -8,7 +8,7 @@ use capsim::data::{self, LoadKind, Point};
 use capsim::error::{Error, Result};
 use capsim::experiment::{predict, ExperimentUnknowns};
 use capsim::measured::Run;
-use capsim::profile::{EngineKind, Profile};
+use capsim::profile::Profile;
 use capsim::report::{num, svg_chart, table, Series};
 use capsim::validate::{self, summarize_rows, Protocol, Row, TARGETS};
 use clap::Args;
@@ -170,13 +170,9 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
         match capsim::calibrate::runs::files_engine(runs)? {
             Some(k) => {
                 notes.push(format!("engine from the files (their server or endpoint names it): {}", k.as_str()));
-                d.engine = Some(match k {
-                    EngineKind::Vllm => EngineArg::Vllm,
-                    EngineKind::Sglang => EngineArg::Sglang,
-                    EngineKind::Trtllm => EngineArg::Trtllm,
-                });
+                d.engine = Some(EngineArg::from(k));
                 if d.engine_version.is_none() {
-                    d.engine_version = files_server_version(runs, k, &mut notes);
+                    d.engine_version = capsim::calibrate::runs::files_server_version(runs, k, &mut notes);
                 }
             }
             None => notes
@@ -192,21 +188,18 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
         } else {
             "the profile's, of this model"
         };
-        let mut said = Vec::new();
+        let (mut flags, mut said) = (Vec::new(), Vec::new());
         if d.precision.is_none() {
+            flags.push("--precision");
             said.push(format!("weights {w}"));
         }
         if d.kv_dtype.is_none() {
+            flags.push("--kv-dtype");
             said.push(format!("KV cache {kv}"));
         }
         notes.push(format!(
             "precision not given ({}): {} ({from}); the files do not state it",
-            [("--precision", d.precision.is_none()), ("--kv-dtype", d.kv_dtype.is_none())]
-                .iter()
-                .filter(|(_, missing)| *missing)
-                .map(|(f, _)| *f)
-                .collect::<Vec<_>>()
-                .join(", "),
+            flags.join(", "),
             said.join(", ")
         ));
     }
@@ -238,38 +231,6 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
         }
     }
     Ok((profile, notes))
-}
-
-/// The server release the runs state, where it is one capsim models: SGLang's bench_serving
-/// records the server's `/get_server_info` version (`RunSource::tool_version`); a release outside
-/// the ones capsim read is said and left out (the latest release's behaviour is used).
-pub(crate) fn files_server_version(runs: &[Run], kind: EngineKind, notes: &mut Vec<String>) -> Option<String> {
-    use capsim::measured::Tool;
-    use capsim::profile::{latest_version, oldest_version, EngineVersion};
-    let mut versions: Vec<&str> = runs
-        .iter()
-        .filter(|r| matches!(r.source.tool, Tool::SglangBenchServing) && kind == EngineKind::Sglang)
-        .filter_map(|r| r.source.tool_version.as_deref())
-        .collect();
-    versions.sort_unstable();
-    versions.dedup();
-    let [v] = versions[..] else { return None };
-    match EngineVersion::parse(v) {
-        Some(parsed) if parsed >= oldest_version(kind) && parsed <= latest_version(kind) => {
-            notes.push(format!("engine release from the files' server_info: {} {v}", kind.as_str()));
-            Some(v.to_string())
-        }
-        _ => {
-            notes.push(format!(
-                "the files' server release {} {v} is outside the releases capsim read ({} to {}): {}'s behaviour used",
-                kind.as_str(),
-                oldest_version(kind),
-                latest_version(kind),
-                latest_version(kind)
-            ));
-            None
-        }
-    }
 }
 
 /// Where the predictions come from: the deployment, the profile's provenance and its band.

@@ -277,15 +277,9 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     stats.sort_by_key(|s| (super::RUN_METRICS.iter().position(|m| *m == s.metric), s.stat as u8));
     let model_id = d.opt_str("model_id").or_else(|| d.opt_str("server_info.model_path"));
     let tool_version = d.opt_str("server_info.version");
-    let engine = engine_named(tool, d.opt_str("backend").as_deref(), d.get("server_info").is_some()).or_else(|| {
-        // InferenceX names the engine of a single-node point `sglang`, `trt` or `vllm`.
-        match d.opt_str("ix_framework").as_deref() {
-            Some("sglang") => Some("sglang"),
-            Some("trt") => Some("trtllm"),
-            Some("vllm") => Some("vllm"),
-            _ => None,
-        }
-    });
+    // InferenceX names a single-node point's engine `sglang`, `trt` or `vllm`, as a backend would.
+    let named = d.opt_str("backend").or_else(|| d.opt_str("ix_framework"));
+    let engine = engine_named(tool, named.as_deref(), d.get("server_info").is_some());
     checked(Run {
         source: RunSource {
             file: src.to_string(),
@@ -311,8 +305,8 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
 }
 
 /// The engine a result names: SGLang's bench_serving fetches the server's `/get_server_info` into
-/// `server_info` (an SGLang server); a `backend` that is an engine's own endpoint (`vllm`, `sglang`,
-/// `sglang-native`, `trt`, `tensorrt-llm`) names it. `openai`, `openai-chat` and other API names say
+/// `server_info` (an SGLang server); a `backend` (or InferenceX's `ix_framework`) that is an engine's
+/// own endpoint (`vllm`, `sglang`, `sglang-native`, `trt`, `tensorrt-llm`) names it. `openai`, `openai-chat` and other API names say
 /// nothing about the server behind them.
 fn engine_named(tool: Tool, backend: Option<&str>, server_info: bool) -> Option<&'static str> {
     match backend.map(str::to_ascii_lowercase).as_deref() {

@@ -18,6 +18,16 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
+    /// The engine a name means: capsim's own (`as_str`) and the corpus's and benchmark files'
+    /// spellings (`trt`).
+    pub fn from_name(name: &str) -> Option<EngineKind> {
+        match name {
+            "vllm" => Some(EngineKind::Vllm),
+            "sglang" => Some(EngineKind::Sglang),
+            "trtllm" | "trt" => Some(EngineKind::Trtllm),
+            _ => None,
+        }
+    }
     pub fn as_str(self) -> &'static str {
         match self {
             EngineKind::Vllm => "vllm",
