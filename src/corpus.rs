@@ -724,9 +724,8 @@ pub fn express(
     check(&deployment).map_err(Refusal::DoesNotResolve)?;
     let requests = p.requests.unwrap_or(NVIDIA_ROUNDS * p.concurrency as u64);
     let (short_in, short_out) = p.client.length_shortfall();
-    let range = |l: u32, short: f64| (((1.0 - short) * l as f64).floor().max(1.0) as u32, l);
-    let (ir, or) = (range(p.isl, short_in), range(p.osl, short_out));
-    let mean = |r: (u32, u32)| (r.0 as f64 + r.1 as f64) / 2.0;
+    use crate::measured::lengths::{range_mean as mean, ratio_range};
+    let (ir, or) = (ratio_range(p.isl, 1.0 - short_in), ratio_range(p.osl, 1.0 - short_out));
     let mut stats = Vec::new();
     if let Some((stat, v)) = p.ttft_ms {
         stats.push(MeasuredStat { metric: "ttft_s", stat, value: v / 1e3, key: "ttft_ms".into() });

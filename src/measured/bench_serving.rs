@@ -179,8 +179,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         }
         let len = |key: &str| -> Result<(u32, u32)> {
             let l = d.opt_num(key)?.ok_or_else(|| d.err(key, "missing: the replay needs the lengths"))?;
-            let l = tokens(&d, key, l, 1)?;
-            Ok((((l as f64 * ratio).floor() as u32).max(1), l))
+            Ok(super::lengths::ratio_range(tokens(&d, key, l, 1)?, ratio))
         };
         let (i, o) = (len("random_input_len")?, len("random_output_len")?);
         if d.get("random_range_ratio").is_none() {
@@ -191,7 +190,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         None
     };
     let (input_mean, output_mean) = if let Some((i, o)) = ix_lengths {
-        ((i.0 as f64 + i.1 as f64) / 2.0, (o.0 as f64 + o.1 as f64) / 2.0)
+        (super::lengths::range_mean(i), super::lengths::range_mean(o))
     } else if per_request.is_empty() {
         let tin = d.opt_num("total_input_tokens")?.ok_or_else(|| {
             d.err(
@@ -346,9 +345,8 @@ fn sglang_random_lengths(
     if li == 0 || lo == 0 || li > MAX_REQUEST_TOKENS as u64 || lo > MAX_REQUEST_TOKENS as u64 {
         return Ok(None);
     }
-    let range = |l: u64| (((l as f64 * r).floor() as u32).max(1), l as u32);
-    let (i, o) = (range(li), range(lo));
-    let mid = |(a, b): (u32, u32)| (a as f64 + b as f64) / 2.0;
+    let (i, o) = (super::lengths::ratio_range(li as u32, r), super::lengths::ratio_range(lo as u32, r));
+    let mid = super::lengths::range_mean;
     let off = |mean: f64, (a, b): (u32, u32)| (mean / mid((a, b)) - 1.0).abs() > 0.05;
     if off(input_mean, i) || off(output_mean, o) {
         not_used.push(format!(

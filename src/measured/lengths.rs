@@ -70,6 +70,18 @@ pub fn read_percentiles(d: &Doc, base: &str, keys: &[(&str, f64)]) -> Result<Vec
     Ok(out.into_iter().map(|(q, v, _)| (q, v)).collect())
 }
 
+/// A random dataset's length range for a stated length `len` and range ratio `ratio`: uniform
+/// integers in [max(int(len x ratio), 1), len], as SGLang's `sample_random_requests` and InferenceX's
+/// fork of vLLM's benchmark draw them (the corpus's NVIDIA rows: ratio 0.98, their timing noise).
+pub fn ratio_range(len: u32, ratio: f64) -> (u32, u32) {
+    (((len as f64 * ratio).floor() as u32).max(1), len)
+}
+
+/// The mean of a uniform integer range.
+pub fn range_mean((lo, hi): (u32, u32)) -> f64 {
+    (lo as f64 + hi as f64) / 2.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
