@@ -157,7 +157,7 @@ pub struct ProfileArgs {
     /// conversation's later turns to the prefill worker holding its prefix, else least-outstanding:
     /// llm-d's P/D prefix-cache and queue scorers, Dynamo's KV router) [default: round-robin]
     #[arg(long, value_enum, help_heading = "Disaggregated")]
-    pub pd_routing: Option<PdRoutingArg>,
+    pub pd_routing: Option<super::capacity::RoutingArg>,
     /// Disaggregated prefill/decode: prefill workers (with --decode-workers; src/cli/disagg.rs).
     #[arg(long, help_heading = "Disaggregated")]
     pub prefill_workers: Option<u32>,
@@ -227,13 +227,6 @@ pub enum SpecMethodArg {
 pub enum OnOff {
     On,
     Off,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum PdRoutingArg {
-    RoundRobin,
-    LeastOutstanding,
-    PrefixAware,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]

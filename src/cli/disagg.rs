@@ -2,7 +2,7 @@
 //! into a [`Disaggregated`] deployment: each pool a profile of its own, from the deployment's flags
 //! with the pool's GPU, tensor parallelism and expert layout.
 
-use super::deploy::PdRoutingArg;
+use super::capacity::RoutingArg;
 use super::ProfileArgs;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
@@ -196,9 +196,9 @@ impl ProfileArgs {
             return Err(Error::flag("--decode-gpu", "both pools must serve the same model"));
         }
         let routing = match self.pd_routing {
-            None | Some(PdRoutingArg::RoundRobin) => PdRouting::RoundRobin,
-            Some(PdRoutingArg::LeastOutstanding) => PdRouting::LeastOutstanding,
-            Some(PdRoutingArg::PrefixAware) => PdRouting::PrefixAware,
+            None | Some(RoutingArg::RoundRobin) => PdRouting::RoundRobin,
+            Some(RoutingArg::LeastOutstanding) => PdRouting::LeastOutstanding,
+            Some(RoutingArg::PrefixAware) => PdRouting::PrefixAware,
         };
         Ok(Some(Disaggregated::new(prefill, decode, p.workers, d.workers).with_routing(routing)))
     }

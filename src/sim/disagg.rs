@@ -19,7 +19,7 @@
 
 use super::arrivals::{shares_content, Pending};
 use super::drive::Events;
-use super::drive::LeastOutstanding;
+use super::drive::{Router, Routing};
 use super::engine::StepView;
 use super::run::{cache_block, Arrived, MeasureWindow, Replica, Sample, SimOptions, SimOutput};
 use super::RequestRecord;
@@ -98,9 +98,12 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
     // The router (PdRouting): round-robin, or the pools' outstanding counts (a request is
     // outstanding on a prefill worker until its first token there, on a decode worker until it
     // finishes), and for prefix-aware a conversation's prefill worker.
-    let routed = d.routing != PdRouting::RoundRobin;
-    let (mut least_p, mut least_d) = (LeastOutstanding::new(np, routed), LeastOutstanding::new(nd, routed));
-    let mut sticky: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let (prefill_routing, decode_routing) = match d.routing {
+        PdRouting::RoundRobin => (Routing::RoundRobin, Routing::RoundRobin),
+        PdRouting::LeastOutstanding => (Routing::LeastOutstanding, Routing::LeastOutstanding),
+        PdRouting::PrefixAware => (Routing::PrefixAware, Routing::LeastOutstanding),
+    };
+    let (mut to_prefill, mut to_decode) = (Router::new(prefill_routing, np), Router::new(decode_routing, nd));
     let mut events = Events::new(reps.len());
     let mut sides: Vec<PrefillSide> = Vec::with_capacity(planned as usize);
     let mut link_free = vec![0u64; nd];
@@ -125,20 +128,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
                     cached: 0,
                 });
                 a.prefill_only();
-                let k = match d.routing {
-                    PdRouting::RoundRobin => (sent % np as u64) as usize,
-                    PdRouting::LeastOutstanding => least_p.route(a.send),
-                    PdRouting::PrefixAware => match a.route_key.and_then(|key| sticky.get(&key).copied()) {
-                        Some(k) => least_p.route_to(a.send, k),
-                        None => {
-                            let k = least_p.route(a.send);
-                            if let Some(key) = a.route_key {
-                                sticky.insert(key, k);
-                            }
-                            k
-                        }
-                    },
-                };
+                let k = to_prefill.route(sent, a.send, a.route_key);
                 last_send = a.send;
                 reps[k].accept(a);
                 events.reschedule(&reps[k], k);
@@ -175,7 +165,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
         events.reschedule(&reps[i], i);
         if i < np {
             for &(at, client, rejected) in &finished {
-                least_p.finished(at, i);
+                to_prefill.finished(at, i);
                 if rejected {
                     completed += 1;
                     arr.on_finish(at, client, true);
@@ -188,10 +178,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
                 (side.enqueued, side.first_scheduled) = (rec.enqueued.0, rec.first_scheduled.0);
                 (side.preemptions, side.cached) = (rec.preemptions, rec.cached_tokens);
                 report.prefill.queue_wait_s.push(rec.queue_wait_s());
-                let k = match d.routing {
-                    PdRouting::RoundRobin => (handed % nd as u64) as usize,
-                    _ => least_d.route(rec.first_token.0),
-                };
+                let k = to_decode.route(handed, rec.first_token.0, None);
                 handed += 1;
                 let ready = rec.first_token.0 + SimTime::from_secs(d.link.latency_s).0;
                 let bytes_ns = SimTime::from_secs(d.transfer_s(rec.input_tokens) - d.link.latency_s).0;
@@ -208,7 +195,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
             completed += finished.len() as u64;
             for &(at, client, rejected) in &finished {
                 arr.on_finish(at, client, rejected);
-                least_d.finished(at, i - np);
+                to_decode.finished(at, i - np);
             }
             // The decode worker's records, with the request's life before it.
             for mut rec in reps[i].out.records.drain(..) {

@@ -180,7 +180,7 @@ impl Events {
 /// and not finished by the send time, in an ordered set (fewest first, then the lowest index, as a
 /// scan would pick). Finish times are known ahead of the sends they precede (a replica's step that
 /// ends before a send is simulated before the send is routed) and applied when a send passes them.
-pub(super) struct LeastOutstanding {
+struct LeastOutstanding {
     enabled: bool,
     count: Vec<u64>,
     by_count: BTreeSet<(u64, u32)>,
@@ -188,17 +188,17 @@ pub(super) struct LeastOutstanding {
 }
 
 impl LeastOutstanding {
-    pub(super) fn new(replicas: usize, enabled: bool) -> Self {
+    fn new(replicas: usize, enabled: bool) -> Self {
         let by_count = if enabled { (0..replicas as u32).map(|i| (0, i)).collect() } else { BTreeSet::new() };
         LeastOutstanding { enabled, count: vec![0; replicas], by_count, finishes: BinaryHeap::new() }
     }
-    pub(super) fn finished(&mut self, at: u64, replica: usize) {
+    fn finished(&mut self, at: u64, replica: usize) {
         if self.enabled {
             self.finishes.push(Reverse((at, replica as u32)));
         }
     }
     /// Route to replica `k` (prefix-aware routing's choice), keeping the counts.
-    pub(super) fn route_to(&mut self, send: u64, k: usize) -> usize {
+    fn route_to(&mut self, send: u64, k: usize) -> usize {
         self.apply_finishes(send);
         let c = &mut self.count[k];
         self.by_count.remove(&(*c, k as u32));
@@ -218,12 +218,56 @@ impl LeastOutstanding {
             self.by_count.insert((*c, i));
         }
     }
-    pub(super) fn route(&mut self, send: u64) -> usize {
+    fn route(&mut self, send: u64) -> usize {
         self.apply_finishes(send);
         let (c, i) = self.by_count.pop_first().expect("at least one replica");
         self.count[i as usize] = c + 1;
         self.by_count.insert((c + 1, i));
         i as usize
+    }
+}
+
+/// A router over `replicas` workers by [`Routing`]: the fleet's (drive) and each pool's of a
+/// disaggregated deployment (sim/disagg.rs). Prefix-aware routing keeps the worker each route key
+/// (a conversation, a trace's first block) was first sent to.
+pub(super) struct Router {
+    routing: Routing,
+    replicas: u64,
+    least: LeastOutstanding,
+    sticky: std::collections::HashMap<u64, usize>,
+}
+
+impl Router {
+    pub(super) fn new(routing: Routing, replicas: usize) -> Router {
+        Router {
+            routing,
+            replicas: replicas as u64,
+            least: LeastOutstanding::new(replicas, routing != Routing::RoundRobin),
+            sticky: std::collections::HashMap::new(),
+        }
+    }
+    /// The worker of the `seq`-th request routed, sent at `send` with route key `key`.
+    #[inline]
+    pub(super) fn route(&mut self, seq: u64, send: u64, key: Option<u64>) -> usize {
+        match self.routing {
+            Routing::RoundRobin => (seq % self.replicas) as usize,
+            Routing::LeastOutstanding => self.least.route(send),
+            Routing::PrefixAware => match key.and_then(|key| self.sticky.get(&key).copied()) {
+                Some(k) => self.least.route_to(send, k),
+                None => {
+                    let k = self.least.route(send);
+                    if let Some(key) = key {
+                        self.sticky.insert(key, k);
+                    }
+                    k
+                }
+            },
+        }
+    }
+    /// A request routed to worker `k` finished there at `at` (ns).
+    #[inline]
+    pub(super) fn finished(&mut self, at: u64, k: usize) {
+        self.least.finished(at, k);
     }
 }
 
@@ -261,8 +305,7 @@ fn drive<F: FnMut(&StepView)>(
     let mut finished: Vec<(u64, u32, bool)> = Vec::new();
     // The replica that acts next (Events: earliest, then lowest index).
     let mut events = Events::new(reps.len());
-    let mut least = LeastOutstanding::new(reps.len(), routing != Routing::RoundRobin);
-    let mut sticky: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut router = Router::new(routing, reps.len());
     loop {
         let next = events.peek();
         // Requests sent no later than that are routed first.
@@ -270,20 +313,7 @@ fn drive<F: FnMut(&StepView)>(
             if next.is_none_or(|(t, _)| send <= t) {
                 let a = Arrived::new(sent, arr.pop());
                 let send = a.send;
-                let k = match routing {
-                    Routing::RoundRobin => (sent % replicas as u64) as usize,
-                    Routing::LeastOutstanding => least.route(send),
-                    Routing::PrefixAware => match a.route_key.and_then(|key| sticky.get(&key).copied()) {
-                        Some(k) => least.route_to(send, k),
-                        None => {
-                            let k = least.route(send);
-                            if let Some(key) = a.route_key {
-                                sticky.insert(key, k);
-                            }
-                            k
-                        }
-                    },
-                };
+                let k = router.route(sent, send, a.route_key);
                 reps[k].accept(a);
                 events.reschedule(&reps[k], k);
                 sent += 1;
@@ -306,7 +336,7 @@ fn drive<F: FnMut(&StepView)>(
         completed += finished.len() as u64;
         for &(at, client, rejected) in &finished {
             arr.on_finish(at, client, rejected);
-            least.finished(at, i);
+            router.finished(at, i);
         }
         if !progressed {
             break;
