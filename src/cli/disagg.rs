@@ -211,7 +211,8 @@ fn pool_layout(p: &Profile) -> serde_json::Value {
         "tensor_parallel": p.tensor_parallel,
         "pipeline_parallel": p.parallel.pipeline_parallel,
         "expert_parallel": p.expert_parallel,
-        "expert_parallel_size": p.parallel.expert_parallel_size,
+        // The GPUs the experts are spread over, as simulate's scenario states it.
+        "expert_parallel_size": p.parallel.expert_gpus(p.tensor_parallel, p.expert_parallel),
         "redundant_experts": p.parallel.redundant_experts,
         "attention_dp": p.parallel.attention_dp,
         // Each rank's, as --prefill-max-num-seqs and --prefill-max-num-batched-tokens state them.

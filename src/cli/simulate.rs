@@ -137,7 +137,7 @@ pub fn scenario_json(p: &Profile, w: &Workload, seed: u64) -> serde_json::Value 
         // (the TP group under plain --expert-parallel, 1 without), pipeline stages, redundant
         // expert slots, and the speculative method, drafts, acceptance (null without).
         "attention_dp": p.parallel.attention_dp,
-        "expert_parallel_size": expert_parallel_gpus(p),
+        "expert_parallel_size": p.parallel.expert_gpus(p.tensor_parallel, p.expert_parallel),
         "pipeline_parallel": p.parallel.pipeline_parallel,
         "redundant_experts": p.parallel.redundant_experts,
         "speculative": p.speculative().map(|s| json!({
@@ -147,15 +147,6 @@ pub fn scenario_json(p: &Profile, w: &Workload, seed: u64) -> serde_json::Value 
             "expected_tokens_per_step": s.expected_tokens(s.tokens),
         })),
     })
-}
-
-/// The GPUs a MoE layer's experts are spread over whole: `--ep N`, the TP group under plain
-/// `--expert-parallel`, 1 where experts are split by tensor parallelism only.
-fn expert_parallel_gpus(p: &Profile) -> u32 {
-    match p.parallel.expert_parallel_size {
-        1 if p.expert_parallel => p.tensor_parallel,
-        n => n,
-    }
 }
 
 /// The text header's lines for a layout beyond tensor parallelism and for speculative decoding
@@ -168,7 +159,7 @@ pub fn layout_text(p: &Profile) -> String {
             "layout: TP {}, {} attention DP rank(s), experts over {} GPU(s), {} pipeline stage(s){}: {} GPUs\n",
             p.tensor_parallel,
             par.attention_dp,
-            expert_parallel_gpus(p),
+            p.parallel.expert_gpus(p.tensor_parallel, p.expert_parallel),
             par.pipeline_parallel,
             if par.redundant_experts > 0 {
                 format!(", {} redundant experts", par.redundant_experts)

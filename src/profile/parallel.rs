@@ -125,6 +125,12 @@ impl Parallel {
         }
     }
 
+    /// GPUs a MoE layer's experts are spread over whole: `--ep N`, the whole TP group under the
+    /// plain `expert_parallel` switch, 1 where each expert is split over the TP group.
+    pub fn expert_gpus(&self, tp: u32, expert_parallel: bool) -> u32 {
+        tp / self.expert_split(tp, expert_parallel)
+    }
+
     /// Copies of the KV cache, relative to one, that one attention rank stores over its GPUs.
     pub fn kv_replication(&self, arch: &ModelArch, tp: u32) -> f64 {
         arch.kv_replication(self.attention_tp(tp))
