@@ -815,6 +815,7 @@ fn learned_of(x: &[f64], lay: &Layout, feats: &[Feat], provenance: &str, iterati
             tpot_median_abs_pct: median(&mut ep),
             iterations,
         },
+        exchange: None,
     };
     CorpusFit { model, predictions }
 }
@@ -875,6 +876,23 @@ pub fn profile_for_deployment(
     Ok(p)
 }
 
+/// A disaggregated experiment's deployment: each pool's profile from the learned model.
+pub fn disaggregated(
+    catalog: &Catalog,
+    model: &LearnedModel,
+    e: &Experiment,
+    x: &crate::corpus::PdExperiment,
+    in_sample: bool,
+) -> crate::error::Result<crate::profile::disagg::Disaggregated> {
+    let pool = |d| profile_for_deployment(catalog, &catalog.hardware, model, e, d, in_sample, true);
+    Ok(crate::profile::disagg::Disaggregated::new(
+        pool(&x.prefill)?,
+        pool(&x.decode)?,
+        x.prefill_workers,
+        x.decode_workers,
+    ))
+}
+
 /// The fit report (OUT/learned.fit.txt): what was fitted, the closed-form errors, every level's
 /// values, the clients' costs, the refused points by reason.
 pub fn report_text(m: &LearnedModel, ex: &crate::corpus::Expressed) -> String {
@@ -931,6 +949,18 @@ pub fn report_text(m: &LearnedModel, ex: &crate::corpus::Expressed) -> String {
             c.overhead_s * 1e3,
             c.requests_per_client,
             CLIENTS.iter().find(|k| k.as_str() == c.client).map_or("", |k| k.note())
+        );
+    }
+    if let Some(x) = &m.exchange {
+        let _ = writeln!(
+            t,
+            "\nfixed time of a MoE dispatch or combine between attention-DP ranks (fitted after the step model on {} TPOTs of {} attention-DP deployments without MTP, calibrate/exchange.rs): {:.1} us; their median |error| {:.1}% without it, {:.1}% with it (each TPOT on the line through its replays at 0 and {:.0} us)",
+            x.points,
+            x.deployments,
+            x.latency_s * 1e6,
+            x.tpot_median_abs_pct_without,
+            x.tpot_median_abs_pct,
+            super::exchange::PROBE_S * 1e6
         );
     }
     let _ = writeln!(t, "\nmeasured deployments' own residuals (log decode, log prefill):");

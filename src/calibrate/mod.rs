@@ -11,6 +11,7 @@
 //! The calibrator knows the simulator only through its public entry points.
 
 pub mod corpus;
+pub mod exchange;
 mod inputs;
 pub mod nelder_mead;
 mod priors;
@@ -180,6 +181,7 @@ fn build(v: &[f64; N_PARAMS]) -> Built {
             grouped_gemm_rel: 1.0,
             api_per_token_s: 0.0,
             prefill_step_overhead_s: 0.0,
+            exchange_latency_s: 0.0,
         },
         unknowns: ExperimentUnknowns { rounds_closed: v[P_ROUNDS_CLOSED], rounds_unknown: v[P_ROUNDS_UNKNOWN] },
         mem_fraction: v[P_MEM],

@@ -460,10 +460,15 @@ fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
         a.out.display()
     );
     let provenance = format!(
-        "{command}: {} of {total} points of {source} (plain aggregated deployments; the rest are large deployments, validated apart, or cannot be expressed yet: capsim points --corpus)",
+        "{command}: {} of {total} points of {source} (plain aggregated deployments; then the exchange latency between attention-DP ranks on the attention-DP deployments' TPOTs; the rest are large deployments, validated apart, or cannot be expressed yet: capsim points --corpus)",
         exps.len()
     );
-    let fit = calibrate::corpus::fit(&catalog, &exps, &provenance)?;
+    let mut fit = calibrate::corpus::fit(&catalog, &exps, &provenance)?;
+    // No plain deployment exchanges tokens between attention-DP ranks: the latency of that exchange
+    // is fitted on the attention-DP deployments, with the step model fixed (calibrate/exchange.rs).
+    let large = ex.large();
+    let obs = calibrate::exchange::observations(&catalog, &fit.model, &large);
+    fit.model.exchange = calibrate::exchange::fit(obs.iter());
     std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let toml_path = a.out.join("learned.toml");
     let fit_path = a.out.join("learned.fit.txt");

@@ -128,6 +128,10 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             "host": host_json(&p, &parts, a.decode),
         });
         let mut v = v;
+        if parts.all_to_all_s > 0.0 {
+            // Of `all_to_all_s`: the fixed time of each exchange between attention-DP ranks.
+            v["exchange_latency_s"] = json!(p.coefficients.exchange_latency_s);
+        }
         if let Some(s) = &spec {
             v["speculative"] = json!({
                 "method": s.method.as_str(),
@@ -251,9 +255,17 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             "all-to-all across DP ranks".into(),
             num(ms(parts.all_to_all_s), 4),
             format!(
-                "MoE dispatch + combine over {} GPUs, twice per MoE layer ({} GPUs per expert)",
+                "MoE dispatch + combine over {} GPUs, twice per MoE layer ({} GPUs per expert){}",
                 p.tensor_parallel,
-                par.moe_tp(p.tensor_parallel)
+                par.moe_tp(p.tensor_parallel),
+                if p.coefficients.exchange_latency_s > 0.0 && par.attention_dp > 1 && par.expert_parallel_size > 1 {
+                    format!(
+                        "; {:.1} us fixed per exchange between ranks (learned on the corpus's attention-DP deployments)",
+                        p.coefficients.exchange_latency_s * 1e6
+                    )
+                } else {
+                    String::new()
+                }
             ),
         ]);
     }

@@ -34,6 +34,7 @@ pub fn run(a: &ValidateArgs, protocols: &[CorpusProtocol], catalog: &Catalog) ->
         let sums = summarize(&rows, p);
         if a.markdown.is_some() {
             doc += &markdown_section(p, &sums);
+            doc += &exchange_note(p, &rows);
             doc += &mtp_note(p, &rows);
             continue;
         }
@@ -82,6 +83,26 @@ pub const TARGETS: &[(CorpusProtocol, &str, f64)] = &[
     (CorpusProtocol::LargeLeaveOneGpuOut, "tpot_ms", 15.0),
 ];
 
+/// The exchange latency between attention-DP ranks each held-out member's rows were replayed at
+/// (none for the plain protocols).
+fn exchange_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
+    let mut used: std::collections::BTreeMap<String, f64> = Default::default();
+    for r in rows {
+        if let Some(x) = r.exchange_latency_us {
+            let member = if p == CorpusProtocol::LargeInSample { "all".to_string() } else { r.member.clone() };
+            used.insert(member, x);
+        }
+    }
+    if used.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = used.iter().map(|(m, x)| format!("{m} {x:.1} us")).collect();
+    format!(
+        "Fixed time of a MoE dispatch or combine between attention-DP ranks, fitted on the attention-DP TPOTs without MTP of the training set (in sample: every such point; a GPU held out: the other GPUs'; calibrate/exchange.rs): {}.\n\n",
+        list.join(", ")
+    )
+}
+
 /// The MTP acceptance each held-out member's MTP rows were replayed at (none for the plain protocols).
 fn mtp_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
     let mut used: std::collections::BTreeMap<String, f64> = Default::default();
@@ -108,10 +129,14 @@ fn large_head(ex: &capsim::corpus::Expressed) -> String {
         "Written by `capsim validate --protocol corpus-large --markdown validation/large.md`. The corpus's\n",
         "disaggregated, speculative-decoding (MTP) and attention-DP points (issue 25) are replayed as their\n",
         "clients ran them (validation/corpus.md says how), each on its deployment as capsim models it. The\n",
-        "learned step model is fitted on the plain aggregated points only, so every row here is a prediction:\n",
-        "`large-in-sample` from the model learned on every plain point, `large-leave-one-gpu-out` from the\n",
-        "model learned without the GPU's plain points. Rows are grouped by feature set in sample and by GPU\n",
-        "held out. Error = predicted / measured - 1.\n\n",
+        "learned step model is fitted on the plain aggregated points only: `large-in-sample` replays on the\n",
+        "model learned on every plain point, `large-leave-one-gpu-out` on the model learned without the GPU's\n",
+        "plain points. Two quantities no plain point identifies are fitted on the large points of the\n",
+        "training set (all of them in sample, the other GPUs' with a GPU held out), as stated below each\n",
+        "table: the fixed time of a MoE exchange between attention-DP ranks (on the attention-DP TPOTs\n",
+        "without MTP; `capsim calibrate --corpus` ships the value fitted on all of them) and MTP's\n",
+        "acceptance. Rows are grouped by feature set in sample and by GPU held out. Error = predicted /\n",
+        "measured - 1.\n\n",
     ));
     let large = ex.large();
     let recipes = large.iter().filter(|e| e.point.pd_launch.is_some()).count();

@@ -174,6 +174,28 @@ pub struct LearnedModel {
     pub clients: Vec<ClientCost>,
     #[serde(default)]
     pub fit: LearnedFit,
+    /// The fixed time of a MoE exchange between attention-DP ranks, learned on the corpus's
+    /// attention-DP deployments (absent: not modelled, 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<ExchangeFit>,
+}
+
+/// The fixed time of one MoE dispatch or combine between attention-DP ranks
+/// (crate::profile::Coefficients::exchange_latency_s), fitted after the step model
+/// (calibrate/exchange.rs says how, and what it may hold): no plain deployment runs such an
+/// exchange, so the plain points cannot tell it from the other costs, while every attention-DP
+/// deployment's TPOT pays it twice per MoE layer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExchangeFit {
+    /// Seconds per exchange.
+    pub latency_s: f64,
+    /// TPOTs and deployments it was fitted on.
+    pub points: usize,
+    pub deployments: usize,
+    /// Median |error| of those TPOTs without it and with it (%).
+    pub tpot_median_abs_pct_without: f64,
+    pub tpot_median_abs_pct: f64,
 }
 
 /// What a deployment gets from the learned model.
@@ -189,6 +211,9 @@ pub struct Learned {
     pub matched: [bool; N_LEVELS],
     /// The measured deployment's own residual, where the corpus measured this very deployment.
     pub residual: Option<(f64, f64)>,
+    /// Fixed time of a MoE exchange between attention-DP ranks (s; [`ExchangeFit`]), 0 where the
+    /// model has none.
+    pub exchange_latency_s: f64,
 }
 
 impl Learned {
@@ -366,7 +391,13 @@ impl LearnedModel {
         let residual = deployment_key
             .and_then(|k| self.deployments.iter().find(|d| d.key == k))
             .map(|d| (d.decode_log, d.prefill_log));
-        Learned { log_values: log, sigma_log: var.map(f64::sqrt), matched, residual }
+        Learned {
+            log_values: log,
+            sigma_log: var.map(f64::sqrt),
+            matched,
+            residual,
+            exchange_latency_s: self.exchange.as_ref().map_or(0.0, |x| x.latency_s),
+        }
     }
 
     /// [`Self::lookup`] for a catalog architecture (its family and name).
@@ -430,6 +461,11 @@ impl LearnedModel {
             }
         }
         super::check_sigma_log(m.residual_sigma_log).map_err(|msg| bad("residual_sigma_log", msg))?;
+        if let Some(x) = &m.exchange {
+            if !(x.latency_s.is_finite() && (0.0..=0.01).contains(&x.latency_s)) {
+                return Err(bad("exchange.latency_s", format!("must be from 0 to 0.01 s, got {}", x.latency_s)));
+            }
+        }
         if let Some(s) = m.ttft_residual_sigma_log {
             super::check_sigma_log(s).map_err(|msg| bad("ttft_residual_sigma_log", msg))?;
         }

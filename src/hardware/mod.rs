@@ -373,6 +373,7 @@ impl SharedModel {
             grouped_gemm_rel: (grouped / dense).clamp(1e-3, 1.0),
             api_per_token_s: 0.0,
             prefill_step_overhead_s: 0.0,
+            exchange_latency_s: 0.0,
         };
         let s = CoefficientSigmas {
             step_overhead_s: self.step_overhead_per_layer_s.sigma_log,
@@ -575,6 +576,7 @@ pub fn coefficients_from_learned(
         },
         api_per_token_s: v[API_TOKEN],
         prefill_step_overhead_s: v[PREFILL_OVERHEAD] * layers * kernel_scale,
+        exchange_latency_s: l.exchange_latency_s,
     };
     let s = &l.sigma_log;
     let sig = CoefficientSigmas {

@@ -142,6 +142,14 @@ pub struct Coefficients {
     /// reports' profiles fold it into the request overhead).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prefill_step_overhead_s: f64,
+    /// Fixed time of one MoE dispatch or combine that moves tokens between attention-DP ranks (s),
+    /// on top of its bytes over the link (crate::catalog::Collectives::all_to_all_s): what an
+    /// attention-DP step pays per exchange beyond them, the kernels' fixed cost and most likely
+    /// each rank's wait for the slowest one, which the balanced-ranks step (sim/step_large.rs)
+    /// leaves out. Paid twice per MoE layer per step. Learned across the corpus's attention-DP
+    /// deployments (calibrate/exchange.rs); 0: not modelled.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub exchange_latency_s: f64,
 }
 
 fn is_zero(x: &f64) -> bool {

@@ -185,6 +185,12 @@ impl Profile {
                 c.expert_spread =
                     shrink(c0.expert_spread, own.expert_spread, Some(1.0), shared.expert_spread.pair()).min(1.0);
             }
+            if c.exchange_latency_s == 0.0 {
+                // No report runs attention-DP ranks, so no profile fit identifies the exchange
+                // between them: the value learned on the corpus's attention-DP deployments.
+                c.exchange_latency_s =
+                    catalog.learned.as_ref().and_then(|m| m.exchange.as_ref()).map_or(0.0, |x| x.latency_s);
+            }
             f.sigmas = Some(shared.widen(&own));
             // The fit's covariance, widened on its diagonal by the spread across deployments.
             if let (Some(cov), Some(wide)) = (f.covariance.as_mut(), f.sigmas) {

@@ -236,6 +236,8 @@ pub struct DraftModel {
     all_to_alls: f64,
     token_bytes: f64,
     a2a_bytes_per_token: f64,
+    /// Fixed time of each all-to-all between attention-DP ranks (the target step's: sim/step_large.rs).
+    exchange_latency_s: f64,
     logits_bytes_per_seq: f64,
 }
 
@@ -282,6 +284,7 @@ impl DraftModel {
             all_to_alls: if ep { 2.0 } else { 0.0 },
             token_bytes,
             a2a_bytes_per_token: k_routed * token_bytes / tp as f64,
+            exchange_latency_s: if ep && p.parallel.attention_dp > 1 { c.exchange_latency_s } else { 0.0 },
             logits_bytes_per_seq: a.vocab as f64 * Dtype::Bf16.bytes(),
         }
     }
@@ -300,7 +303,7 @@ impl DraftModel {
             + d.ctx_tokens as f64 * self.attn_s_per_ctx;
         let comm = self.coll.as_ref().map_or(0.0, |c| {
             self.all_reduces * c.all_reduce_s(n * self.token_bytes)
-                + self.all_to_alls * c.all_to_all_s(n * self.a2a_bytes_per_token)
+                + self.all_to_alls * (c.all_to_all_s(n * self.a2a_bytes_per_token) + self.exchange_latency_s)
                 + c.all_gather_s(n * self.logits_bytes_per_seq)
         });
         self.overhead_s + memory.max(compute) + self.exposed * memory.min(compute) + comm

@@ -23,7 +23,11 @@
 //!   copies, plus an all-reduce inside each expert's moe_tp = tp / ep GPUs when the experts are also
 //!   TP-split; without expert parallelism (experts TP-split over all GPUs) the ranks' tokens are
 //!   gathered before and reduce-scattered after each MoE layer (SGLang dp_attention.py
-//!   `dp_gather` / `dp_scatter`), one all-reduce's worth over the stage.
+//!   `dp_gather` / `dp_scatter`), one all-reduce's worth over the stage. An expert-parallel
+//!   exchange between attention-DP ranks also pays the profile's `exchange_latency_s` each time
+//!   (learned on the corpus's attention-DP deployments: calibrate/exchange.rs): its kernels'
+//!   fixed cost and the wait for the slowest rank, which neither the link model nor balanced ranks
+//!   count.
 //!
 //! Pipeline parallelism with P stages of n_layers / P layers on tp GPUs each: the engine keeps P
 //! micro-batches in flight (vLLM runs P virtual engines, `max_concurrent_batches` = pipeline size,
@@ -70,6 +74,8 @@ pub struct LargeStep {
     moe_exchanges: f64,
     /// All-to-all over the stage's GPUs, and the bytes per GPU per MoE token.
     a2a: Option<(Collectives, f64)>,
+    /// Fixed time of each all-to-all between attention-DP ranks (s; 0 with one rank).
+    exchange_latency_s: f64,
     /// Gather / reduce-scatter over the stage's GPUs (experts TP-split under DP attention), bytes per
     /// MoE token.
     gather: Option<(Collectives, f64)>,
@@ -121,6 +127,7 @@ impl LargeStep {
             token_bytes,
             logits_bytes_per_seq: a.vocab as f64 * Dtype::Bf16.bytes(),
             moe_exchanges: 2.0 * moe_layers,
+            exchange_latency_s: if a2a.is_some() && ranks > 1 { p.coefficients.exchange_latency_s } else { 0.0 },
             a2a,
             gather,
             moe_tp_reduce,
@@ -150,7 +157,7 @@ impl LargeStep {
     pub fn all_to_all_s(&self, moe_tokens: u32) -> f64 {
         let t = moe_tokens as f64;
         // Per exchange (two per MoE layer); the moe_tp all-reduce runs once per layer.
-        let one = self.a2a.map_or(0.0, |(c, b)| c.all_to_all_s(t * b))
+        let one = self.a2a.map_or(0.0, |(c, b)| c.all_to_all_s(t * b) + self.exchange_latency_s)
             + self.gather.map_or(0.0, |(c, b)| c.all_gather_s(t * b))
             + 0.5 * self.moe_tp_reduce.map_or(0.0, |(c, b)| c.all_reduce_s(t * b));
         self.moe_exchanges * one

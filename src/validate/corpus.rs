@@ -10,7 +10,8 @@
 //! client's other points (never onto a user's deployment).
 
 use super::Row;
-use crate::calibrate::corpus::{fit, profile_for, profile_for_deployment, replay_points};
+use crate::calibrate::corpus::{disaggregated, fit, profile_for, replay_points};
+use crate::calibrate::exchange;
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::experiment::{predict_cached, ExperimentUnknowns, ReplayCache};
@@ -100,6 +101,10 @@ pub struct CorpusRow {
     /// The MTP acceptance per drafted position the row was replayed at (MTP experiments only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtp_accept_rate: Option<f64>,
+    /// The fixed time of a MoE exchange between attention-DP ranks the row was replayed at, in us
+    /// (attention-DP experiments of the large protocols: calibrate/exchange.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange_latency_us: Option<f64>,
     #[serde(flatten)]
     pub row: Row,
 }
@@ -119,6 +124,7 @@ fn replay_each(
             let profile = profile_for(catalog, &catalog.hardware, model, e, in_sample, true);
             let cache = ReplayCache::default();
             let points = replay_points(model, e);
+            let adp = e.features().contains(&crate::corpus::Feature::AttentionDp);
             // A disaggregated experiment: both pools' profiles, one replay on sim/disagg.rs.
             let pd = e.pd.as_ref().map(|x| disaggregated(catalog, model, e, x, in_sample));
             let pd_summary = match (&pd, points.first()) {
@@ -165,7 +171,11 @@ fn replay_each(
                         _ => member.to_string(),
                     };
                     let mtp_accept_rate = speculation(e).map(|s| s.rate(0));
-                    CorpusRow { member, mtp_accept_rate, row }
+                    let exchange_latency_us = match (&model.exchange, adp) {
+                        (Some(x), true) => Some(x.latency_s * 1e6),
+                        _ => None,
+                    };
+                    CorpusRow { member, mtp_accept_rate, exchange_latency_us, row }
                 })
                 .collect::<Vec<_>>()
         })
@@ -227,19 +237,14 @@ fn fit_acceptance<'o>(obs: impl Iterator<Item = &'o MtpObservation>) -> Option<f
 
 /// MTP is launched without a stated acceptance, and the corpus's prompts are random tokens, which a
 /// draft predicts worse than text: replay its MTP experiments at the acceptance fitted on the MTP
-/// experiments of the training set (each at the cited default first, on `m`, the model learned on
-/// every plain point). For a held-out GPU: fitted on the other GPUs' MTP experiments (`m`
-/// includes that GPU's plain points but none of its MTP ones). Returns, per held-out member ("all"
-/// in sample), the experiments to replay.
-fn mtp_fitted(
-    catalog: &Catalog,
-    m: &LearnedModel,
-    replayed: &[&Experiment],
-    members: &[String],
-) -> Vec<Vec<Experiment>> {
+/// experiments of the training set (each at the cited default first, on `m`: the model learned on
+/// every plain point, with the held-out member's exchange latency). For a held-out GPU: fitted on
+/// the other GPUs' MTP experiments (`m` includes that GPU's plain points but none of its MTP
+/// ones). Returns the experiments to replay for `member` ("all" in sample).
+fn mtp_fitted(catalog: &Catalog, m: &LearnedModel, replayed: &[&Experiment], member: &str) -> Vec<Experiment> {
     let mtp: Vec<&Experiment> = replayed.iter().filter(|e| speculation(e).is_some()).copied().collect();
     if mtp.is_empty() {
-        return vec![replayed.iter().map(|e| (*e).clone()).collect(); members.len()];
+        return replayed.iter().map(|e| (*e).clone()).collect();
     }
     let rows = replay_each(catalog, m, &mtp, CorpusProtocol::LargeInSample, "all", "");
     let obs: Vec<MtpObservation> = mtp
@@ -257,40 +262,38 @@ fn mtp_fitted(
             })
         })
         .collect();
-    let mut out = Vec::new();
-    for member in members {
-        let a = fit_acceptance(obs.iter().filter(|o| member == "all" || &o.gpu != member));
-        let source = a.map_or(String::new(), |a| {
-            format!("{a:.2} per position, fitted on the corpus's MTP TPOTs (random prompts) without {member}")
-        });
-        out.push(
-            replayed
-                .iter()
-                .map(|e| match (a, speculation(e)) {
-                    (Some(a), Some(_)) => with_acceptance(e, a, &source),
-                    _ => (*e).clone(),
-                })
-                .collect(),
-        );
-    }
-    out
+    let a = fit_acceptance(obs.iter().filter(|o| member == "all" || o.gpu != member));
+    let source = a.map_or(String::new(), |a| {
+        format!("{a:.2} per position, fitted on the corpus's MTP TPOTs (random prompts) without {member}")
+    });
+    replayed
+        .iter()
+        .map(|e| match (a, speculation(e)) {
+            (Some(a), Some(_)) => with_acceptance(e, a, &source),
+            _ => (*e).clone(),
+        })
+        .collect()
 }
 
-/// A disaggregated experiment's deployment: each pool's profile from the learned model.
-fn disaggregated(
+/// What the large protocols fit on the large points of the training set, per held-out member
+/// ("all" in sample): the exchange latency between attention-DP ranks (calibrate/exchange.rs, on
+/// the attention-DP TPOTs of the other members, replayed on `m`, the model learned on every plain
+/// point), then the MTP acceptance with it ([`mtp_fitted`]); the experiments to replay with each.
+fn large_fitted(
     catalog: &Catalog,
-    model: &LearnedModel,
-    e: &Experiment,
-    x: &crate::corpus::PdExperiment,
-    in_sample: bool,
-) -> crate::error::Result<crate::profile::disagg::Disaggregated> {
-    let pool = |d| profile_for_deployment(catalog, &catalog.hardware, model, e, d, in_sample, true);
-    Ok(crate::profile::disagg::Disaggregated::new(
-        pool(&x.prefill)?,
-        pool(&x.decode)?,
-        x.prefill_workers,
-        x.decode_workers,
-    ))
+    m: &LearnedModel,
+    replayed: &[&Experiment],
+    members: &[String],
+) -> Vec<(Option<crate::hardware::learned::ExchangeFit>, Vec<Experiment>)> {
+    let obs = exchange::observations(catalog, m, replayed);
+    members
+        .iter()
+        .map(|member| {
+            let x = exchange::fit(obs.iter().filter(|o| member == "all" || &o.gpu != member));
+            let with = exchange::with_exchange(m, x.clone());
+            (x, mtp_fitted(catalog, &with, replayed, member))
+        })
+        .collect()
 }
 
 /// The feature set of a large experiment, as its protocols' rows name it (`disaggregated+mtp`).
@@ -329,18 +332,23 @@ pub fn validate_corpus(
         false => None,
     };
     let owned = match (&all_plain, protocol.is_large()) {
-        (Some(m), true) => mtp_fitted(catalog, m, &replayed, &members),
+        (Some(m), true) => large_fitted(catalog, m, &replayed, &members),
         _ => Vec::new(),
     };
     let replayed_for = |k: usize| -> Vec<&Experiment> {
         match owned.get(k) {
-            Some(v) => v.iter().collect(),
+            Some((_, v)) => v.iter().collect(),
             None => replayed.clone(),
         }
     };
+    // The member's model with the exchange latency fitted without it (large protocols).
+    let exchange_for = |k: usize, m: &LearnedModel| match owned.get(k) {
+        Some((x, _)) => exchange::with_exchange(m, x.clone()),
+        None => m.clone(),
+    };
     if let (true, Some(m)) = (protocol.member_of_nothing(), &all_plain) {
         let note = "learned on every plain corpus point";
-        return Ok(replay_each(catalog, m, &replayed_for(0), protocol, "all", note).concat());
+        return Ok(replay_each(catalog, &exchange_for(0, m), &replayed_for(0), protocol, "all", note).concat());
     }
     let mut rows = Vec::new();
     for (k, m) in members.iter().enumerate() {
@@ -351,7 +359,7 @@ pub fn validate_corpus(
         if train.is_empty() {
             continue;
         }
-        let model = fit(catalog, &train, &format!("{} without {m}", protocol.as_str()))?.model;
+        let model = exchange_for(k, &fit(catalog, &train, &format!("{} without {m}", protocol.as_str()))?.model);
         rows.extend(replay_each(catalog, &model, &held, protocol, m, &format!("learned without {m}")).concat());
     }
     Ok(rows)

@@ -81,6 +81,27 @@ fn attention_dp_step_is_the_busiest_ranks_share_plus_the_all_to_all() {
     assert!((parts.total_s - total).abs() < 1e-9, "{} vs {total}", parts.total_s);
 }
 
+/// The learned fixed time of an exchange between attention-DP ranks: paid by each dispatch and
+/// combine (twice per MoE layer) where tokens move between ranks, by none where the experts are
+/// split by TP inside one rank (no exchange between ranks).
+#[test]
+fn the_exchange_latency_is_paid_twice_per_moe_layer_between_ranks() {
+    let gpu = "tensor_parallel = 4\nattention_dp = 4\nexpert_parallel_size = 4";
+    let base = profile(gpu, "", 0.01, 1e-3, 1e30);
+    let mut with = base.clone();
+    with.coefficients.exchange_latency_s = 50e-6;
+    let shape = decodes(10, 100);
+    let (p0, p1) = (StepModel::new(&base).parts(&shape), StepModel::new(&with).parts(&shape));
+    let added = 2.0 * 48.0 * 50e-6;
+    assert!((p1.all_to_all_s - p0.all_to_all_s - added).abs() < 1e-12, "{} vs {}", p1.all_to_all_s, p0.all_to_all_s);
+    assert!((p1.total_s - p0.total_s - added).abs() < 1e-9);
+    // Experts over TP only, one rank: no exchange between ranks to pay it.
+    let mut one_rank = profile("tensor_parallel = 4\nexpert_parallel_size = 2", "", 0.01, 1e-3, 1e30);
+    let before = StepModel::new(&one_rank).parts(&shape).total_s;
+    one_rank.coefficients.exchange_latency_s = 50e-6;
+    assert_eq!(StepModel::new(&one_rank).parts(&shape).total_s, before);
+}
+
 #[test]
 fn attention_dp_replicates_the_dense_weights_and_multiplies_the_batch_limits() {
     let engine = "max_num_seqs = 64\nmax_num_batched_tokens = 2048";
@@ -259,6 +280,8 @@ fn explain_shows_the_all_to_all_and_the_pipeline() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("all-to-all across DP ranks") && out.contains("4 attention DP rank(s)"), "{out}");
+    // The embedded learned model's exchange latency, named where it is paid.
+    assert!(out.contains("us fixed per exchange between ranks"), "{out}");
     let o = capsim(&["explain", "--pp", "2", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
