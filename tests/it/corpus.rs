@@ -249,6 +249,15 @@ fn a_bad_learned_model_file_is_refused_with_its_key() {
     assert!(e.contains("learned.toml") && e.contains("bandwidth_frac"), "{e}");
     let e = LearnedModel::parse("learned.toml", "provenance = 3").unwrap_err().to_string();
     assert!(e.contains("learned.toml"), "{e}");
+    // The shipped model carries the exchange's fixed time; a negative or NaN one is refused by key.
+    let x = m.exchange.clone().expect("the shipped model fits the exchange between attention-DP ranks");
+    assert!(x.latency_s > 0.0 && x.points > 0, "{x:?}");
+    for v in [-1e-6, f64::NAN] {
+        let mut bad = m.clone();
+        bad.exchange = Some(capsim::hardware::learned::ExchangeFit { latency_s: v, ..x.clone() });
+        let e = LearnedModel::parse("learned.toml", &bad.to_toml()).unwrap_err().to_string();
+        assert!(e.contains("learned.toml") && e.contains("exchange.latency_s"), "{e}");
+    }
 }
 
 #[test]
