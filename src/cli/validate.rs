@@ -622,7 +622,8 @@ fn markdown(
            (`capsim validate --protocol corpus-all --markdown validation/corpus.md`: corpus-in-sample, leave-one-gpu-out,\n\
            leave-one-model-out, leave-one-engine-out). The corpus's large deployments (disaggregated prefill/decode,\n\
            speculative decoding, attention data parallelism, wide expert parallelism), predicted by the model learned on the\n\
-           plain points only, are in [validation/large.md](validation/large.md) (`capsim validate --protocol corpus-large\n\
+           plain points (with MTP's acceptance and the fixed time of an exchange between attention-DP ranks fitted on the\n\
+           training set's large points), are in [validation/large.md](validation/large.md) (`capsim validate --protocol corpus-large\n\
            --markdown validation/large.md`: large-in-sample, large-leave-one-gpu-out; targets TTFT <= 25%, TPOT <= 15%).\n\n";
     let per_protocol: Vec<Result<Vec<Row>>> =
         Protocol::ALL.par_iter().map(|&p| validate::run(p, points, metas, catalog, None, None)).collect();
