@@ -166,7 +166,9 @@ struct Built {
     mem_fraction: f64,
 }
 
-fn build(v: &[f64; N_PARAMS]) -> Built {
+/// The coefficients at `v`; `exchange_latency_s` is not fitted from the runs but taken as learned
+/// ([`exchange_of`]).
+fn build(v: &[f64; N_PARAMS], exchange_latency_s: f64) -> Built {
     Built {
         coefficients: Coefficients {
             step_overhead_s: v[P_OVERHEAD].exp(),
@@ -181,10 +183,21 @@ fn build(v: &[f64; N_PARAMS]) -> Built {
             grouped_gemm_rel: 1.0,
             api_per_token_s: 0.0,
             prefill_step_overhead_s: 0.0,
-            exchange_latency_s: 0.0,
+            exchange_latency_s,
         },
         unknowns: ExperimentUnknowns { rounds_closed: v[P_ROUNDS_CLOSED], rounds_unknown: v[P_ROUNDS_UNKNOWN] },
         mem_fraction: v[P_MEM],
+    }
+}
+
+/// The fixed time of an exchange between attention-DP ranks for `t`'s deployment: the learned
+/// model's (calibrate/exchange.rs) where the layout has attention-DP ranks, else 0. A user's runs of
+/// one deployment cannot tell it from the step overhead (both are paid every step), so it is held
+/// at the corpus's value and the rest of the step is fitted around it.
+fn exchange_of(t: &Target, catalog: &crate::catalog::Catalog) -> f64 {
+    match (t.deployment.parallel.attention_dp > 1, &catalog.learned) {
+        (true, Some(m)) => m.exchange.as_ref().map_or(0.0, |x| x.latency_s),
+        _ => 0.0,
     }
 }
 
@@ -283,6 +296,7 @@ fn calibrate_variant(
     opts: &FitOptions,
     variant: &EngineSettings,
 ) -> Result<(ProfileFile, FitReport)> {
+    let exchange = exchange_of(t, catalog);
     let arch = catalog.model(&t.deployment.model)?;
     let gpu = catalog.gpu(&t.deployment.gpu)?.clone();
     let report_pts: Vec<&Point> = points.iter().filter(|p| p.report == t.report).collect();
@@ -409,7 +423,7 @@ fn calibrate_variant(
         .collect();
 
     let predict_all = |v: &[f64; N_PARAMS]| -> Vec<Option<f64>> {
-        let b = build(v);
+        let b = build(v, exchange);
         let pf = profile_file(t, &b, variant);
         let Ok(profile) = pf.resolve(&t.profile_name, catalog) else {
             return vec![None; fit_pts.len()];
@@ -427,7 +441,7 @@ fn calibrate_variant(
     let v_start = space.full(&x0);
     inputs::refuse_unreplayed(
         t,
-        &profile_file(t, &build(&v_start), variant),
+        &profile_file(t, &build(&v_start, exchange), variant),
         catalog,
         &fit_pts,
         &predict_all(&v_start),
@@ -483,7 +497,7 @@ fn calibrate_variant(
     }
     nm.evaluations = used;
     let v = space.full(&nm.x);
-    let b = build(&v);
+    let b = build(&v, exchange);
     let preds = predict_all(&v);
     inputs::refuse_unreplayed(t, &profile_file(t, &b, variant), catalog, &fit_pts, &preds)?;
 

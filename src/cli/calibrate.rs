@@ -166,6 +166,21 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             Dtype::Bf16
         }
     };
+    // The layout --attention-dp, --ep, --pp and --redundant-experts state, checked as simulate checks
+    // it (a bad one is refused naming its flag).
+    let parallel = {
+        let mut g = capsim::profile::GpuRef::default();
+        a.set_layout(&mut g);
+        let arch = catalog.model(&model).map_err(|e| Error::flag("--model", e.to_string()))?;
+        let spec = catalog.gpu(&gpu).map_err(|e| Error::flag("--gpu", e.to_string()))?;
+        capsim::profile::Parallel::resolve("command line", &arch, spec, tp, &g).map_err(|e| match &e {
+            Error::Input { at, msg } => match super::deploy::layout_flag(at.field.as_deref()) {
+                Some(flag) => Error::flag(flag, msg.clone()),
+                None => e,
+            },
+            _ => e,
+        })?
+    };
     let mut settings = a.engine_settings();
     if settings.kind.is_none() && settings.version.is_none() {
         settings.version = calibrate::runs::files_server_version(runs, engine, &mut notes);
@@ -182,7 +197,7 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
             gpu,
             tensor_parallel: tp,
             expert_parallel: a.expert_parallel,
-            parallel: Default::default(),
+            parallel,
             engine,
             weight_dtype,
             kv_dtype,
@@ -191,6 +206,14 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
         },
         notes,
     ))
+}
+
+/// The layout flags as given (` --attention-dp 8 --ep 8`), for the command a profile records.
+fn layout_flags(a: &ProfileArgs) -> String {
+    [("--attention-dp", a.attention_dp), ("--ep", a.ep), ("--pp", a.pp), ("--redundant-experts", a.redundant_experts)]
+        .into_iter()
+        .filter_map(|(f, v)| v.map(|n| format!(" {f} {n}")))
+        .collect()
 }
 
 /// The speculative decoding whose acceptance `calibrate --runs` fits: --spec-method and --spec-tokens
@@ -331,12 +354,13 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         let points: Vec<Point> = runs.iter().flat_map(|r| r.points(&name)).collect();
         let all_sha: String = files.iter().map(|f| f.sha256.as_str()).collect::<Vec<_>>().join("");
         let command = format!(
-                "capsim calibrate --runs {} --model {} --gpu {} --tp {}{} --engine {} --precision {} --kv-dtype {} --name {} --out {} --max-evals {}",
+                "capsim calibrate --runs {} --model {} --gpu {} --tp {}{}{} --engine {} --precision {} --kv-dtype {} --name {} --out {} --max-evals {}",
                 a.runs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "),
                 dep.model,
                 dep.gpu,
                 dep.tensor_parallel,
                 if dep.expert_parallel { " --expert-parallel" } else { "" },
+                layout_flags(&a.deployment),
                 dep.engine.as_str(),
                 dep.weight_dtype,
                 dep.kv_dtype,

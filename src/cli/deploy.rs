@@ -382,7 +382,7 @@ impl ProfileArgs {
     }
     /// The `[gpu]` keys --attention-dp, --ep and --pp set (the profile's own expert_parallel gives way
     /// to --ep; the flag --expert-parallel does not).
-    fn set_layout(&self, g: &mut capsim::profile::GpuRef) {
+    pub(super) fn set_layout(&self, g: &mut capsim::profile::GpuRef) {
         if let Some(n) = self.attention_dp {
             g.attention_dp = Some(n);
         }
@@ -567,7 +567,7 @@ impl ProfileArgs {
 }
 
 /// The flag of a layout field of the profile's `[gpu]` table (profile/parallel.rs).
-fn layout_flag(field: Option<&str>) -> Option<&'static str> {
+pub(super) fn layout_flag(field: Option<&str>) -> Option<&'static str> {
     match field? {
         "gpu.attention_dp" => Some("--attention-dp"),
         "gpu.expert_parallel_size" => Some("--ep"),

@@ -566,3 +566,56 @@ fn a_whole_nvl72_rack_is_one_replica() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("--tp") && err.contains("1..=72"), "{err}");
 }
+
+/// `calibrate --runs` of an attention-DP deployment takes the layout flags (they were dropped, and
+/// the profile written was plain TP): the profile states the layout and holds the exchange between
+/// ranks at the learned value, its command names the flags, and a bad layout is refused naming its
+/// flag.
+#[test]
+fn calibrate_runs_takes_the_layout_flags() {
+    let run = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "calibration/corpus/inferencex-dsr1/dsr1-fp4-b200-trt-tp4ep4-dpa-1.2.0rc6.post2/1024x1024_c256_2026-02-03.json",
+    );
+    let out = std::env::temp_dir().join(format!("capsim-dp-calibrate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = run.to_str().unwrap();
+    let base = [
+        "calibrate",
+        "--runs",
+        run,
+        "--model",
+        "deepseek-r1",
+        "--gpu",
+        "b200",
+        "--tp",
+        "4",
+        "--precision",
+        "nvfp4",
+        "--kv-dtype",
+        "fp8",
+        "--engine",
+        "trtllm",
+        "--name",
+        "dp",
+        "--max-evals",
+        "10",
+        "--out",
+    ];
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend([out.to_str().unwrap(), "--attention-dp", "4", "--ep", "4"]);
+    let o = capsim(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(out.join("dp.toml")).unwrap();
+    assert!(text.contains("attention_dp = 4") && text.contains("expert_parallel_size = 4"), "{text}");
+    assert!(text.contains("--attention-dp 4 --ep 4"), "{text}");
+    let learned = Catalog::builtin().learned.and_then(|m| m.exchange).expect("a learned exchange");
+    let p = ProfileFile::parse("dp.toml", &text).unwrap().resolve("dp", &Catalog::builtin()).unwrap();
+    assert_eq!(p.coefficients.exchange_latency_s, learned.latency_s);
+    let mut bad: Vec<&str> = base.to_vec();
+    bad.extend([out.to_str().unwrap(), "--attention-dp", "3"]);
+    let o = capsim(&bad);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--attention-dp") && err.contains("do not divide"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}
