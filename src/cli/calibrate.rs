@@ -294,6 +294,22 @@ fn write_profile(out: &Path, command: &str, pf: &ProfileFile, rep: &FitReport) -
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
+    if a.runs.is_empty() {
+        // Without --runs the deployments are the reports' or the corpus's own: a deployment flag
+        // would be dropped, so it is refused, naming it (the catalog files still apply).
+        let mode = if a.corpus.is_some() {
+            "--corpus fits the corpus's"
+        } else {
+            "without --runs calibrate fits the reports'"
+        };
+        if let Some(flag) = a.deployment.given_flags().into_iter().find(|f| !matches!(*f, "--gpus-file" | "--hardware"))
+        {
+            return Err(Error::flag(
+                flag,
+                format!("{mode} own deployments, each as measured; {flag} names the deployment of --runs"),
+            ));
+        }
+    }
     if let Some(dir) = &a.corpus {
         return run_corpus(&a, dir.as_deref());
     }

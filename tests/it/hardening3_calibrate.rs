@@ -240,3 +240,21 @@ fn calibrate_names_the_flag_not_the_profile_key() {
     assert!(!out.join("..toml").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Without --runs, calibrate fits the reports' (or, with --corpus, the corpus's) own deployments: a
+/// deployment flag would be dropped, so it is refused naming it, before any fit runs.
+#[test]
+fn deployment_flags_without_runs_are_refused_naming_them() {
+    let out = tmp_dir("noruns");
+    let o = out.to_str().unwrap();
+    for (args, flag) in [
+        (vec!["calibrate", "--attention-dp", "2", "--out", o], "--attention-dp"),
+        (vec!["calibrate", "--gpu", "H100 SXM", "--out", o], "--gpu"),
+        (vec!["calibrate", "--corpus", "--tp", "4", "--out", o], "--tp"),
+    ] {
+        let (code, _, err) = capsim(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains("names the deployment of --runs"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
