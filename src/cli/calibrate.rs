@@ -168,7 +168,10 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     };
     // The layout --attention-dp, --ep, --pp and --redundant-experts state, checked as simulate checks
     // it (a bad one is refused naming its flag).
-    let parallel = {
+    let layout_given = a.attention_dp.is_some() || a.ep.is_some() || a.pp.is_some() || a.redundant_experts.is_some();
+    let parallel = if !layout_given {
+        capsim::profile::Parallel::default()
+    } else {
         let mut g = capsim::profile::GpuRef::default();
         a.set_layout(&mut g);
         let arch = catalog.model(&model).map_err(|e| Error::flag("--model", e.to_string()))?;
