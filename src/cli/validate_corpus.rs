@@ -83,42 +83,45 @@ pub const TARGETS: &[(CorpusProtocol, &str, f64)] = &[
     (CorpusProtocol::LargeLeaveOneGpuOut, "tpot_ms", 15.0),
 ];
 
-/// The exchange latency between attention-DP ranks each held-out member's rows were replayed at
-/// (none for the plain protocols).
-fn exchange_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
-    let mut used: std::collections::BTreeMap<String, f64> = Default::default();
+/// A value the large protocols fit on the training set, as each held-out member's rows were replayed
+/// at it ("all" in sample; none for the plain protocols): `what` then each member's `value`.
+fn fitted_note(
+    p: CorpusProtocol,
+    rows: &[CorpusRow],
+    value: impl Fn(&CorpusRow) -> Option<String>,
+    what: &str,
+) -> String {
+    let mut used: std::collections::BTreeMap<String, String> = Default::default();
     for r in rows {
-        if let Some(x) = r.exchange_latency_us {
+        if let Some(v) = value(r) {
             let member = if p == CorpusProtocol::LargeInSample { "all".to_string() } else { r.member.clone() };
-            used.insert(member, x);
+            used.insert(member, v);
         }
     }
     if used.is_empty() {
         return String::new();
     }
-    let list: Vec<String> = used.iter().map(|(m, x)| format!("{m} {x:.1} us")).collect();
-    format!(
-        "Fixed time of a MoE dispatch or combine between attention-DP ranks, fitted on the attention-DP TPOTs without MTP of the training set (in sample: every such point; a GPU held out: the other GPUs'; calibrate/exchange.rs): {}.\n\n",
-        list.join(", ")
+    let list: Vec<String> = used.iter().map(|(m, v)| format!("{m} {v}")).collect();
+    format!("{what}: {}.\n\n", list.join(", "))
+}
+
+/// The exchange latency between attention-DP ranks each held-out member's rows were replayed at.
+fn exchange_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
+    fitted_note(
+        p,
+        rows,
+        |r| r.exchange_latency_us.map(|x| format!("{x:.1} us")),
+        "Fixed time of a MoE dispatch or combine between attention-DP ranks, fitted on the attention-DP TPOTs without MTP of the training set (in sample: every such point; a GPU held out: the other GPUs'; calibrate/exchange.rs)",
     )
 }
 
-/// The MTP acceptance each held-out member's MTP rows were replayed at (none for the plain protocols).
+/// The MTP acceptance each held-out member's MTP rows were replayed at.
 fn mtp_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
-    let mut used: std::collections::BTreeMap<String, f64> = Default::default();
-    for r in rows {
-        if let Some(a) = r.mtp_accept_rate {
-            let member = if p == CorpusProtocol::LargeInSample { "all".to_string() } else { r.member.clone() };
-            used.insert(member, a);
-        }
-    }
-    if used.is_empty() {
-        return String::new();
-    }
-    let list: Vec<String> = used.iter().map(|(m, a)| format!("{m} {a:.2}")).collect();
-    format!(
-        "MTP acceptance per drafted position, fitted on the MTP TPOTs of the training set (in sample: every MTP point; a GPU held out: the other GPUs'), since no launch states it and the corpus's prompts are random tokens: {}.\n\n",
-        list.join(", ")
+    fitted_note(
+        p,
+        rows,
+        |r| r.mtp_accept_rate.map(|a| format!("{a:.2}")),
+        "MTP acceptance per drafted position, fitted on the MTP TPOTs of the training set (in sample: every MTP point; a GPU held out: the other GPUs'), since no launch states it and the corpus's prompts are random tokens",
     )
 }
 
