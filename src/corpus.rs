@@ -271,7 +271,9 @@ fn pool_settings(client: Client, engine: EngineKind, isl: u32, batch: Option<u32
 /// What makes a corpus point a large deployment (issue 25): the serving features beyond one
 /// aggregated engine of tensor-parallel GPUs. The learned step model is fitted on plain points only
 /// (the closed form of calibrate::corpus knows one engine's step); large points are predicted from it
-/// and reported apart (`capsim validate --protocol large-in-sample | large-leave-one-gpu-out`).
+/// and reported apart (`capsim validate --protocol large-in-sample | large-leave-one-gpu-out`), the
+/// attention-DP ones after fitting the one quantity no plain point identifies, the fixed time of an
+/// exchange between ranks (calibrate::exchange).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Feature {
