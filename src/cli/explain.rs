@@ -30,11 +30,34 @@ pub struct ExplainArgs {
     pub json: bool,
 }
 
+/// Deployment flags that change what the scheduler does between steps and nothing of a step's
+/// parts (sim/vllm.rs, sglang.rs, trtllm.rs, prefix.rs). A cached prefix is explained by
+/// --prefill-start; --kv-offload-gb is explained (its host tier's load of that prefix).
+const SCHEDULING_ONLY: [&str; 8] = [
+    "--prefix-caching",
+    "--ignore-eos",
+    "--watermark",
+    "--reserve-full-prompt",
+    "--capacity-scheduler-policy",
+    "--new-token-ratio-init",
+    "--new-token-ratio-min",
+    "--new-token-ratio-decay-steps",
+];
+
 pub fn run(a: ExplainArgs) -> Result<()> {
     if a.decode == 0 && a.prefill == 0 {
         return Err(Error::flag("--decode", "the step is empty: give --decode N or --prefill N"));
     }
     let catalog = a.deployment.catalog()?;
+    // Flags that act on scheduling across steps (what is admitted, kept, evicted or cached), not on
+    // the time of the one step explained: said, not silently taken.
+    for flag in a.deployment.given_flags() {
+        if SCHEDULING_ONLY.contains(&flag) {
+            eprintln!(
+                "note: {flag} acts on scheduling across steps (admission, eviction, caching), not on one step's time: `capsim simulate` shows its effect"
+            );
+        }
+    }
     // A disaggregated deployment: a step of prompt chunks alone (--decode 0) is a prefill worker's,
     // on the prefill pool's layout and GPU (--prefill-tp, --prefill-gpu, ...); a step with decodes
     // is a decode worker's; the KV transfer between them beside it. explain showed the decode

@@ -619,3 +619,16 @@ fn calibrate_runs_takes_the_layout_flags() {
     assert!(err.contains("--attention-dp") && err.contains("do not divide"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// explain says which deployment flags act only on scheduling across steps instead of taking them
+/// silently, and its step is the same with or without them.
+#[test]
+fn explain_says_a_scheduling_flag_does_not_change_the_step() {
+    let plain = capsim(&["explain", "--json"]);
+    let o = capsim(&["explain", "--json", "--prefix-caching", "on", "--watermark", "0.05"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: --prefix-caching acts on scheduling") && err.contains("note: --watermark"), "{err}");
+    assert_eq!(o.stdout, plain.stdout);
+    assert!(String::from_utf8_lossy(&plain.stderr).is_empty());
+}
