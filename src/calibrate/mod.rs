@@ -196,7 +196,7 @@ fn build(v: &[f64; N_PARAMS], exchange_latency_s: f64) -> Built {
 /// at the corpus's value and the rest of the step is fitted around it.
 fn exchange_of(t: &Target, catalog: &crate::catalog::Catalog) -> f64 {
     match (t.deployment.parallel.attention_dp > 1, &catalog.learned) {
-        (true, Some(m)) => m.exchange.as_ref().map_or(0.0, |x| x.latency_s),
+        (true, Some(m)) => m.exchange_latency_s(),
         _ => 0.0,
     }
 }

@@ -153,7 +153,7 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         let mut v = v;
         if parts.all_to_all_s > 0.0 {
             // Of `all_to_all_s`: the fixed time of each exchange between attention-DP ranks.
-            v["exchange_latency_s"] = json!(p.coefficients.exchange_latency_s);
+            v["exchange_latency_s"] = json!(p.rank_exchange_latency_s());
         }
         if let Some(s) = &spec {
             v["speculative"] = json!({
@@ -281,10 +281,10 @@ pub fn run(a: ExplainArgs) -> Result<()> {
                 "MoE dispatch + combine over {} GPUs, twice per MoE layer ({} GPUs per expert){}",
                 p.tensor_parallel,
                 par.moe_tp(p.tensor_parallel),
-                if p.coefficients.exchange_latency_s > 0.0 && par.attention_dp > 1 && par.expert_parallel_size > 1 {
+                if p.rank_exchange_latency_s() > 0.0 {
                     format!(
                         "; {:.1} us fixed per exchange between ranks (learned on the corpus's attention-DP deployments)",
-                        p.coefficients.exchange_latency_s * 1e6
+                        p.rank_exchange_latency_s() * 1e6
                     )
                 } else {
                     String::new()

@@ -183,7 +183,7 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
     if d.precision.is_none() || d.kv_dtype.is_none() {
         // What calibrate --runs lists as its assumptions, said here too: the files state neither.
         let (w, kv) = (profile.file.model.weight_dtype, profile.file.model.kv_dtype);
-        let from = if profile.retarget_method.as_deref().is_some_and(|m| m.starts_with("another model")) {
+        let from = if profile.moved_to_another_model() {
             "the checkpoint's config or name, else BF16"
         } else {
             "the profile's, of this model"
@@ -263,8 +263,7 @@ fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::Lea
             fit.n_points, fit.median_abs_error_pct, fit.p90_abs_error_pct
         );
     }
-    let learned_coefficients = p.retarget_method.as_deref().is_some_and(|m| m.starts_with("another model"));
-    match (&p.retargeted_from, learned.filter(|_| learned_coefficients)) {
+    match (&p.retargeted_from, learned.filter(|_| p.moved_to_another_model())) {
         // Another model: the coefficients are the learned step model's, as for any deployment
         // nobody calibrated; the profile it was moved from lends none of its fit.
         (Some(base), Some(m)) => {

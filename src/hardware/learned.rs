@@ -343,6 +343,12 @@ pub struct ModelKey<'a> {
 }
 
 impl LearnedModel {
+    /// The fixed time of a MoE exchange between attention-DP ranks ([`ExchangeFit`]), 0 where the
+    /// model has none.
+    pub fn exchange_latency_s(&self) -> f64 {
+        self.exchange.as_ref().map_or(0.0, |x| x.latency_s)
+    }
+
     fn offset(&self, level: &str, key: &str) -> Option<&Offset> {
         self.offsets.iter().find(|o| o.level == level && o.key == key)
     }
@@ -396,7 +402,7 @@ impl LearnedModel {
             sigma_log: var.map(f64::sqrt),
             matched,
             residual,
-            exchange_latency_s: self.exchange.as_ref().map_or(0.0, |x| x.latency_s),
+            exchange_latency_s: self.exchange_latency_s(),
         }
     }
 

@@ -500,6 +500,26 @@ impl Profile {
         self.coefficients.api_per_token_s / self.engine.stream_interval as f64
     }
 
+    /// The fixed time each MoE exchange between attention-DP ranks pays here
+    /// (Coefficients::exchange_latency_s): where the layout moves a MoE layer's tokens between ranks
+    /// (more than one rank, experts spread over an EP group), else 0. The one test of where it is
+    /// paid: the step (sim/step_large.rs), the MTP draft (sim/spec.rs) and `capsim explain`.
+    pub fn rank_exchange_latency_s(&self) -> f64 {
+        let between_ranks =
+            self.arch.moe.is_some() && self.parallel.attention_dp > 1 && self.parallel.expert_parallel_size > 1;
+        if between_ranks {
+            self.coefficients.exchange_latency_s
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether the coefficients are the learned step model's for a model the profile was moved to
+    /// (Profile::retarget's "another model" method), not the profile's own fit.
+    pub fn moved_to_another_model(&self) -> bool {
+        self.retarget_method.as_deref().is_some_and(|m| m.starts_with("another model"))
+    }
+
     /// Its speculative decoding (None: plain decoding), validated by [`ProfileFile::resolve`].
     pub fn speculative(&self) -> Option<&Speculative> {
         self.file.speculative.as_ref()

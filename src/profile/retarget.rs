@@ -188,8 +188,7 @@ impl Profile {
             if c.exchange_latency_s == 0.0 {
                 // No report runs attention-DP ranks, so no profile fit identifies the exchange
                 // between them: the value learned on the corpus's attention-DP deployments.
-                c.exchange_latency_s =
-                    catalog.learned.as_ref().and_then(|m| m.exchange.as_ref()).map_or(0.0, |x| x.latency_s);
+                c.exchange_latency_s = catalog.learned.as_ref().map_or(0.0, |m| m.exchange_latency_s());
             }
             f.sigmas = Some(shared.widen(&own));
             // The fit's covariance, widened on its diagonal by the spread across deployments.

@@ -284,7 +284,7 @@ impl DraftModel {
             all_to_alls: if ep { 2.0 } else { 0.0 },
             token_bytes,
             a2a_bytes_per_token: k_routed * token_bytes / tp as f64,
-            exchange_latency_s: if ep && p.parallel.attention_dp > 1 { c.exchange_latency_s } else { 0.0 },
+            exchange_latency_s: p.rank_exchange_latency_s(),
             logits_bytes_per_seq: a.vocab as f64 * Dtype::Bf16.bytes(),
         }
     }

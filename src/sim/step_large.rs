@@ -127,7 +127,7 @@ impl LargeStep {
             token_bytes,
             logits_bytes_per_seq: a.vocab as f64 * Dtype::Bf16.bytes(),
             moe_exchanges: 2.0 * moe_layers,
-            exchange_latency_s: if a2a.is_some() && ranks > 1 { p.coefficients.exchange_latency_s } else { 0.0 },
+            exchange_latency_s: p.rank_exchange_latency_s(),
             a2a,
             gather,
             moe_tp_reduce,
