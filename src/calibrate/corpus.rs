@@ -893,6 +893,37 @@ pub fn disaggregated(
     ))
 }
 
+/// `points` of a corpus experiment replayed on profiles from `model` (its deployment's residual when
+/// `own_residual`, its client's cost): each point's prediction, in order (None where the replay gives
+/// none), or why its deployment does not resolve. A disaggregated experiment is both pools'
+/// profiles and one replay on sim/disagg.rs, every point read from it. The one replay of the
+/// protocols (validate::corpus) and of the exchange's fit (calibrate::exchange).
+pub fn replay(
+    catalog: &Catalog,
+    model: &LearnedModel,
+    e: &Experiment,
+    points: &[crate::data::Point],
+    own_residual: bool,
+) -> crate::error::Result<Vec<Option<f64>>> {
+    let profile = profile_for(catalog, &catalog.hardware, model, e, own_residual, true);
+    if let Some(x) = &e.pd {
+        let d = disaggregated(catalog, model, e, x, own_residual)?;
+        let summary = points.first().and_then(|p| crate::experiment::disaggregated_summary(&d, p));
+        // The experiment's own deployment names it in the rows' notes: it must resolve too.
+        profile?;
+        return Ok(points
+            .iter()
+            .map(|p| summary.as_ref().and_then(|s| crate::experiment::metric_of_point(s, p)))
+            .collect());
+    }
+    let profile = profile?;
+    let cache = crate::experiment::ReplayCache::default();
+    Ok(points
+        .iter()
+        .map(|p| crate::experiment::predict_cached(&profile, p, &Default::default(), &[], &cache))
+        .collect())
+}
+
 /// The fit report (OUT/learned.fit.txt): what was fitted, the closed-form errors, every level's
 /// values, the clients' costs, the refused points by reason.
 pub fn report_text(m: &LearnedModel, ex: &crate::corpus::Expressed) -> String {

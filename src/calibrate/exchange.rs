@@ -27,10 +27,8 @@
 //! latency, and the fit takes the latency that minimizes the squared log errors of the TPOTs
 //! along that line, on a grid of [`GRID_S`].
 
-use super::corpus::{disaggregated, profile_for};
 use crate::catalog::Catalog;
 use crate::corpus::{Experiment, Feature};
-use crate::experiment::{predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::hardware::learned::{ExchangeFit, LearnedModel};
 use rayon::prelude::*;
 
@@ -70,17 +68,7 @@ pub fn with_exchange(model: &LearnedModel, fit: Option<ExchangeFit>) -> LearnedM
 /// resolve.
 pub fn replay_tpot_ms(catalog: &Catalog, model: &LearnedModel, e: &Experiment) -> Option<f64> {
     let point = super::corpus::replay_points(model, e).into_iter().find(|p| p.metric == "tpot_ms")?;
-    let v = match &e.pd {
-        Some(x) => {
-            let d = disaggregated(catalog, model, e, x, false).ok()?;
-            let s = crate::experiment::disaggregated_summary(&d, &point)?;
-            crate::experiment::metric_of_point(&s, &point)?
-        }
-        None => {
-            let p = profile_for(catalog, &catalog.hardware, model, e, false, true).ok()?;
-            predict_cached(&p, &point, &ExperimentUnknowns::default(), &[], &ReplayCache::default())?
-        }
-    };
+    let v = super::corpus::replay(catalog, model, e, std::slice::from_ref(&point), false).ok()?[0]?;
     (v.is_finite() && v > 0.0).then_some(v)
 }
 

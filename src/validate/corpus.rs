@@ -10,11 +10,10 @@
 //! client's other points (never onto a user's deployment).
 
 use super::Row;
-use crate::calibrate::corpus::{disaggregated, fit, profile_for, replay_points};
+use crate::calibrate::corpus::{fit, replay, replay_points};
 use crate::calibrate::exchange;
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
-use crate::experiment::{predict_cached, ExperimentUnknowns, ReplayCache};
 use crate::hardware::learned::{LearnedModel, BW};
 use crate::metrics::percentile_sorted;
 use rayon::prelude::*;
@@ -121,31 +120,14 @@ fn replay_each(
     let in_sample = protocol.in_sample();
     exps.par_iter()
         .map(|e| {
-            let profile = profile_for(catalog, &catalog.hardware, model, e, in_sample, true);
-            let cache = ReplayCache::default();
             let points = replay_points(model, e);
             let adp = e.features().contains(&crate::corpus::Feature::AttentionDp);
-            // A disaggregated experiment: both pools' profiles, one replay on sim/disagg.rs.
-            let pd = e.pd.as_ref().map(|x| disaggregated(catalog, model, e, x, in_sample));
-            let pd_summary = match (&pd, points.first()) {
-                (Some(Ok(d)), Some(p)) => crate::experiment::disaggregated_summary(d, p),
-                _ => None,
-            };
-            let profile = match pd {
-                Some(Err(err)) => Err(err),
-                _ => profile,
-            };
+            let replayed = replay(catalog, model, e, &points, in_sample);
             points
                 .iter()
-                .map(|p| {
-                    let predicted = if e.pd.is_some() {
-                        pd_summary.as_ref().and_then(|s| crate::experiment::metric_of_point(s, p))
-                    } else {
-                        profile
-                            .as_ref()
-                            .ok()
-                            .and_then(|pr| predict_cached(pr, p, &ExperimentUnknowns::default(), &[], &cache))
-                    };
+                .enumerate()
+                .map(|(i, p)| {
+                    let predicted = replayed.as_ref().ok().and_then(|v| v[i]);
                     let error_pct = predicted.map(|v| (v / p.value - 1.0) * 100.0);
                     let row = Row {
                         report: p.report.clone(),
@@ -160,7 +142,7 @@ fn replay_each(
                         error_pct,
                         flagged: false,
                         protocol: protocol.as_str().to_string(),
-                        note: match &profile {
+                        note: match &replayed {
                             Ok(_) => format!("{note}; {}", e.deployment_key()),
                             Err(err) => format!("no profile: {err}"),
                         },
