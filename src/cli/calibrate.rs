@@ -168,21 +168,10 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     };
     // The layout --attention-dp, --ep, --pp and --redundant-experts state, checked as simulate checks
     // it (a bad one is refused naming its flag).
-    let layout_given = a.attention_dp.is_some() || a.ep.is_some() || a.pp.is_some() || a.redundant_experts.is_some();
-    let parallel = if !layout_given {
-        capsim::profile::Parallel::default()
-    } else {
-        let mut g = capsim::profile::GpuRef::default();
-        a.set_layout(&mut g);
+    let parallel = {
         let arch = catalog.model(&model).map_err(|e| Error::flag("--model", e.to_string()))?;
         let spec = catalog.gpu(&gpu).map_err(|e| Error::flag("--gpu", e.to_string()))?;
-        capsim::profile::Parallel::resolve("command line", &arch, spec, tp, &g).map_err(|e| match &e {
-            Error::Input { at, msg } => match super::deploy::layout_flag(at.field.as_deref()) {
-                Some(flag) => Error::flag(flag, msg.clone()),
-                None => e,
-            },
-            _ => e,
-        })?
+        a.parallel(&arch, spec, tp)?
     };
     let mut settings = a.engine_settings();
     if settings.kind.is_none() && settings.version.is_none() {

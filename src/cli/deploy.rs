@@ -382,7 +382,7 @@ impl ProfileArgs {
     }
     /// The `[gpu]` keys --attention-dp, --ep and --pp set (the profile's own expert_parallel gives way
     /// to --ep; the flag --expert-parallel does not).
-    pub(super) fn set_layout(&self, g: &mut capsim::profile::GpuRef) {
+    fn set_layout(&self, g: &mut capsim::profile::GpuRef) {
         if let Some(n) = self.attention_dp {
             g.attention_dp = Some(n);
         }
@@ -399,29 +399,37 @@ impl ProfileArgs {
             g.redundant_experts = Some(n);
         }
     }
+    /// Whether --attention-dp, --ep, --pp or --redundant-experts is given.
+    fn layout_given(&self) -> bool {
+        self.attention_dp.is_some() || self.ep.is_some() || self.pp.is_some() || self.redundant_experts.is_some()
+    }
+    /// The layout the layout flags state for `arch` on `gpu` at `tp` GPUs (profile/parallel.rs), the
+    /// plain one where none is given; a bad one is refused naming its flag. For a deployment built
+    /// from flags alone (calibrate --runs); [`Self::resolve`] applies the same flags to a profile.
+    pub fn parallel(
+        &self,
+        arch: &capsim::catalog::ModelArch,
+        gpu: &capsim::catalog::GpuSpec,
+        tp: u32,
+    ) -> Result<capsim::profile::Parallel> {
+        if !self.layout_given() {
+            return Ok(capsim::profile::Parallel::default());
+        }
+        let mut g = capsim::profile::GpuRef::default();
+        self.set_layout(&mut g);
+        capsim::profile::Parallel::resolve("command line", arch, gpu, tp, &g).map_err(layout_error)
+    }
     /// `p` with the layout --attention-dp, --ep and --pp state (profile/parallel.rs); `p` itself when
     /// none is given. A bad layout is refused naming its flag.
     fn apply_layout(&self, catalog: &Catalog, p: Profile) -> Result<Profile> {
-        if self.attention_dp.is_none() && self.ep.is_none() && self.pp.is_none() && self.redundant_experts.is_none() {
+        if !self.layout_given() {
             return Ok(p);
         }
         let mut f = p.file.clone();
         self.set_layout(&mut f.gpu);
         // A KV capacity pinned for another layout no longer holds.
         f.engine.kv_capacity_tokens = None;
-        let mut r = f.resolve("command line", catalog).map_err(|e| {
-            let flag = match &e {
-                Error::Input { at, .. } => match layout_flag(at.field.as_deref()) {
-                    Some(flag) => flag,
-                    None => return e,
-                },
-                _ => return e,
-            };
-            match e {
-                Error::Input { msg, .. } => Error::flag(flag, msg),
-                other => other,
-            }
-        })?;
+        let mut r = f.resolve("command line", catalog).map_err(layout_error)?;
         r.retargeted_from = p.retargeted_from.clone();
         r.retarget_method = p.retarget_method.clone();
         Ok(r)
@@ -566,8 +574,19 @@ impl ProfileArgs {
     }
 }
 
+/// An error of a layout field (profile/parallel.rs) named by its flag; any other as it is.
+fn layout_error(e: Error) -> Error {
+    match e {
+        Error::Input { at, msg } => match layout_flag(at.field.as_deref()) {
+            Some(flag) => Error::flag(flag, msg),
+            None => Error::Input { at, msg },
+        },
+        other => other,
+    }
+}
+
 /// The flag of a layout field of the profile's `[gpu]` table (profile/parallel.rs).
-pub(super) fn layout_flag(field: Option<&str>) -> Option<&'static str> {
+fn layout_flag(field: Option<&str>) -> Option<&'static str> {
     match field? {
         "gpu.attention_dp" => Some("--attention-dp"),
         "gpu.expert_parallel_size" => Some("--ep"),
