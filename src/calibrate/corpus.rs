@@ -905,9 +905,27 @@ pub fn replay(
     points: &[crate::data::Point],
     own_residual: bool,
 ) -> crate::error::Result<Vec<Option<f64>>> {
+    replay_scaled(catalog, model, e, points, own_residual, None)
+}
+
+/// [`replay`] with a disaggregated experiment's prefill and decode pools' steps `pools` = (prefill,
+/// decode) times as long (Profile::steps_scaled); an aggregated experiment is replayed as it is.
+/// The large protocols' TTFT bands (validate::corpus).
+pub fn replay_scaled(
+    catalog: &Catalog,
+    model: &LearnedModel,
+    e: &Experiment,
+    points: &[crate::data::Point],
+    own_residual: bool,
+    pools: Option<(f64, f64)>,
+) -> crate::error::Result<Vec<Option<f64>>> {
     let profile = profile_for(catalog, &catalog.hardware, model, e, own_residual, true);
     if let Some(x) = &e.pd {
-        let d = disaggregated(catalog, model, e, x, own_residual)?;
+        let mut d = disaggregated(catalog, model, e, x, own_residual)?;
+        if let Some((fp, fd)) = pools {
+            d.prefill = d.prefill.steps_scaled(fp);
+            d.decode = d.decode.steps_scaled(fd);
+        }
         let summary = points.first().and_then(|p| crate::experiment::disaggregated_summary(&d, p));
         // The experiment's own deployment names it in the rows' notes: it must resolve too.
         profile?;

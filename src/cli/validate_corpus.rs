@@ -139,7 +139,10 @@ fn large_head(ex: &capsim::corpus::Expressed) -> String {
         "table: the fixed time of a MoE exchange between attention-DP ranks (on the attention-DP TPOTs\n",
         "without MTP; `capsim calibrate --corpus` ships the value fitted on all of them) and MTP's\n",
         "acceptance. Rows are grouped by feature set in sample and by GPU held out. Error = predicted /\n",
-        "measured - 1.\n\n",
+        "measured - 1. The band is validation/corpus.md's; a disaggregated point's TTFT band is also at\n",
+        "least as wide as its replays with the prefill pool's steps slower and the decode pool's faster by\n",
+        "one sigma of their ratio, and the other way (a closed loop near the prefill pool's capacity turns a\n",
+        "modest error in that ratio into a large one in TTFT).\n\n",
     ));
     let large = ex.large();
     let recipes = large.iter().filter(|e| e.point.pd_launch.is_some()).count();

@@ -485,6 +485,30 @@ impl ProfileFile {
 }
 
 impl Profile {
+    /// This deployment with its steps and host costs `f` times as long: the effective rates divided
+    /// by `f` (the bandwidth at most the HBM peak), the overheads and the exchange's fixed time
+    /// multiplied by it; the links' collectives (catalog figures) and the overlap as they are.
+    /// The corpus protocols' bands replay a disaggregated deployment's pools at such scales.
+    pub fn steps_scaled(mut self, f: f64) -> Profile {
+        let c = &mut self.coefficients;
+        c.bandwidth_eff_bytes_s = (c.bandwidth_eff_bytes_s / f).min(self.gpu.hbm_bandwidth_bytes_s());
+        c.matmul_flops_eff_s /= f;
+        c.attention_flops_eff_s /= f;
+        for x in [
+            &mut c.step_overhead_s,
+            &mut c.per_seq_overhead_s,
+            &mut c.prefill_step_overhead_s,
+            &mut c.request_overhead_s,
+            &mut c.frontend_serial_s,
+            &mut c.api_per_token_s,
+            &mut c.exchange_latency_s,
+        ] {
+            *x *= f;
+        }
+        self.file.coefficients = *c;
+        self
+    }
+
     pub fn name(&self) -> &str {
         &self.file.name
     }

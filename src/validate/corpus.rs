@@ -10,7 +10,7 @@
 //! client's other points (never onto a user's deployment).
 
 use super::Row;
-use crate::calibrate::corpus::{fit, replay, replay_points};
+use crate::calibrate::corpus::{fit, replay, replay_points, replay_scaled};
 use crate::calibrate::exchange;
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
@@ -93,6 +93,28 @@ fn band(model: &LearnedModel, e: &Experiment, metric: &str, predicted: f64, in_s
     (predicted * (-s).exp(), predicted * s.exp())
 }
 
+/// A disaggregated deployment's TTFT band: the wider, at each end, of the learned sigma band `b`
+/// and the replays at [`pool_band_scales`]. Why: a closed loop near the prefill pool's capacity
+/// turns a modest error in the prefill's speed relative to the decode's into a large one in TTFT
+/// (the decode sets how fast the clients come back, the prefill how fast they are served), which a
+/// band of fixed width around the prediction does not say. Scaling both pools alike would not
+/// show it: a closed loop's times all scale with its steps.
+fn replayed_band(b: (f64, f64), moved: [Option<f64>; 2]) -> (f64, f64) {
+    moved.iter().flatten().filter(|v| v.is_finite() && **v > 0.0).fold(b, |(lo, hi), &v| (lo.min(v), hi.max(v)))
+}
+
+/// The (prefill, decode) step scales of the two replays: the ratio of the pools' speeds one sigma
+/// either way, its log sigma sqrt(sp^2 + sd^2) for independent errors of sigma sp (the TTFT's) and
+/// sd (the TPOT's), split between the pools along that sigma's gradient (sp^2 / r and sd^2 / r).
+fn pool_band_scales(sp: f64, sd: f64) -> [(f64, f64); 2] {
+    let r = (sp * sp + sd * sd).sqrt();
+    if r <= 0.0 {
+        return [(1.0, 1.0); 2];
+    }
+    let (p, d) = (sp * sp / r, sd * sd / r);
+    [((p).exp(), (-d).exp()), ((-p).exp(), d.exp())]
+}
+
 /// A row of a corpus protocol with the member it held out (GPU, model, engine; "all" in sample).
 #[derive(Debug, Clone, Serialize)]
 pub struct CorpusRow {
@@ -123,6 +145,18 @@ fn replay_each(
             let points = replay_points(model, e);
             let adp = e.features().contains(&crate::corpus::Feature::AttentionDp);
             let replayed = replay(catalog, model, e, &points, in_sample);
+            // A disaggregated experiment's TTFT band also replays it with the prefill pool one sigma
+            // slower and the decode pool faster, and the other way (`pool_band_scales`).
+            let moved = match (&e.pd, &replayed) {
+                (Some(_), Ok(_)) => {
+                    let l = crate::calibrate::corpus::learned_for(model, e, in_sample);
+                    Some(pool_band_scales(l.ttft_sigma_log(), l.sigma_log[BW]).map(|f| {
+                        replay_scaled(catalog, model, e, &points, in_sample, Some(f))
+                            .unwrap_or_else(|_| vec![None; points.len()])
+                    }))
+                }
+                _ => None,
+            };
             points
                 .iter()
                 .enumerate()
@@ -146,7 +180,13 @@ fn replay_each(
                             Ok(_) => format!("{note}; {}", e.deployment_key()),
                             Err(err) => format!("no profile: {err}"),
                         },
-                        band: predicted.map(|v| band(model, e, &p.metric, v, in_sample)),
+                        band: predicted.map(|v| {
+                            let b = band(model, e, &p.metric, v, in_sample);
+                            match &moved {
+                                Some([slow, fast]) if p.metric == "ttft_s" => replayed_band(b, [slow[i], fast[i]]),
+                                _ => b,
+                            }
+                        }),
                     };
                     let member = match protocol {
                         CorpusProtocol::LargeInSample => feature_label(e),
@@ -403,7 +443,7 @@ pub fn summarize(rows: &[CorpusRow], protocol: CorpusProtocol) -> Vec<CorpusSumm
 
 #[cfg(test)]
 mod tests {
-    use super::{fit_acceptance, MtpObservation};
+    use super::{fit_acceptance, pool_band_scales, replayed_band, MtpObservation};
     use crate::profile::spec::{SpecMethod, Speculative};
 
     /// TPOTs made at a known acceptance (the default's TPOT scaled by the expected tokens per step)
@@ -427,5 +467,21 @@ mod tests {
             .collect();
         assert_eq!(fit_acceptance(obs.iter()), Some(0.62));
         assert_eq!(fit_acceptance(obs.iter().filter(|o| o.gpu == "H200")), None);
+    }
+
+    /// The two replays move the ratio of the pools' step times by one sigma of it, either way, each
+    /// pool by its share of that sigma; no sigma, no move. The band takes the wider end of each.
+    #[test]
+    fn the_pool_scales_move_the_ratio_by_one_sigma() {
+        let (sp, sd): (f64, f64) = (0.3, 0.2);
+        let r = (sp * sp + sd * sd).sqrt();
+        let [(p1, d1), (p2, d2)] = pool_band_scales(sp, sd);
+        assert!(((p1 / d1).ln() - r).abs() < 1e-12 && ((p2 / d2).ln() + r).abs() < 1e-12);
+        assert!(p1 > 1.0 && d1 < 1.0 && p2 < 1.0 && d2 > 1.0);
+        assert!((p1.ln() / -d1.ln() - (sp * sp) / (sd * sd)).abs() < 1e-12);
+        assert_eq!(pool_band_scales(0.0, 0.0), [(1.0, 1.0); 2]);
+        assert_eq!(replayed_band((1.0, 2.0), [Some(5.0), Some(0.5)]), (0.5, 5.0));
+        assert_eq!(replayed_band((1.0, 2.0), [Some(1.5), None]), (1.0, 2.0));
+        assert_eq!(replayed_band((1.0, 2.0), [Some(f64::NAN), Some(0.0)]), (1.0, 2.0));
     }
 }

@@ -639,3 +639,51 @@ fn prefix_aware_routing_keeps_a_conversation_on_its_prefill_worker() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("--prefill-workers") && err.contains("--pd-routing"), "{err}");
 }
+
+/// `Profile::steps_scaled` (the corpus protocols replay a disaggregated deployment's pools at such
+/// scales for their TTFT bands): on one GPU, with no collectives, every part of a decode step and
+/// of a prefill step takes `f` times as long, so the step does; the bandwidth never passes the
+/// HBM peak when sped up.
+#[test]
+fn steps_scaled_scales_a_one_gpu_step() {
+    use capsim::catalog::Catalog;
+    use capsim::profile::ProfileFile;
+    use capsim::sim::{BatchShape, StepModel};
+    let text = r#"
+name = "scaled"
+[model]
+name = "Qwen3-Coder-30B-A3B-Instruct"
+weight_dtype = "fp8"
+kv_dtype = "bf16"
+[gpu]
+name = "H200 SXM"
+[engine]
+kind = "vllm"
+[coefficients]
+step_overhead_s = 0.002
+per_seq_overhead_s = 0.00001
+bandwidth_eff_bytes_s = 3.0e12
+matmul_flops_eff_s = 4.0e14
+attention_flops_eff_s = 3.0e14
+request_overhead_s = 0.01
+prefill_step_overhead_s = 0.005
+[provenance]
+method = "test"
+"#;
+    let p = ProfileFile::parse("test", text).unwrap().resolve("test", &Catalog::builtin()).unwrap();
+    let mut decode = BatchShape::default();
+    for _ in 0..32 {
+        decode.add_chunk(2000, 1);
+    }
+    let mut prefill = decode;
+    prefill.add_chunk(0, 2048);
+    let (a, b) = (StepModel::new(&p), StepModel::new(&p.clone().steps_scaled(2.0)));
+    for shape in [decode, prefill] {
+        let (x, y) = (a.step_s(&shape), b.step_s(&shape));
+        assert!((y / x - 2.0).abs() < 1e-9, "{x} -> {y}");
+    }
+    let q = p.clone().steps_scaled(2.0);
+    assert!((q.coefficients.request_overhead_s - 0.02).abs() < 1e-15);
+    let fast = p.clone().steps_scaled(1e-3);
+    assert_eq!(fast.coefficients.bandwidth_eff_bytes_s, p.gpu.hbm_bandwidth_bytes_s());
+}
