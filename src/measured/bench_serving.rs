@@ -86,9 +86,20 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         }
         _ => d.opt_num("request_rate")?.unwrap_or(f64::INFINITY),
     };
+    // `inf` (the tools' unlimited rate) or a rate the replay can run: at least one request in the
+    // longest run capsim simulates, at most its rate bound (crate::workload). -inf, NaN, 0 and
+    // negative rates are no run's.
+    let (lo, hi) = (1.0 / crate::workload::MAX_TIME_S, crate::workload::MAX_RATE_PER_S);
+    if !(rate == f64::INFINITY || (lo..=hi).contains(&rate)) {
+        return Err(d.err(
+            "request_rate",
+            format!("must be inf or a rate in {lo:e}..={hi:e} requests/s, got {}", crate::error::fmt_num(rate)),
+        ));
+    }
     let burstiness = d.opt_num("burstiness")?.unwrap_or(1.0);
-    if !(burstiness.is_finite() && burstiness > 0.0) {
-        return Err(d.err("burstiness", format!("must be a positive number, got {burstiness}")));
+    let min_b = crate::workload::MIN_BURSTINESS;
+    if !(burstiness.is_finite() && (min_b..=1e6).contains(&burstiness)) {
+        return Err(d.err("burstiness", format!("must be in {min_b}..=1e6, got {}", crate::error::fmt_num(burstiness))));
     }
     let cap = d.clients("max_concurrency")?;
     let load = match (rate.is_infinite(), cap) {
@@ -162,6 +173,17 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
             };
             per_request.push(RequestObs { input_tokens: input, output_tokens: out_len, start_s });
         }
+        // Every listed request failed (an error, no output token): the run has no lengths to
+        // replay, whatever its totals say.
+        if per_request.is_empty() && !inp.is_empty() {
+            return Err(d.err(
+                "output_lens",
+                format!(
+                    "all {} listed requests failed (an error, no output token or a TTFT <= 0): nothing to replay",
+                    inp.len()
+                ),
+            ));
+        }
         failed_listed = Some(failed);
     }
     let requests = match tool {
@@ -204,7 +226,19 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
                 "missing, and the file has no per-request output_lens: the replay needs the lengths",
             )
         })?;
+        // At least one token per completed request, each total as the file states it.
         let n = completed.max(1) as f64;
+        for (key, total) in [("total_input_tokens", tin), ("total_output_tokens", tout)] {
+            if !(total.is_finite() && total >= n) {
+                return Err(d.err(
+                    key,
+                    format!(
+                        "must be at least one token per completed request ({n}), got {}",
+                        crate::error::fmt_num(total)
+                    ),
+                ));
+            }
+        }
         (tin / n, tout / n)
     } else {
         (

@@ -369,3 +369,55 @@ fn a_negative_statistic_is_refused_in_the_files_own_unit() {
     let e = read_error(&dir, "neg.json", &v);
     assert!(e.contains("mean_ttft_ms") && e.contains("got -5") && !e.contains("-0.005"), "{e}");
 }
+
+/// Audit of 2026-11-28: a vLLM result's `request_rate` is `inf` or a rate a replay can run (-inf was
+/// replayed as a burst; 1e-300 printed 300 digits), and `burstiness` is in the range the workload
+/// takes (1e308 was read, then refused by calibrate without its key); a file whose every listed
+/// request failed, and totals below one token a request, are refused naming the key they are in.
+#[test]
+fn a_runs_rate_and_burstiness_are_bounded_naming_the_key() {
+    let dir = scratch("rate-bounds");
+    let base = read_json(&fixture("vllm/detailed_c2.json"));
+    for (key, x, shown) in [
+        ("request_rate", json!("-inf"), "-inf"),
+        ("request_rate", json!(-1.0), "-1"),
+        ("request_rate", json!(0.0), "got 0"),
+        ("request_rate", json!(1e-300), "1e-300"),
+        ("request_rate", json!(1e7), "10000000"),
+        ("burstiness", json!(1e308), "1e308"),
+        ("burstiness", json!(0.0), "got 0"),
+    ] {
+        let mut v = base.clone();
+        v[key] = x;
+        if key == "burstiness" {
+            v["request_rate"] = json!(4.0);
+        }
+        let e = read_error(&dir, "vllm.json", &v);
+        assert!(e.contains(&format!("`{key}`")) && e.contains(shown), "{key}: {e}");
+    }
+    // Every listed request failed: named as such (was blamed on a missing total_input_tokens).
+    let mut v = base.clone();
+    let n = v["output_lens"].as_array().unwrap().len();
+    v["output_lens"] = json!(vec![0; n]);
+    let e = read_error(&dir, "vllm.json", &v);
+    assert!(e.contains("`output_lens`") && e.contains("failed"), "{e}");
+    // Totals without per-request lists: each named with the value the file states (was a derived
+    // "input tokens" mean).
+    for (key, x) in [("total_input_tokens", -10240.0), ("total_output_tokens", -1.0)] {
+        let mut v = base.clone();
+        for k in ["input_lens", "output_lens", "ttfts", "itls", "start_times", "errors", "generated_texts"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        v[key] = json!(x);
+        let e = read_error(&dir, "vllm.json", &v);
+        assert!(e.contains(&format!("`{key}`")) && e.contains(&format!("got {x}")), "{key}: {e}");
+    }
+    // The tools' unlimited rate and an ordinary open loop still read.
+    for rate in [json!("inf"), json!(4.0)] {
+        let mut v = base.clone();
+        v["request_rate"] = rate;
+        let p = dir.join("ok.json");
+        write_json(&p, &v);
+        read_file(&p).unwrap();
+    }
+}

@@ -184,7 +184,7 @@ fn bad_files_name_the_file_and_the_field() {
         r#"{"num_prompts": 4, "backend": "vllm", "request_rate": -2, "completed": 4, "total_input_tokens": 40, "total_output_tokens": 40}"#,
     );
     let e = read_file(&p).unwrap_err().to_string();
-    assert!(e.contains("request_rate") && e.contains("positive"), "{e}");
+    assert!(e.contains("`request_rate`") && e.contains("got -2"), "{e}");
 }
 
 /// The deployment of the synthetic sweep: the default profile's, with its KV capacity stated as a
