@@ -506,6 +506,29 @@ impl ProfileArgs {
         Ok(Some(s))
     }
     /// [`ProfileArgs::resolve`] without speculative decoding.
+    /// The flag that set an engine field of the profile (`engine.max_num_seqs`: `--max-num-seqs`),
+    /// where it was given: an error in the field is the flag's.
+    fn engine_flag(&self, field: Option<&str>) -> Option<&'static str> {
+        let (flag, given) = match field? {
+            "engine.kv_offload_gb" => ("--kv-offload-gb", self.kv_offload_gb.is_some()),
+            "engine.kv_capacity_tokens" => ("--kv-capacity-tokens", self.kv_capacity_tokens.is_some()),
+            "engine.block_size_tokens" => ("--block-size", self.block_size.is_some()),
+            "engine.max_num_seqs" => ("--max-num-seqs", self.max_num_seqs.is_some()),
+            "engine.max_num_batched_tokens" => ("--max-num-batched-tokens", self.max_num_batched_tokens.is_some()),
+            "engine.max_prefill_tokens" => ("--max-prefill-tokens", self.max_prefill_tokens.is_some()),
+            "engine.gpu_memory_utilization" => ("--gpu-memory-utilization", self.gpu_memory_utilization.is_some()),
+            "engine.free_gpu_memory_fraction" => {
+                ("--free-gpu-memory-fraction", self.free_gpu_memory_fraction.is_some())
+            }
+            "engine.stream_interval" => ("--stream-interval", self.stream_interval.is_some()),
+            "engine.scheduler_recv_interval" => ("--scheduler-recv-interval", self.scheduler_recv_interval.is_some()),
+            "engine.watermark" => ("--watermark", self.watermark.is_some()),
+            "engine.new_token_ratio_init" => ("--new-token-ratio-init", self.new_token_ratio_init.is_some()),
+            "engine.version" => ("--engine-version", self.engine_version.is_some()),
+            _ => return None,
+        };
+        given.then_some(flag)
+    }
     fn resolve_plain(&self, catalog: &Catalog) -> Result<Profile> {
         let base = Profile::load(self.profile.as_deref(), catalog).map_err(|e| match e {
             Error::Unknown { kind, .. } if kind.starts_with("profile") => Error::flag("--profile", e.to_string()),
@@ -546,11 +569,10 @@ impl ProfileArgs {
         }
         f.engine.merge(&over);
         let mut r = f.resolve("command line", catalog).map_err(|e| match e {
-            Error::Input { at, msg }
-                if at.field.as_deref() == Some("engine.kv_offload_gb") && over.kv_offload_gb.is_some() =>
-            {
-                Error::flag("--kv-offload-gb", msg)
-            }
+            Error::Input { at, msg } => match self.engine_flag(at.field.as_deref()) {
+                Some(flag) => Error::flag(flag, msg),
+                None => Error::Input { at, msg },
+            },
             other => other,
         })?;
         r.retargeted_from = p.retargeted_from.clone();

@@ -174,17 +174,22 @@ impl ProfileArgs {
                     Side::Prefill => "prefill",
                     Side::Decode => "decode",
                 };
-                let msg = msg.strip_suffix("; raise tensor_parallel").unwrap_or(&msg);
+                let (msg, advice) = msg.split_once("; raise tensor_parallel").unwrap_or((msg.as_str(), ""));
+                // Redundant expert copies (profile/engine.rs names them) are the pool's flag too.
+                let copies = match advice.is_empty() {
+                    true => String::new(),
+                    false => format!(", or fewer redundant experts ({})", side.flag("redundant-experts")),
+                };
                 Error::flag(
                     &flag,
                     format!(
-                        "the {name} pool: {msg}; give its workers more GPUs ({}) or a GPU with more memory ({})",
+                        "the {name} pool: {msg}; give its workers more GPUs ({}) or a GPU with more memory ({}){copies}",
                         side.flag("tp"),
                         side.flag("gpu")
                     ),
                 )
             }
-            e => rename_flag(e, side),
+            e => rename_flag(e, side, spec),
         })
     }
     /// The disaggregated deployment the flags state, None without `--prefill-*`/`--decode-*` flags.
@@ -231,15 +236,19 @@ fn layout(p: &Profile) -> String {
 }
 
 /// A pool's error from the shared flags named by the pool's own flag where it came from there.
-fn rename_flag(e: Error, side: Side) -> Error {
+fn rename_flag(e: Error, side: Side, spec: &PoolSpec) -> Error {
     match e {
         Error::Input { at, msg } if at.source == "command line" => {
+            // The pool's flag where the pool stated its own value; else the shared flag it took.
+            let own = |given: bool, name: &str, shared: &str| if given { side.flag(name) } else { shared.to_string() };
             let flag = match at.field.as_deref() {
-                Some("--gpu") => side.flag("gpu"),
-                Some("--tp") => side.flag("tp"),
-                Some("--attention-dp") => side.flag("attention-dp"),
-                Some("--ep") => side.flag("ep"),
-                Some("--redundant-experts") => side.flag("redundant-experts"),
+                Some("--gpu") => own(spec.gpu.is_some(), "gpu", "--gpu"),
+                Some("--tp") => own(spec.tp.is_some(), "tp", "--tp"),
+                Some("--attention-dp") => own(spec.attention_dp.is_some(), "attention-dp", "--attention-dp"),
+                Some("--ep") => own(spec.ep.is_some(), "ep", "--ep"),
+                Some("--redundant-experts") => {
+                    own(spec.redundant_experts.is_some(), "redundant-experts", "--redundant-experts")
+                }
                 Some(f) => f.to_string(),
                 None => return Error::Input { at, msg },
             };
@@ -253,7 +262,7 @@ fn rename_flag(e: Error, side: Side) -> Error {
 /// prefill worker's KV, its whole sequence the decode worker's, which holds it to the end; else no
 /// request could run, refused naming the pool's flag (longer requests that do not fit are rejected
 /// one by one, as an engine rejects them).
-pub fn check_pools_fit(d: &Disaggregated, w: &Workload) -> Result<()> {
+pub fn check_pools_fit(d: &Disaggregated, w: &Workload, kv_pinned: bool) -> Result<()> {
     use capsim::workload::Arrivals;
     let (input, output) = match &w.spec.arrivals {
         Arrivals::Trace { records } => records
@@ -275,6 +284,20 @@ pub fn check_pools_fit(d: &Disaggregated, w: &Workload) -> Result<()> {
         let e = &p.engine;
         let blocks = tokens.div_ceil(e.block_size_tokens as u64) + e.per_seq_reserved_blocks as u64;
         if blocks > e.kv_capacity_blocks() {
+            let pool = match side {
+                Side::Prefill => "prefill",
+                Side::Decode => "decode",
+            };
+            // --kv-capacity-tokens fixes every worker's KV whatever its GPUs: more GPUs cannot help.
+            if kv_pinned {
+                return Err(Error::flag(
+                    "--kv-capacity-tokens",
+                    format!(
+                        "{} tokens of KV per worker leave a {pool} worker no room for the workload's longest request, which needs {tokens}: raise it, or leave it out to derive each pool's KV from its GPUs",
+                        e.kv_capacity_tokens
+                    ),
+                ));
+            }
             return Err(Error::flag(
                 &side.flag("tp"),
                 format!(
@@ -436,7 +459,7 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     let base = pa.disaggregated(&catalog)?.expect("worker counts set");
     let w = q.template.at(capsim::workload::LoadAxis::Rate, rate)?;
     w.check_context(base.decode.arch.max_context, &base.decode.arch.name)?;
-    check_pools_fit(&base, &w)?;
+    check_pools_fit(&base, &w, a.profile.kv_capacity_tokens.is_some())?;
     let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);
     let ans = capsim::capacity::disagg::size_disaggregated(&base, &q, rate, a.max_replicas, &tick)?;

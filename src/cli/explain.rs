@@ -90,10 +90,23 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         ));
     }
     let max_ctx = p.arch.max_context;
-    if a.context as u64 > max_ctx || a.prefill_start as u64 + a.prefill as u64 > max_ctx {
+    if a.context as u64 > max_ctx {
         return Err(Error::flag(
             "--context",
-            format!("contexts must stay within {}'s {max_ctx}-token window", p.arch.name),
+            format!("contexts must stay within {}'s {max_ctx}-token window, got {}", p.arch.name, a.context),
+        ));
+    }
+    if a.prefill_start as u64 + a.prefill as u64 > max_ctx {
+        let flag = if a.prefill_start > 0 { "--prefill-start" } else { "--prefill" };
+        return Err(Error::flag(
+            flag,
+            format!(
+                "the chunk ends at position {} (--prefill-start {} + --prefill {}), past {}'s {max_ctx}-token window",
+                a.prefill_start as u64 + a.prefill as u64,
+                a.prefill_start,
+                a.prefill,
+                p.arch.name
+            ),
         ));
     }
     let kv_tokens = a.decode as u64 * (a.context as u64 + 1) + a.prefill_start as u64 + a.prefill as u64;

@@ -76,6 +76,14 @@ pub(super) fn check_flags(a: &PlanArgs) -> Result<()> {
     if c.max_replicas != 512 {
         return Err(Error::flag("--max-replicas", "does not apply to plan: bound the fleet with --max-gpus"));
     }
+    // Plans are fleets of aggregated replicas; the disaggregated split has its own search.
+    let pd = c.disaggregated.then_some("--disaggregated").or_else(|| c.profile.pd_flags().next());
+    if let Some(flag) = pd {
+        return Err(Error::flag(
+            flag,
+            "plan sizes fleets of aggregated replicas; size a disaggregated deployment with capsim capacity --disaggregated --target-rate R",
+        ));
+    }
     if a.max_gpus == 0 || a.max_gpus > 100_000 {
         return Err(Error::flag("--max-gpus", format!("must be in 1..=100000, got {}", a.max_gpus)));
     }
@@ -239,7 +247,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let tick = || pb.inc(1);
     let mut plans: Vec<Plan> = Vec::new();
     let mut refused: Vec<serde_json::Value> = Vec::new();
-    for Candidate { spec, price, tp, .. } in candidates(&a, &catalog, &prices, &gpus, true, &mut refused)? {
+    let runnable = candidates(&a, &catalog, &prices, &gpus, true, &mut refused)?;
+    let searched = runnable.len();
+    for Candidate { spec, price, tp, .. } in runnable {
         let mut ca = c.clone();
         ca.gpus = Some(vec![spec.name.clone()]);
         ca.profile.tp = Some(tp);
@@ -345,6 +355,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
             )
         )?;
         print_refused(&refused, "")?;
+    }
+    if plans.is_empty() && searched == 0 {
+        // Nothing was searched: every candidate was refused before any SLO (a layout flag that fits
+        // no GPU and TP, a model too large for --max-gpus), which the lines above name.
+        return Err(Error::NoAnswer(format!(
+            "no deployment of --gpus at any TP within --max-gpus {} can run, so no SLO was searched (each candidate's reason: the `not a plan` lines, or `refused` in --json)",
+            a.max_gpus
+        )));
     }
     if plans.is_empty() {
         return Err(Error::NoAnswer(format!("no plan within --max-gpus {} meets the SLO", a.max_gpus)));

@@ -536,8 +536,15 @@ pub(super) fn resolve_engine(
         None => {
             let mem = kv_memory(kind, version, arch, m.weight_dtype, gpu, tp, util, budget, seqs, par);
             if mem.kv_bytes <= 0.0 {
+                // Redundant expert copies are part of those weights: name them where there are some.
+                let copies = match par.redundant_experts {
+                    0 => String::new(),
+                    r => format!(
+                        " or lower redundant_experts (--redundant-experts: its {r} expert copies are in those weights)"
+                    ),
+                };
                 return Err(Error::Infeasible(format!(
-                    "{} in {} ({:.1} GB of weights) does not fit {} x {} under {} ({}); raise tensor_parallel",
+                    "{} in {} ({:.1} GB of weights) does not fit {} x {} under {} ({}); raise tensor_parallel{copies}",
                     arch.name,
                     m.weight_dtype,
                     mem.weights_bytes / 1e9,

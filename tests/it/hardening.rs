@@ -29,7 +29,7 @@ fn bad_numbers_are_refused_naming_the_input() {
         "--input-len",
     );
     refused(&["simulate", "--burst", "1", "--input-len", "4294967295", "--output-len", "10"], "--input-len");
-    refused(&["simulate", "--max-num-seqs", "4294967295", "--burst", "1"], "max_num_seqs");
+    refused(&["simulate", "--max-num-seqs", "4294967295", "--burst", "1"], "`--max-num-seqs`");
     // Unbounded work.
     refused(&["sweep", "--burst", "1e300"], "burst");
     refused(&["simulate", "--concurrency", "1", "--requests", "4294967296"], "requests");
@@ -161,7 +161,7 @@ fn a_profile_file_wins_over_an_embedded_profile_of_the_same_name() {
 #[test]
 fn settings_dates_and_catalog_entries_out_of_range_are_refused() {
     let dir = std::env::temp_dir();
-    refused(&["simulate", "--burst", "1", "--max-prefill-tokens", "0"], "max_prefill_tokens");
+    refused(&["simulate", "--burst", "1", "--max-prefill-tokens", "0"], "`--max-prefill-tokens`");
     refused(&["capacity", "--target-rate", "5", "--slo", "ttft_mean_s=2", "--max-replicas", "0"], "--max-replicas");
     let big = dir.join("capsim-hardening-big.toml");
     let text = capsim::profile::BUILTIN_PROFILES[0].1;

@@ -527,3 +527,71 @@ proptest! {
         }
     }
 }
+
+/// The arguments of a command, from its parts.
+fn args<'a>(parts: &[&[&'a str]]) -> Vec<&'a str> {
+    parts.concat()
+}
+
+/// Audit of 2026-11-28: flags a command cannot honour are refused naming them, and an error names
+/// the flag that caused it.
+/// - `calibrate --runs` with a disaggregated pool flag (was accepted and dropped, an unknown pool
+///   GPU unchecked); `plan --disaggregated` (was ignored: plans are aggregated fleets).
+/// - `explain --prefill` past the model's window (blamed `--context`).
+/// - A disaggregated deployment whose `--kv-capacity-tokens` leaves no room (blamed `--prefill-tp`,
+///   whose advice could not help).
+/// - A pool inheriting an unknown `--gpu` (named `--prefill-gpu`, which was not given).
+/// - An engine flag's bad value (named `engine.max_num_seqs` and the like, the profile's keys).
+#[test]
+fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
+    let d = scratch("audit");
+    let run_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vllm/detailed_c2.json");
+    let out = d.join("cal");
+    let ds = ["--model", "DeepSeek-R1", "--engine", "sglang", "--precision", "fp8", "--kv-dtype", "fp8"];
+    let b = [&ds[..], &["--gpu", "B200", "--tp", "8"]].concat();
+    let w = ["--concurrency", "4", "--requests", "20", "--input-len", "512", "--output-len", "64"];
+    let pd = ["--prefill-workers", "1", "--decode-workers", "1"];
+    refused(
+        &d,
+        &args(&[
+            &["calibrate", "--runs", run_file.to_str().unwrap(), "--out", out.to_str().unwrap(), "--name", "x"],
+            &["--model", "Qwen3-Coder-30B-A3B-Instruct", "--gpu", "H200 SXM", "--decode-gpu", "NoSuchGPU"],
+        ]),
+        &["`--decode-gpu`", "calibrate --runs fits one aggregated deployment"],
+    );
+    assert!(!out.exists(), "nothing written");
+    let plan = ["plan", "--target-rate", "1", "--slo", "ttft_p99_s=2", "--input-len", "512", "--output-len", "64"];
+    refused(
+        &d,
+        &args(&[&plan, &ds, &["--gpus", "B200", "--disaggregated"]]),
+        &["`--disaggregated`", "capacity --disaggregated"],
+    );
+    refused(&d, &args(&[&plan, &ds, &["--gpus", "B200", "--prefill-tp", "4"]]), &["`--prefill-tp`"]);
+    refused(&d, &args(&[&["explain"], &b, &["--prefill", "200000", "--decode", "0"]]), &["`--prefill`", "163840"]);
+    refused(
+        &d,
+        &args(&[&["explain"], &b, &["--prefill", "100", "--prefill-start", "163800", "--decode", "0"]]),
+        &["`--prefill-start`", "163900"],
+    );
+    refused(
+        &d,
+        &args(&[&["simulate"], &b, &w, &pd, &["--kv-capacity-tokens", "100"]]),
+        &["`--kv-capacity-tokens`", "needs 513"],
+    );
+    let inherited = args(&[&["simulate"], &ds, &["--gpu", "H100", "--tp", "8"], &w, &pd]);
+    let err = refused(&d, &inherited, &["`--gpu`", "unknown GPU `H100`"]);
+    assert!(!err.contains("--prefill-gpu"), "{err}");
+    refused(&d, &args(&[&inherited, &["--prefill-gpu", "H100"]]), &["`--prefill-gpu`"]);
+    // An engine flag's bad value is named by the flag, not the profile key it sets.
+    for (flag, value) in [
+        ("--kv-capacity-tokens", "0"),
+        ("--block-size", "0"),
+        ("--max-num-seqs", "0"),
+        ("--stream-interval", "0"),
+        ("--gpu-memory-utilization", "0"),
+        ("--watermark", "2"),
+    ] {
+        let err = refused(&d, &args(&[&["simulate"], &b, &w, &[flag, value]]), &[&format!("`{flag}`")]);
+        assert!(!err.contains("engine."), "{flag}: {err}");
+    }
+}

@@ -249,7 +249,30 @@ fn bad_values_are_named() {
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("--decode-tp") && err.contains("no room for one request"), "{err}");
+    // --kv-capacity-tokens fixes every worker's KV: the flag named is it, not the pool's TP.
+    assert!(err.contains("`--kv-capacity-tokens`") && err.contains("no room"), "{err}");
+    // Without it, the decode worker's GPUs decide: one L40S holds 153,088 tokens of the default
+    // model's KV, short of a 160,000-token prompt and its output.
+    let o = capsim(&[
+        "simulate",
+        "--input-len",
+        "160000",
+        "--output-len",
+        "1000",
+        "--requests",
+        "1",
+        "--concurrency",
+        "1",
+        "--prefill-workers",
+        "1",
+        "--decode-workers",
+        "1",
+        "--decode-gpu",
+        "L40S",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("`--decode-tp`") && err.contains("no room for one request"), "{err}");
     // Other commands refuse the flags rather than ignore them.
     let o = capsim(&["sweep", "--concurrency", "1,2", "--prefill-workers", "1", "--decode-workers", "1"]);
     assert_eq!(o.status.code(), Some(2));
