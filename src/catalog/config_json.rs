@@ -487,6 +487,14 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
         None
     };
     let (weight_dtype_native, expert_dtype_native, kv_dtype_native) = quantization(&c)?;
+    // The first of the keys the model families use for their MTP modules (none: 0).
+    let mut mtp_modules = 0;
+    for key in ["num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"] {
+        if let Some(n) = c.opt_u64(key)? {
+            mtp_modules = n.min(MAX_LAYERS) as u32;
+            break;
+        }
+    }
     Ok(ModelArch {
         name: name.to_string(),
         model_type: family.clone(),
@@ -511,5 +519,6 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
         expert_dtype_native,
         kv_dtype_native,
         max_context,
+        mtp_modules,
     })
 }

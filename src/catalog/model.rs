@@ -139,6 +139,10 @@ pub struct ModelArch {
     /// The KV-cache format the checkpoint's quantization config asks for (FP8), if any.
     pub kv_dtype_native: Option<Dtype>,
     pub max_context: u64,
+    /// Multi-token-prediction modules the checkpoint ships (config.json `num_nextn_predict_layers`:
+    /// DeepSeek, GLM; `mtp_num_hidden_layers`: Qwen3.5; `num_mtp_modules`: MiniMax-M2; 0 where the
+    /// config names none): the engines serve MTP speculative decoding only from such a module.
+    pub mtp_modules: u32,
 }
 
 impl ModelArch {

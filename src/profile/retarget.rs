@@ -301,6 +301,18 @@ impl Profile {
                 }
             ));
         }
+        // MTP drafts with the checkpoint's own MTP module (vLLM's and SGLang's MTP/NEXTN proposers
+        // load its weights): a model whose config names none has nothing to draft with.
+        if let (Some(s), 0) = (self.speculative(), self.arch.mtp_modules) {
+            if s.method == super::spec::SpecMethod::Mtp {
+                out.push(format!(
+                    "{}'s config.json names no MTP module (num_nextn_predict_layers, mtp_num_hidden_layers or num_mtp_modules), \
+                     and the engines serve MTP only from one: the draft is costed as one decoder layer of the model's own kind, at \
+                     an acceptance measured on another model unless --spec-accept-rate gives yours",
+                    self.arch.name
+                ));
+            }
+        }
         out
     }
 }

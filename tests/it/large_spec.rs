@@ -407,3 +407,47 @@ fn the_scenario_states_the_layout_and_the_speculation() {
     // 1 + 0.5 + 0.25 tokens a step.
     assert_eq!(s["speculative"]["expected_tokens_per_step"], 1.75);
 }
+
+/// MTP drafts with the checkpoint's own MTP module: the catalog reads how many a config.json names
+/// (DeepSeek's and GLM's num_nextn_predict_layers, Qwen3.5's mtp_num_hidden_layers, MiniMax-M2's
+/// num_mtp_modules), and `--spec-method mtp` on a model that names none is said in the caveats
+/// (text and --json), not taken silently at another model's acceptance.
+#[test]
+fn mtp_on_a_model_without_an_mtp_module_is_said() {
+    let c = Catalog::builtin();
+    for (model, n) in [
+        ("DeepSeek-R1", 1),
+        ("GLM-5", 1),
+        ("MiniMax-M2.5", 3),
+        ("Qwen3.5-397B-A17B", 1),
+        ("Kimi-K2.5", 0),
+        ("Llama-3.1-8B-Instruct", 0),
+    ] {
+        assert_eq!(c.model(model).unwrap().mtp_modules, n, "{model}");
+    }
+    let caveats = |model: &str| -> Vec<String> {
+        let o = capsim(&[
+            "simulate",
+            "--model",
+            model,
+            "--gpu",
+            "B200",
+            "--tp",
+            "8",
+            "--precision",
+            "fp8",
+            "--spec-method",
+            "mtp",
+            "--spec-tokens",
+            "2",
+            "--burst",
+            "2",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["scenario"]["caveats"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+    };
+    assert!(caveats("Llama-3.1-70B").iter().any(|c| c.contains("names no MTP module")));
+    assert!(!caveats("DeepSeek-R1").iter().any(|c| c.contains("MTP module")));
+}
