@@ -80,10 +80,14 @@ pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
         }
         Some((LoadAxis::Burst, n as f64, "--burst"))
     } else if let Some(r) = a.rate {
-        if !(r.is_finite() && r > 0.0) {
+        let max = capsim::workload::MAX_RATE_PER_S;
+        if !(r.is_finite() && r > 0.0 && r <= max) {
             return Err(Error::flag(
                 "--rate",
-                format!("must be a positive number of requests per second, got {}", capsim::error::fmt_num(r)),
+                format!(
+                    "must be a positive number of requests per second up to {max:e}, got {}",
+                    capsim::error::fmt_num(r)
+                ),
             ));
         }
         Some((LoadAxis::Rate, r, "--rate"))
@@ -93,7 +97,12 @@ pub fn workload_of(a: &SimulateArgs) -> Result<Workload> {
     match (load, &src.file_workload) {
         (Some((axis, value, flag)), _) => {
             src.check_axis(axis, flag)?;
-            src.template.at(axis, value)
+            // A workload the flags built: its errors are theirs (a file's keep its name).
+            let w = src.template.at(axis, value);
+            match src.file_workload {
+                None => w.map_err(|e| super::workload_args::flag_error(e, flag)),
+                Some(_) => w,
+            }
         }
         // A closed loop of the file's own replays drifts as a load of it does (WorkloadSpec::with_timing_noise).
         (None, Some(w)) if matches!(w.spec.arrivals, Arrivals::ClosedLoop { .. }) => {

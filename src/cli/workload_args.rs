@@ -296,6 +296,8 @@ pub enum ProcessArg {
 }
 
 pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
+    // --turns counts a conversation's turns; the other length flags count tokens.
+    let unit = if flag == "--turns" { "turn count" } else { "token count" };
     let parts: Vec<&str> = s.split(':').collect();
     let num = |i: usize| -> Result<f64> {
         let t = parts.get(i).ok_or_else(|| Error::flag(flag, format!("`{s}`: missing parameter {i}")))?;
@@ -312,12 +314,12 @@ pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
         _ if parts.len() == 1 => {
             let t = parts[0].trim();
             if t.starts_with('-') {
-                return Err(Error::flag(flag, format!("token count must not be negative, got `{t}`")));
+                return Err(Error::flag(flag, format!("{unit} must not be negative, got `{t}`")));
             }
             let v: u32 =
-                t.parse().map_err(|_| Error::flag(flag, format!("`{t}` is not a token count or a distribution")))?;
+                t.parse().map_err(|_| Error::flag(flag, format!("`{t}` is not a {unit} or a distribution")))?;
             if v == 0 {
-                return Err(Error::flag(flag, "token count must be at least 1"));
+                return Err(Error::flag(flag, format!("{unit} must be at least 1")));
             }
             LengthDist::Fixed { value: v }
         }
@@ -328,6 +330,28 @@ pub fn parse_length(flag: &str, s: &str) -> Result<LengthDist> {
         other => other,
     })?;
     Ok(d)
+}
+
+/// An error of a workload the flags built (source `workload`), named by the flag that set the field:
+/// `requests` is --requests, `rate` the load's flag (`load_flag`), and so on. Other errors, and
+/// fields no flag sets, are returned as they are.
+pub fn flag_error(e: Error, load_flag: &str) -> Error {
+    match e {
+        Error::Input { at, msg } if at.source == "workload" => {
+            let flag = match at.field.as_deref() {
+                Some("requests") => "--requests",
+                Some("duration_s") => "--duration",
+                Some("warmup_requests") => "--warmup-requests",
+                Some("cooldown_requests") => "--cooldown-requests",
+                Some("burstiness") => "--burstiness",
+                Some("think_time_s") => "--think-time",
+                Some("rate" | "clients" | "burst") => load_flag,
+                _ => return Error::Input { at, msg },
+            };
+            Error::flag(flag, msg)
+        }
+        other => other,
+    }
 }
 
 /// Read a workload TOML file (`--workload`).

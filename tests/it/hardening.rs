@@ -35,14 +35,14 @@ fn bad_numbers_are_refused_naming_the_input() {
     refused(&["simulate", "--concurrency", "1", "--requests", "4294967296"], "requests");
     refused(&["simulate", "--rate", "1", "--duration", "1e300"], "duration");
     refused(&["simulate", "--rate", "5", "--burstiness", "1e-300", "--duration", "10"], "burstiness");
-    refused(&["simulate", "--concurrency", "1", "--requests", "2", "--think-time", "1e300"], "think_time");
+    refused(&["simulate", "--concurrency", "1", "--requests", "2", "--think-time", "1e300"], "`--think-time`");
     refused(&["capacity", "--max-load", "4294967296", "--slo", "ttft_mean_s=2"], "--max-load");
     // Negative numbers are values to check, not unknown flags.
     refused(&["simulate", "--burst", "1", "--goodput-ttft-s", "-1"], "--goodput-ttft-s");
     refused(&["simulate", "--concurrency", "1", "--think-time", "-1"], "--think-time");
     // Nothing to measure.
     refused(&["simulate", "--concurrency", "2", "--requests", "0"], "requests");
-    refused(&["simulate", "--concurrency", "2", "--requests", "5", "--warmup-requests", "5"], "warmup_requests");
+    refused(&["simulate", "--concurrency", "2", "--requests", "5", "--warmup-requests", "5"], "`--warmup-requests`");
 }
 
 #[test]

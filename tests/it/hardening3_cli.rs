@@ -541,7 +541,8 @@ fn args<'a>(parts: &[&[&'a str]]) -> Vec<&'a str> {
 /// - A disaggregated deployment whose `--kv-capacity-tokens` leaves no room (blamed `--prefill-tp`,
 ///   whose advice could not help).
 /// - A pool inheriting an unknown `--gpu` (named `--prefill-gpu`, which was not given).
-/// - An engine flag's bad value (named `engine.max_num_seqs` and the like, the profile's keys).
+/// - An engine flag's bad value (named `engine.max_num_seqs` and the like, the profile's keys), and
+///   a workload flag's (named `workload, field requests`; --turns 0 called a token count).
 #[test]
 fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
     let d = scratch("audit");
@@ -593,5 +594,20 @@ fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
     ] {
         let err = refused(&d, &args(&[&["simulate"], &b, &w, &[flag, value]]), &[&format!("`{flag}`")]);
         assert!(!err.contains("engine."), "{flag}: {err}");
+    }
+    // A workload the flags built: its errors named by the flags (was `workload, field requests`).
+    for (extra, flag, words) in [
+        (&["--requests", "0", "--concurrency", "1"][..], "--requests", "at least 1"),
+        (&["--rate", "1e308", "--requests", "5"][..], "--rate", "up to 1e6"),
+        (
+            &["--warmup-requests", "5", "--requests", "5", "--concurrency", "2"][..],
+            "--warmup-requests",
+            "none of the 5",
+        ),
+        (&["--turns", "0", "--requests", "5", "--concurrency", "1"][..], "--turns", "turn count"),
+        (&["--burstiness", "0", "--rate", "2", "--requests", "5"][..], "--burstiness", "positive"),
+    ] {
+        let err = refused(&d, &args(&[&["simulate"], &b, extra]), &[&format!("`{flag}`"), words]);
+        assert!(!err.contains("workload,"), "{flag}: {err}");
     }
 }
