@@ -93,8 +93,14 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// Read a file with the path in the error.
+/// A text file's contents, without the UTF-8 byte-order mark some editors and Windows tools write
+/// first (U+FEFF carries no content; JSON, TOML and CSV readers would take it for a first character).
 pub fn read_file(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|err| Error::Io { path: path.display().to_string(), err })
+    let text = std::fs::read_to_string(path).map_err(|err| Error::Io { path: path.display().to_string(), err })?;
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_string(),
+        None => text,
+    })
 }
 
 /// Check that a float is finite and within [lo, hi]; the error names the field.

@@ -308,7 +308,9 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     }
     // serde_json keeps keys sorted; order the statistics by metric, then statistic.
     stats.sort_by_key(|s| (super::RUN_METRICS.iter().position(|m| *m == s.metric), s.stat as u8));
-    let model_id = d.opt_str("model_id").or_else(|| d.opt_str("server_info.model_path"));
+    // A model_id of another type than a string is refused, not read as absent (it would be
+    // reported as a file naming no model).
+    let model_id = d.opt_string("model_id")?.or_else(|| d.opt_str("server_info.model_path"));
     let tool_version = d.opt_str("server_info.version");
     // InferenceX names a single-node point's engine `sglang`, `trt` or `vllm`, as a backend would.
     let named = d.opt_str("backend").or_else(|| d.opt_str("ix_framework"));

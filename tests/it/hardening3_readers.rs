@@ -373,7 +373,9 @@ fn a_negative_statistic_is_refused_in_the_files_own_unit() {
 /// Audit of 2026-11-28: a vLLM result's `request_rate` is `inf` or a rate a replay can run (-inf was
 /// replayed as a burst; 1e-300 printed 300 digits), and `burstiness` is in the range the workload
 /// takes (1e308 was read, then refused by calibrate without its key); a file whose every listed
-/// request failed, and totals below one token a request, are refused naming the key they are in.
+/// request failed, and totals below one token a request, are refused naming the key they are in; a
+/// model_id that is not a string is named; a UTF-8 byte-order mark is read past (was "malformed
+/// JSON at line 1 column 1").
 #[test]
 fn a_runs_rate_and_burstiness_are_bounded_naming_the_key() {
     let dir = scratch("rate-bounds");
@@ -412,6 +414,17 @@ fn a_runs_rate_and_burstiness_are_bounded_naming_the_key() {
         let e = read_error(&dir, "vllm.json", &v);
         assert!(e.contains(&format!("`{key}`")) && e.contains(&format!("got {x}")), "{key}: {e}");
     }
+    // A model_id that is not a string is named as such (was "the files name no model").
+    let mut v = base.clone();
+    v["model_id"] = json!(5);
+    let e = read_error(&dir, "vllm.json", &v);
+    assert!(e.contains("`model_id`") && e.contains("must be a string"), "{e}");
+    // A UTF-8 byte-order mark before the JSON (Windows tools write one) is no content.
+    let p = dir.join("bom.json");
+    let mut bytes = b"\xEF\xBB\xBF".to_vec();
+    bytes.extend(serde_json::to_vec(&base).unwrap());
+    std::fs::write(&p, bytes).unwrap();
+    read_file(&p).unwrap();
     // The tools' unlimited rate and an ordinary open loop still read.
     for rate in [json!("inf"), json!(4.0)] {
         let mut v = base.clone();
