@@ -284,6 +284,14 @@ impl WorkloadArgs {
             }
             None => {}
         }
+        // The run-length flags checked now, so that their errors name them in every command (a
+        // command that sets its own request count later is probed with one that passes).
+        let mut probe = t.clone();
+        if probe.requests.is_none() && probe.duration_s.is_none() {
+            let measured = probe.warmup_requests.saturating_add(probe.cooldown_requests).saturating_add(1);
+            probe.requests = Some(measured.min(capsim::workload::MAX_REQUESTS));
+        }
+        probe.at(LoadAxis::Concurrency, 1.0).map_err(|e| flag_error(e, "--concurrency"))?;
         Ok(t)
     }
 }

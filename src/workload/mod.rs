@@ -978,15 +978,17 @@ impl LoadTemplate {
         }))
     }
     pub fn at(&self, axis: LoadAxis, value: f64) -> Result<Workload> {
+        // The load's flag (--concurrency, --burst, --rate, --scale: the CLI's names of the axes).
+        let flag = format!("--{}", axis.as_str());
         if !(value.is_finite() && value > 0.0) {
-            return Err(Error::flag(axis.as_str(), format!("load must be a positive number, got {value}")));
+            return Err(Error::flag(&flag, format!("load must be a positive number, got {value}")));
         }
         // Clients and burst sizes are whole numbers of requests within the work bound.
         if matches!(axis, LoadAxis::Concurrency | LoadAxis::Burst)
             && (value.fract() != 0.0 || value > MAX_REQUESTS as f64)
         {
             return Err(Error::flag(
-                axis.as_str(),
+                &flag,
                 format!("must be a whole number in 1..={MAX_REQUESTS}, got {}", crate::error::fmt_num(value)),
             ));
         }

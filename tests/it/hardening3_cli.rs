@@ -610,4 +610,8 @@ fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
         let err = refused(&d, &args(&[&["simulate"], &b, extra]), &[&format!("`{flag}`"), words]);
         assert!(!err.contains("workload,"), "{flag}: {err}");
     }
+    // The same flags in the commands that build their own runs, and a sweep's load list.
+    refused(&d, &["capacity", "--slo", "ttft_p99_s=2", "--requests", "0"], &["`--requests`"]);
+    refused(&d, &["sweep", "--concurrency", "1,2", "--requests", "0"], &["`--requests`"]);
+    refused(&d, &["sweep", "--concurrency", "4294967295", "--requests", "20"], &["`--concurrency`", "whole number"]);
 }
