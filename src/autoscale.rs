@@ -141,6 +141,18 @@ impl AutoscalePolicyFile {
                 Err(bad(field, format!("must be a number in [0, {hi}], got {v}")))
             }
         };
+        // Periods a day's simulation steps through: a floor keeps their count in hand (a decision
+        // interval of 1e-9 s took 24 GB before the system killed it).
+        let period = |field: &str, v: f64, lo: f64, hi: f64| -> Result<f64> {
+            if v.is_finite() && (lo..=hi).contains(&v) {
+                Ok(v)
+            } else {
+                Err(bad(
+                    field,
+                    format!("must be a number of seconds in [{lo}, {hi}], got {}", crate::error::fmt_num(v)),
+                ))
+            }
+        };
         const DAY_S: f64 = 86_400.0;
         let p = AutoscalePolicy {
             min_replicas: self.min_replicas,
@@ -148,7 +160,7 @@ impl AutoscalePolicyFile {
             initial_replicas: initial,
             metric: self.metric,
             target: positive("target", self.target, 1e9)?,
-            interval_s: positive("interval_s", self.interval_s.unwrap_or(15.0), DAY_S)?,
+            interval_s: period("interval_s", self.interval_s.unwrap_or(15.0), 1.0, DAY_S)?,
             tolerance: non_negative("tolerance", self.tolerance.unwrap_or(0.1), 1.0)?,
             scale_down_stabilization_s: non_negative(
                 "scale_down_stabilization_s",
@@ -169,8 +181,8 @@ impl AutoscalePolicyFile {
                 None => None,
                 Some(v) => Some(non_negative("price_per_gpu_hour", v, 1e6)?),
             },
-            bucket_s: positive("bucket_s", self.bucket_s.unwrap_or(3600.0), 365.0 * DAY_S)?,
-            router_refresh_s: positive("router_refresh_s", self.router_refresh_s.unwrap_or(0.05), 60.0)?,
+            bucket_s: period("bucket_s", self.bucket_s.unwrap_or(3600.0), 1.0, 365.0 * DAY_S)?,
+            router_refresh_s: period("router_refresh_s", self.router_refresh_s.unwrap_or(0.05), 1e-3, 60.0)?,
         };
         if p.scale_up_max_replicas == 0 && p.scale_up_max_percent == 0.0 {
             return Err(bad(

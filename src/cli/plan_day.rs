@@ -61,8 +61,13 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
     let src = c.workload.source()?;
     let w = src.file_workload.clone().expect("a workload file or a trace gives its own workload");
     let origin = src.origin.clone().unwrap_or_default();
-    if !(a.peak_window_s.is_finite() && a.peak_window_s > 0.0 && a.peak_window_s <= 86_400.0) {
-        return Err(Error::flag("--peak-window-s", format!("must be in (0, 86400] s, got {}", a.peak_window_s)));
+    // At least a second: a shorter window's peak is a few requests over nothing (1e-9 s gave a
+    // rate of 1e9 requests/s).
+    if !(a.peak_window_s.is_finite() && (1.0..=86_400.0).contains(&a.peak_window_s)) {
+        return Err(Error::flag(
+            "--peak-window-s",
+            format!("must be in [1, 86400] s, got {}", capsim::error::fmt_num(a.peak_window_s)),
+        ));
     }
     let peak = peak_rate(&w, a.peak_window_s)?;
     if peak.is_nan() || peak <= 0.0 {
@@ -73,8 +78,12 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
         None => None,
     };
     let bucket_s = a.bucket_s.or(policy.as_ref().map(|p| p.bucket_s)).unwrap_or(3600.0);
-    if !(bucket_s.is_finite() && bucket_s > 0.0 && bucket_s <= capsim::workload::MAX_TIME_S) {
-        return Err(Error::flag("--bucket-s", format!("must be a positive number of seconds, got {bucket_s}")));
+    // At least a second (a 1e-6 s bucket over a 40-minute curve was 2.4 billion rows).
+    if !(bucket_s.is_finite() && (1.0..=capsim::workload::MAX_TIME_S).contains(&bucket_s)) {
+        return Err(Error::flag(
+            "--bucket-s",
+            format!("must be a number of seconds in [1, 1e9], got {}", capsim::error::fmt_num(bucket_s)),
+        ));
     }
     let seeds = c.seeds.unwrap_or(3);
     if seeds == 0 || seeds > 64 {

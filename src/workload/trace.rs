@@ -260,6 +260,10 @@ pub fn parse_jsonl(src: &str, text: &str) -> Result<Trace> {
             }
         };
         let t = num(tkey)? * scale;
+        // As the CSV reader: "nan" or "inf" parse as numbers, and a time must be finite.
+        if !t.is_finite() {
+            return Err(Error::input(src, Some(line_no), Some(tkey), "must be finite"));
+        }
         let ikey = INPUT_KEYS.iter().find(|k| v.get(**k).is_some()).copied().unwrap_or("input_length");
         let okey = OUTPUT_KEYS.iter().find(|k| v.get(**k).is_some()).copied().unwrap_or("output_length");
         let i = tokens(src, line_no, ikey, &num(ikey)?.to_string())?;

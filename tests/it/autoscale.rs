@@ -106,6 +106,10 @@ fn bad_policies_name_the_key() {
         ("min_replicas = 1\nmax_replicas = 2\nprice_per_gpu_hour = nan\n", "price_per_gpu_hour"),
         ("min_replicas = 1\nmax_replicas = 2\nbogus = 1\n", "bogus"),
         ("min_replicas = 1\nmax_replicas = 2\nrouter_refresh_s = 0.0\n", "router_refresh_s"),
+        // Periods a simulated day steps through have floors: 1e-9 s exhausted memory, 1e-6 s hung.
+        ("min_replicas = 1\nmax_replicas = 2\ninterval_s = 1e-9\n", "interval_s"),
+        ("min_replicas = 1\nmax_replicas = 2\nbucket_s = 1e-6\n", "bucket_s"),
+        ("min_replicas = 1\nmax_replicas = 2\nrouter_refresh_s = 1e-9\n", "router_refresh_s"),
     ] {
         let e = AutoscalePolicy::parse("p.toml", &format!("{extra}{base}")).unwrap_err().to_string();
         assert!(e.contains("p.toml") && e.contains(key), "{extra}: {e}");

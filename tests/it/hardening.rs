@@ -268,6 +268,15 @@ fn a_timestamp_column_means_milliseconds_in_csv_and_jsonl() {
     .unwrap();
     assert_eq!(csv.records, jsonl.records);
     assert_eq!(csv.records[1].arrival_s, 1.0);
+    // A time of "nan" or "inf" (numbers to a parser) is refused on its line and key, as in CSV.
+    for (t, line) in [("\"nan\"", "line 1"), ("\"inf\"", "line 1"), ("\"-inf\"", "line 1")] {
+        let text = format!("{{\"timestamp\": {t}, \"input_length\": 100, \"output_length\": 10}}\n");
+        let e = capsim::workload::trace::parse_jsonl("t.jsonl", &text).unwrap_err().to_string();
+        assert!(
+            e.contains("t.jsonl") && e.contains(line) && e.contains("`timestamp`") && e.contains("finite"),
+            "{t}: {e}"
+        );
+    }
 }
 
 #[test]

@@ -614,4 +614,11 @@ fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
     refused(&d, &["capacity", "--slo", "ttft_p99_s=2", "--requests", "0"], &["`--requests`"]);
     refused(&d, &["sweep", "--concurrency", "1,2", "--requests", "0"], &["`--requests`"]);
     refused(&d, &["sweep", "--concurrency", "4294967295", "--requests", "20"], &["`--concurrency`", "whole number"]);
+    // A plan over a curve: periods with floors (--bucket-s 1e-6 hung; --peak-window-s 1e-9 was an
+    // internal rate-schedule error naming no flag).
+    let day = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/day.toml");
+    let plan_day = ["plan", "--workload", day.to_str().unwrap(), "--gpus", "H200 SXM", "--tps", "1"];
+    let plan_day = [&plan_day[..], &["--slo", "ttft_p95_s=2"]].concat();
+    refused(&d, &args(&[&plan_day, &["--bucket-s", "1e-6"]]), &["`--bucket-s`", "[1, 1e9]"]);
+    refused(&d, &args(&[&plan_day, &["--peak-window-s=1e-9"]]), &["`--peak-window-s`", "[1, 86400]"]);
 }
