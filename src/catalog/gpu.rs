@@ -289,24 +289,29 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
     let file: GpuFile = toml::from_str(text).map_err(|e| toml_error(source, text, e))?;
     for (i, g) in file.gpu.iter().enumerate() {
         let ctx = format!("{source} [gpu `{}`]", g.name);
+        if g.name.trim().is_empty() {
+            return Err(Error::input(&ctx, None, Some("name"), "must not be empty"));
+        }
         if file.gpu[..i].iter().any(|h| h.name == g.name) {
             return Err(Error::input(&ctx, None, Some("name"), "named twice in this file"));
         }
-        for (field, v) in [
-            ("memory_gb", g.memory_gb),
-            ("hbm_bandwidth_tb_s", g.hbm_bandwidth_tb_s),
-            ("bf16_tflops", g.bf16_tflops),
-            ("tdp_w", g.tdp_w),
-            ("link_bw_gb_s", g.link_bw_gb_s),
-            ("pcie_bw_gb_s", g.pcie_bw_gb_s),
-            ("scale_out_bw_gb_s", g.scale_out_bw_gb_s.unwrap_or(DEFAULT_SCALE_OUT_BW_GB_S)),
+        // Upper bounds far beyond any GPU (1e30 GB of memory was taken, and gave a KV
+        // capacity of 2^64 - 1 tokens): past them a figure is a typo, and products overflow.
+        for (field, v, max) in [
+            ("memory_gb", g.memory_gb, 1e7),
+            ("hbm_bandwidth_tb_s", g.hbm_bandwidth_tb_s, 1e4),
+            ("bf16_tflops", g.bf16_tflops, 1e7),
+            ("tdp_w", g.tdp_w, 1e6),
+            ("link_bw_gb_s", g.link_bw_gb_s, 1e7),
+            ("pcie_bw_gb_s", g.pcie_bw_gb_s, 1e7),
+            ("scale_out_bw_gb_s", g.scale_out_bw_gb_s.unwrap_or(DEFAULT_SCALE_OUT_BW_GB_S), 1e7),
         ] {
-            if !(v.is_finite() && v > 0.0) {
+            if !(v.is_finite() && v > 0.0 && v <= max) {
                 return Err(Error::input(
                     &ctx,
                     None,
                     Some(field),
-                    format!("must be a positive number, got {}", crate::error::fmt_num(v)),
+                    format!("must be a positive number up to {max:e}, got {}", crate::error::fmt_num(v)),
                 ));
             }
         }
@@ -314,12 +319,12 @@ pub fn parse_gpus(source: &str, text: &str) -> Result<Vec<GpuSpec>> {
             [("fp8_tflops", g.fp8_tflops), ("fp4_tflops", g.fp4_tflops), ("host_link_bw_gb_s", g.host_link_bw_gb_s)]
         {
             if let Some(v) = v {
-                if !(v.is_finite() && v > 0.0) {
+                if !(v.is_finite() && v > 0.0 && v <= 1e8) {
                     return Err(Error::input(
                         &ctx,
                         None,
                         Some(field),
-                        format!("must be positive, got {}", crate::error::fmt_num(v)),
+                        format!("must be positive and at most 1e8, got {}", crate::error::fmt_num(v)),
                     ));
                 }
             }

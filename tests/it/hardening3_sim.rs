@@ -182,6 +182,18 @@ link_source = "test"
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["requests_completed"], 200);
     assert!(v["kv_capacity"]["kv_capacity_tokens"].as_u64().unwrap() > 5_000_000_000);
+    // Past the catalog's bounds (1e7 GB) a figure is a typo: 1e30 GB gave 2^64 - 1 tokens of KV.
+    // An empty name is refused too.
+    let text = std::fs::read_to_string(&gpus).unwrap();
+    for (from, to, field) in
+        [("memory_gb = 1000000", "memory_gb = 1e30", "memory_gb"), ("\"Huge GPU\"", "\" \"", "name")]
+    {
+        let bad = temp(&format!("bad-gpu-{field}.toml"), &text.replace(from, to));
+        let e = capsim::catalog::gpu::parse_gpus(bad.to_str().unwrap(), &std::fs::read_to_string(&bad).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("`{field}`")), "{field}: {e}");
+    }
 }
 
 #[test]
