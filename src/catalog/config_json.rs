@@ -330,6 +330,13 @@ pub fn parse(name: &str, source: &str, text: &str) -> Result<ModelArch> {
     let n_layers = c.positive("num_hidden_layers", MAX_LAYERS)? as u32;
     let n_heads = c.positive("num_attention_heads", MAX_HEADS)?;
     let n_kv_heads = c.opt_positive("num_key_value_heads", MAX_HEADS)?.unwrap_or(n_heads);
+    // Grouped-query attention shares each KV head among query heads: never more KV heads than them.
+    if n_kv_heads > n_heads {
+        return Err(c.err(
+            "num_key_value_heads",
+            format!("{n_kv_heads} is more than num_attention_heads ({n_heads}): each KV head serves one or more query heads"),
+        ));
+    }
     let head_dim = match c.opt_positive("head_dim", MAX_DIM)? {
         Some(d) => d,
         None => (hidden / n_heads).max(1),

@@ -123,6 +123,13 @@ fn config_json_errors_name_file_and_field() {
     assert!(e.contains("hidden_size") && e.contains("non-negative integer"), "{e}");
     let e = ModelArch::from_config_json("x", "cfg.json", &text.replace("llama", "mamba")).unwrap_err().to_string();
     assert!(e.contains("model_type") && e.contains("unsupported"), "{e}");
+    // More KV heads than query heads is no attention layout (was accepted).
+    let kv = text.replace(
+        "\"num_attention_heads\": 32",
+        "\"num_attention_heads\": 32, \"num_hidden_layers\": 2, \"num_key_value_heads\": 64",
+    );
+    let e = ModelArch::from_config_json("x", "cfg.json", &kv).unwrap_err().to_string();
+    assert!(e.contains("cfg.json") && e.contains("`num_key_value_heads`") && e.contains("64"), "{e}");
 }
 
 #[test]
