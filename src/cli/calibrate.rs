@@ -84,12 +84,9 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     let mut notes = Vec::new();
     // A disaggregated deployment's pools are predicted from the learned model, not fitted from one
     // deployment's runs: a pool flag would be dropped, so it is refused, naming it.
-    if let Some(flag) = a.pd_flags().next() {
-        return Err(Error::flag(
-            flag,
-            "calibrate --runs fits one aggregated deployment; a disaggregated deployment runs in simulate, capacity --disaggregated and explain only",
-        ));
-    }
+    a.refuse_pools(
+        "calibrate --runs fits one aggregated deployment; a disaggregated deployment runs in simulate, capacity --disaggregated and explain only",
+    )?;
     if a.profile.is_some() {
         return Err(Error::flag(
             "--profile",

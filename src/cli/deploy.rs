@@ -437,12 +437,7 @@ impl ProfileArgs {
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
-        if let Some(flag) = self.pd_flags().next() {
-            return Err(Error::flag(
-                flag,
-                "a disaggregated deployment runs in simulate, capacity --disaggregated and explain only",
-            ));
-        }
+        self.refuse_pools("a disaggregated deployment runs in simulate, capacity --disaggregated and explain only")?;
         if let Some(gb) = self.kv_offload_gb {
             capsim::profile::offload::check_gb(gb).map_err(|msg| Error::flag("--kv-offload-gb", msg))?;
         }
@@ -505,7 +500,6 @@ impl ProfileArgs {
         }
         Ok(Some(s))
     }
-    /// [`ProfileArgs::resolve`] without speculative decoding.
     /// The flag that set an engine field of the profile (`engine.max_num_seqs`: `--max-num-seqs`),
     /// where it was given: an error in the field is the flag's.
     fn engine_flag(&self, field: Option<&str>) -> Option<&'static str> {
@@ -529,6 +523,7 @@ impl ProfileArgs {
         };
         given.then_some(flag)
     }
+    /// [`ProfileArgs::resolve`] without speculative decoding.
     fn resolve_plain(&self, catalog: &Catalog) -> Result<Profile> {
         let base = Profile::load(self.profile.as_deref(), catalog).map_err(|e| match e {
             Error::Unknown { kind, .. } if kind.starts_with("profile") => Error::flag("--profile", e.to_string()),

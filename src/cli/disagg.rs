@@ -18,6 +18,12 @@ enum Side {
 }
 
 impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Prefill => "prefill",
+            Side::Decode => "decode",
+        }
+    }
     fn flag(self, name: &str) -> String {
         match self {
             Side::Prefill => format!("--prefill-{name}"),
@@ -52,6 +58,14 @@ impl ProfileArgs {
     /// The disaggregated flags given.
     pub fn pd_flags(&self) -> impl Iterator<Item = &'static str> {
         self.pd_flag_list().into_iter().filter_map(|(f, given)| given.then_some(f))
+    }
+    /// Refuse the disaggregated flags where the command runs one aggregated deployment (a pool flag
+    /// would be dropped), naming the first given and saying `why`.
+    pub fn refuse_pools(&self, why: &str) -> Result<()> {
+        match self.pd_flags().next() {
+            Some(flag) => Err(Error::flag(flag, why)),
+            None => Ok(()),
+        }
     }
     /// The two pools as stated (None: no disaggregated flag given). Both worker counts are required
     /// once any `--prefill-*` or `--decode-*` flag is given.
@@ -170,10 +184,7 @@ impl ProfileArgs {
             // Infeasible of a resolve): the pool's own flags are what changes that.
             Error::Infeasible(msg) => {
                 let flag = if spec.gpu.is_some() && spec.tp.is_none() { side.flag("gpu") } else { side.flag("tp") };
-                let name = match side {
-                    Side::Prefill => "prefill",
-                    Side::Decode => "decode",
-                };
+                let name = side.name();
                 let (msg, advice) = msg.split_once("; raise tensor_parallel").unwrap_or((msg.as_str(), ""));
                 // Redundant expert copies (profile/engine.rs names them) are the pool's flag too.
                 let copies = match advice.is_empty() {
@@ -262,7 +273,7 @@ fn rename_flag(e: Error, side: Side, spec: &PoolSpec) -> Error {
 /// prefill worker's KV, its whole sequence the decode worker's, which holds it to the end; else no
 /// request could run, refused naming the pool's flag (longer requests that do not fit are rejected
 /// one by one, as an engine rejects them).
-pub fn check_pools_fit(d: &Disaggregated, w: &Workload, kv_pinned: bool) -> Result<()> {
+pub fn check_pools_fit(d: &Disaggregated, w: &Workload) -> Result<()> {
     use capsim::workload::Arrivals;
     let (input, output) = match &w.spec.arrivals {
         Arrivals::Trace { records } => records
@@ -284,16 +295,14 @@ pub fn check_pools_fit(d: &Disaggregated, w: &Workload, kv_pinned: bool) -> Resu
         let e = &p.engine;
         let blocks = tokens.div_ceil(e.block_size_tokens as u64) + e.per_seq_reserved_blocks as u64;
         if blocks > e.kv_capacity_blocks() {
-            let pool = match side {
-                Side::Prefill => "prefill",
-                Side::Decode => "decode",
-            };
-            // --kv-capacity-tokens fixes every worker's KV whatever its GPUs: more GPUs cannot help.
-            if kv_pinned {
+            let pool = side.name();
+            // A stated KV capacity (--kv-capacity-tokens, or a profile's engine.kv_capacity_tokens)
+            // is every worker's whatever its GPUs: more GPUs cannot help.
+            if p.file.engine.kv_capacity_tokens.is_some() {
                 return Err(Error::flag(
                     "--kv-capacity-tokens",
                     format!(
-                        "{} tokens of KV per worker leave a {pool} worker no room for the workload's longest request, which needs {tokens}: raise it, or leave it out to derive each pool's KV from its GPUs",
+                        "{} tokens of KV per worker, as stated, leave a {pool} worker no room for the workload's longest request, which needs {tokens}: raise it, or leave it unstated to derive each pool's KV from its GPUs",
                         e.kv_capacity_tokens
                     ),
                 ));
@@ -301,8 +310,7 @@ pub fn check_pools_fit(d: &Disaggregated, w: &Workload, kv_pinned: bool) -> Resu
             return Err(Error::flag(
                 &side.flag("tp"),
                 format!(
-                    "a {} worker ({} x {}, {}) holds KV for {} tokens, and the workload's longest request needs {} (prompt {}{}): no room for one request; give the pool more GPUs (--{}-tp) or another GPU (--{}-gpu)",
-                    match side { Side::Prefill => "prefill", Side::Decode => "decode" },
+                    "a {pool} worker ({} x {}, {}) holds KV for {} tokens, and the workload's longest request needs {} (prompt {}{}): no room for one request; give the pool more GPUs (--{pool}-tp) or another GPU (--{pool}-gpu)",
                     worker_gpus(p),
                     p.gpu.name,
                     p.engine.kind.as_str(),
@@ -310,8 +318,6 @@ pub fn check_pools_fit(d: &Disaggregated, w: &Workload, kv_pinned: bool) -> Resu
                     tokens,
                     input,
                     match side { Side::Prefill => String::from(" + 1"), Side::Decode => format!(" + output {output}") },
-                    match side { Side::Prefill => "prefill", Side::Decode => "decode" },
-                    match side { Side::Prefill => "prefill", Side::Decode => "decode" },
                 ),
             ));
         }
@@ -459,7 +465,7 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     let base = pa.disaggregated(&catalog)?.expect("worker counts set");
     let w = q.template.at(capsim::workload::LoadAxis::Rate, rate)?;
     w.check_context(base.decode.arch.max_context, &base.decode.arch.name)?;
-    check_pools_fit(&base, &w, a.profile.kv_capacity_tokens.is_some())?;
+    check_pools_fit(&base, &w)?;
     let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);
     let ans = capsim::capacity::disagg::size_disaggregated(&base, &q, rate, a.max_replicas, &tick)?;

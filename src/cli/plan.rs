@@ -77,13 +77,11 @@ pub(super) fn check_flags(a: &PlanArgs) -> Result<()> {
         return Err(Error::flag("--max-replicas", "does not apply to plan: bound the fleet with --max-gpus"));
     }
     // Plans are fleets of aggregated replicas; the disaggregated split has its own search.
-    let pd = c.disaggregated.then_some("--disaggregated").or_else(|| c.profile.pd_flags().next());
-    if let Some(flag) = pd {
-        return Err(Error::flag(
-            flag,
-            "plan sizes fleets of aggregated replicas; size a disaggregated deployment with capsim capacity --disaggregated --target-rate R",
-        ));
+    let why = "plan sizes fleets of aggregated replicas; size a disaggregated deployment with capsim capacity --disaggregated --target-rate R";
+    if c.disaggregated {
+        return Err(Error::flag("--disaggregated", why));
     }
+    c.profile.refuse_pools(why)?;
     if a.max_gpus == 0 || a.max_gpus > 100_000 {
         return Err(Error::flag("--max-gpus", format!("must be in 1..=100000, got {}", a.max_gpus)));
     }

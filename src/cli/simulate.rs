@@ -291,7 +291,7 @@ pub fn prepare(a: &SimulateArgs) -> Result<Prepared> {
     let w = workload_of(a)?;
     w.check_context(p.arch.max_context, &p.arch.name)?;
     if let Some(d) = &pd {
-        super::disagg::check_pools_fit(d, &w, a.profile.kv_capacity_tokens.is_some())?;
+        super::disagg::check_pools_fit(d, &w)?;
     }
     if !(a.horizon.is_finite() && a.horizon > 0.0) {
         return Err(Error::flag("--horizon", "must be a positive number of seconds"));

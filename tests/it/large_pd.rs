@@ -229,49 +229,24 @@ fn bad_values_are_named() {
         "1..=",
     );
     refused(&["--prefill-max-num-seqs", "4"], "--prefill-workers", "needs both");
-    // A decode pool with no KV room for one request (prompt 1500 + output 1000 over 2000 tokens).
-    let o = capsim(&[
-        "simulate",
-        "--input-len",
-        "1500",
-        "--output-len",
-        "1000",
-        "--requests",
-        "4",
-        "--rate",
-        "1",
-        "--kv-capacity-tokens",
-        "2000",
-        "--prefill-workers",
-        "1",
-        "--decode-workers",
-        "1",
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    // --kv-capacity-tokens fixes every worker's KV: the flag named is it, not the pool's TP.
+    // A decode pool with no KV room for one request (prompt 1500 + output 1000 over 2000 tokens):
+    // --kv-capacity-tokens states every worker's KV, so the flag named is it, not the pool's TP.
+    let kv_room = |args: &str| {
+        let o = capsim(&args.split(' ').collect::<Vec<_>>());
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        err
+    };
+    let pools = "--prefill-workers 1 --decode-workers 1";
+    let err = kv_room(&format!(
+        "simulate --input-len 1500 --output-len 1000 --requests 4 --rate 1 --kv-capacity-tokens 2000 {pools}"
+    ));
     assert!(err.contains("`--kv-capacity-tokens`") && err.contains("no room"), "{err}");
     // Without it, the decode worker's GPUs decide: one L40S holds 153,088 tokens of the default
     // model's KV, short of a 160,000-token prompt and its output.
-    let o = capsim(&[
-        "simulate",
-        "--input-len",
-        "160000",
-        "--output-len",
-        "1000",
-        "--requests",
-        "1",
-        "--concurrency",
-        "1",
-        "--prefill-workers",
-        "1",
-        "--decode-workers",
-        "1",
-        "--decode-gpu",
-        "L40S",
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = kv_room(&format!(
+        "simulate --input-len 160000 --output-len 1000 --requests 1 --concurrency 1 {pools} --decode-gpu L40S"
+    ));
     assert!(err.contains("`--decode-tp`") && err.contains("no room for one request"), "{err}");
     // Other commands refuse the flags rather than ignore them.
     let o = capsim(&["sweep", "--concurrency", "1,2", "--prefill-workers", "1", "--decode-workers", "1"]);
@@ -669,31 +644,10 @@ fn prefix_aware_routing_keeps_a_conversation_on_its_prefill_worker() {
 /// HBM peak when sped up.
 #[test]
 fn steps_scaled_scales_a_one_gpu_step() {
-    use capsim::catalog::Catalog;
-    use capsim::profile::ProfileFile;
     use capsim::sim::{BatchShape, StepModel};
-    let text = r#"
-name = "scaled"
-[model]
-name = "Qwen3-Coder-30B-A3B-Instruct"
-weight_dtype = "fp8"
-kv_dtype = "bf16"
-[gpu]
-name = "H200 SXM"
-[engine]
-kind = "vllm"
-[coefficients]
-step_overhead_s = 0.002
-per_seq_overhead_s = 0.00001
-bandwidth_eff_bytes_s = 3.0e12
-matmul_flops_eff_s = 4.0e14
-attention_flops_eff_s = 3.0e14
-request_overhead_s = 0.01
-prefill_step_overhead_s = 0.005
-[provenance]
-method = "test"
-"#;
-    let p = ProfileFile::parse("test", text).unwrap().resolve("test", &Catalog::builtin()).unwrap();
+    // The default profile: one H200, every coefficient finite.
+    let p = crate::default_profile();
+    assert_eq!(p.tensor_parallel, 1);
     let mut decode = BatchShape::default();
     for _ in 0..32 {
         decode.add_chunk(2000, 1);
@@ -706,7 +660,8 @@ method = "test"
         assert!((y / x - 2.0).abs() < 1e-9, "{x} -> {y}");
     }
     let q = p.clone().steps_scaled(2.0);
-    assert!((q.coefficients.request_overhead_s - 0.02).abs() < 1e-15);
+    assert!((q.coefficients.request_overhead_s - 2.0 * p.coefficients.request_overhead_s).abs() < 1e-15);
+    assert!(p.coefficients.request_overhead_s > 0.0);
     let fast = p.clone().steps_scaled(1e-3);
     assert_eq!(fast.coefficients.bandwidth_eff_bytes_s, p.gpu.hbm_bandwidth_bytes_s());
 }

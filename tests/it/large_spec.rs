@@ -426,24 +426,8 @@ fn mtp_on_a_model_without_an_mtp_module_is_said() {
         assert_eq!(c.model(model).unwrap().mtp_modules, n, "{model}");
     }
     let caveats = |model: &str| -> Vec<String> {
-        let o = capsim(&[
-            "simulate",
-            "--model",
-            model,
-            "--gpu",
-            "B200",
-            "--tp",
-            "8",
-            "--precision",
-            "fp8",
-            "--spec-method",
-            "mtp",
-            "--spec-tokens",
-            "2",
-            "--burst",
-            "2",
-            "--json",
-        ]);
+        let flags = "--gpu B200 --tp 8 --precision fp8 --spec-method mtp --spec-tokens 2 --burst 2 --json";
+        let o = capsim(&[&["simulate", "--model", model][..], &flags.split(' ').collect::<Vec<_>>()].concat());
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         v["scenario"]["caveats"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
