@@ -3,7 +3,7 @@
 
 pub mod corpus;
 
-use crate::calibrate::{self, FitOptions, Target};
+use crate::calibrate::{self, FitOptions, PriorSource, Target};
 use crate::catalog::Catalog;
 use crate::data::{Point, ReportMeta};
 use crate::error::{Error, Result};
@@ -375,7 +375,7 @@ fn held_out_fit(
     shared: &SharedModel,
 ) -> Result<Profile> {
     let opts = FitOptions {
-        shared: Some(shared),
+        priors: PriorSource::Shared(shared),
         use_point: keep,
         max_evaluations: HELD_OUT_MAX_EVALS,
         command: "capsim validate (held-out fit)".into(),

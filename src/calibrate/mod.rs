@@ -35,7 +35,7 @@ use crate::profile::{
 };
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
-use priors::{priors, shared_priors};
+use priors::{learned_coefficients, learned_priors, priors, shared_priors};
 use rayon::prelude::*;
 use serde::Serialize;
 use stage_a::{gauss_newton_covariance, stage_a};
@@ -63,10 +63,26 @@ pub struct FitOptions<'a> {
     /// The command line, for provenance.
     pub command: String,
     pub data_sha256: String,
-    /// The shared hardware model fitted without this target's data: its estimates for the target's
-    /// deployment become the priors of the hardware coefficients (crate::hardware), so that what the
-    /// data cannot identify is pulled toward what the other deployments say, not to a generic guess.
-    pub shared: Option<&'a crate::hardware::SharedModel>,
+    /// Where the hardware coefficients' priors come from: what the data cannot identify is pulled
+    /// toward what other deployments say, not to a generic guess.
+    pub priors: PriorSource<'a>,
+}
+
+/// The source of a fit's priors on the hardware coefficients.
+#[derive(Clone, Copy)]
+pub enum PriorSource<'a> {
+    /// Generic weak priors (a report's own profile, fitted alone: the shared model is estimated from
+    /// those profiles).
+    Generic,
+    /// The shared hardware model's estimate for the deployment, fitted without this target's data.
+    Shared(&'a crate::hardware::SharedModel),
+    /// The step model learned on the corpus (models/learned.toml): its coefficients for the deployment
+    /// centre the priors, with its spread for the levels the deployment lacks as their widths, and
+    /// the parts a few runs of one deployment cannot tell apart (grouped GEMMs' rate relative to the
+    /// dense ones, the API server's cost per streamed token, a prefill step's own overhead) are held
+    /// at its values, so that the fit is the learned model with this deployment's residual. The
+    /// shared model gives the memory/compute overlap, the one value the learned model takes from it.
+    Learned { model: &'a crate::hardware::learned::LearnedModel, shared: &'a crate::hardware::SharedModel },
 }
 
 /// One fitted point.
@@ -166,9 +182,32 @@ struct Built {
     mem_fraction: f64,
 }
 
-/// The coefficients at `v`; `exchange_latency_s` is not fitted from the runs but taken as learned
-/// ([`exchange_of`]).
-fn build(v: &[f64; N_PARAMS], exchange_latency_s: f64) -> Built {
+/// The coefficients a fit holds where they are (not among the parameters).
+#[derive(Clone, Copy)]
+struct Held {
+    /// Not fitted from the runs but taken as learned ([`exchange_of`]).
+    exchange_latency_s: f64,
+    grouped_gemm_rel: f64,
+    api_per_token_s: f64,
+    prefill_step_overhead_s: f64,
+}
+
+impl Held {
+    /// What a fit holds: the learned model's values where it centres the priors
+    /// ([`PriorSource::Learned`]), else the plain step (one matmul rate, no per-token or per-prefill
+    /// host cost).
+    fn of(exchange_latency_s: f64, learned: Option<&Coefficients>) -> Held {
+        Held {
+            exchange_latency_s,
+            grouped_gemm_rel: learned.map_or(1.0, |c| c.grouped_gemm_rel),
+            api_per_token_s: learned.map_or(0.0, |c| c.api_per_token_s),
+            prefill_step_overhead_s: learned.map_or(0.0, |c| c.prefill_step_overhead_s),
+        }
+    }
+}
+
+/// The coefficients at `v`, with the held ones.
+fn build(v: &[f64; N_PARAMS], held: &Held) -> Built {
     Built {
         coefficients: Coefficients {
             step_overhead_s: v[P_OVERHEAD].exp(),
@@ -180,10 +219,10 @@ fn build(v: &[f64; N_PARAMS], exchange_latency_s: f64) -> Built {
             mem_compute_overlap: v[P_OVERLAP],
             expert_spread: v[P_SPREAD].exp(),
             frontend_serial_s: v[P_FRONTEND].exp(),
-            grouped_gemm_rel: 1.0,
-            api_per_token_s: 0.0,
-            prefill_step_overhead_s: 0.0,
-            exchange_latency_s,
+            grouped_gemm_rel: held.grouped_gemm_rel,
+            api_per_token_s: held.api_per_token_s,
+            prefill_step_overhead_s: held.prefill_step_overhead_s,
+            exchange_latency_s: held.exchange_latency_s,
         },
         unknowns: ExperimentUnknowns { rounds_closed: v[P_ROUNDS_CLOSED], rounds_unknown: v[P_ROUNDS_UNKNOWN] },
         mem_fraction: v[P_MEM],
@@ -296,9 +335,19 @@ fn calibrate_variant(
     opts: &FitOptions,
     variant: &EngineSettings,
 ) -> Result<(ProfileFile, FitReport)> {
-    let exchange = exchange_of(t, catalog);
     let arch = catalog.model(&t.deployment.model)?;
     let gpu = catalog.gpu(&t.deployment.gpu)?.clone();
+    let learned = match opts.priors {
+        PriorSource::Learned { model, shared } => Some(learned_coefficients(model, shared, &arch, &gpu, t)),
+        _ => None,
+    };
+    let held = Held::of(exchange_of(t, catalog), learned.as_ref().map(|(c, _)| c));
+    let held_note = learned.as_ref().map(|_| {
+        format!(
+            "held at the learned step model's values (runs of one deployment cannot tell them from the fitted coefficients): grouped_gemm_rel = {:.4}, api_per_token_s = {:.4e}, prefill_step_overhead_s = {:.4e}",
+            held.grouped_gemm_rel, held.api_per_token_s, held.prefill_step_overhead_s
+        )
+    });
     let report_pts: Vec<&Point> = points.iter().filter(|p| p.report == t.report).collect();
     let excluded: Vec<(usize, String)> =
         report_pts.iter().filter(|p| p.is_flagged()).map(|p| (p.line, p.flags.join(" | "))).collect();
@@ -360,20 +409,26 @@ fn calibrate_variant(
     if multi_unknown {
         active.push(P_ROUNDS_UNKNOWN);
     }
-    // What the data cannot identify takes the shared hardware model's estimate for this deployment
+    unident.extend(held_note);
+    let all_priors = match (opts.priors, &learned) {
+        (PriorSource::Learned { shared, .. }, Some((c, s))) => learned_priors(c, s, shared, &arch),
+        (PriorSource::Shared(sh), _) => shared_priors(sh, &arch, &gpu, t, base_budget),
+        _ => priors(&arch),
+    };
+    // What the data cannot identify takes the learned or shared model's estimate for this deployment
     // when there is one (held-out fits, a user's runs), rather than the single-request heuristics.
     let mut v0 = v0;
-    if let Some(sh) = opts.shared {
+    if !matches!(opts.priors, PriorSource::Generic) {
         let mut taken = Vec::new();
-        for (i, centre, _, what) in shared_priors(sh, &arch, &gpu, t, base_budget) {
-            let is_coefficient = COEFFICIENT_PARAMS.iter().any(|&(k, _)| k == i);
-            if is_coefficient && !active.contains(&i) {
-                v0[i] = centre;
-                taken.push(what);
+        for (i, centre, _, what) in &all_priors {
+            let is_coefficient = COEFFICIENT_PARAMS.iter().any(|&(k, _)| k == *i);
+            if is_coefficient && !active.contains(i) {
+                v0[*i] = *centre;
+                taken.push(what.clone());
             }
         }
         if !taken.is_empty() {
-            unident.push(format!("fixed at the shared hardware model's estimate: {}", taken.join("; ")));
+            unident.push(format!("fixed at the prior's estimate: {}", taken.join("; ")));
         }
     }
     let space = Space {
@@ -423,7 +478,7 @@ fn calibrate_variant(
         .collect();
 
     let predict_all = |v: &[f64; N_PARAMS]| -> Vec<Option<f64>> {
-        let b = build(v, exchange);
+        let b = build(v, &held);
         let pf = profile_file(t, &b, variant);
         let Ok(profile) = pf.resolve(&t.profile_name, catalog) else {
             return vec![None; fit_pts.len()];
@@ -433,15 +488,11 @@ fn calibrate_variant(
             fit_pts.par_iter().map(|p| predict_cached(&profile, p, &b.unknowns, metas, &cache)).collect()
         }
     };
-    let all_priors = match opts.shared {
-        Some(sh) => shared_priors(sh, &arch, &gpu, t, base_budget),
-        None => priors(&arch),
-    };
     // A user's run the replay gives nothing for is refused before the search, not after minutes of it.
     let v_start = space.full(&x0);
     inputs::refuse_unreplayed(
         t,
-        &profile_file(t, &build(&v_start, exchange), variant),
+        &profile_file(t, &build(&v_start, &held), variant),
         catalog,
         &fit_pts,
         &predict_all(&v_start),
@@ -497,7 +548,7 @@ fn calibrate_variant(
     }
     nm.evaluations = used;
     let v = space.full(&nm.x);
-    let b = build(&v, exchange);
+    let b = build(&v, &held);
     let preds = predict_all(&v);
     inputs::refuse_unreplayed(t, &profile_file(t, &b, variant), catalog, &fit_pts, &preds)?;
 

@@ -60,3 +60,53 @@ pub(super) fn shared_priors(
     let generic: Vec<_> = priors(arch).into_iter().filter(|(i, ..)| !replaced(i)).collect();
     shared_entries.into_iter().chain(generic).chain(spread).collect()
 }
+
+/// The learned step model's coefficients (and log sigmas) for the target's deployment: a deployment
+/// the corpus measured keeps its own residual, like any prediction for it.
+pub(crate) fn learned_coefficients(
+    model: &crate::hardware::learned::LearnedModel,
+    shared: &crate::hardware::SharedModel,
+    arch: &ModelArch,
+    gpu: &crate::catalog::GpuSpec,
+    t: &Target,
+) -> (crate::profile::Coefficients, crate::profile::CoefficientSigmas) {
+    let d = &t.deployment;
+    let l = model.lookup_arch(&gpu.name, d.engine.as_str(), d.weight_dtype, arch, None);
+    let moe_tp = d.parallel.expert_split(d.tensor_parallel, d.expert_parallel);
+    crate::hardware::coefficients_from_learned(&l, shared, arch, gpu, d.weight_dtype, moe_tp)
+}
+
+/// Priors centred on the learned step model's coefficients for the deployment
+/// ([`learned_coefficients`]), each as wide as its spread there (log for positive coefficients). The
+/// learned model has no front-end serial cost (its per-request cost holds the API server's work), so
+/// that one keeps its generic prior, as do the experiment's unknowns.
+pub(super) fn learned_priors(
+    c: &crate::profile::Coefficients,
+    s: &crate::profile::CoefficientSigmas,
+    shared: &crate::hardware::SharedModel,
+    arch: &ModelArch,
+) -> Vec<(usize, f64, f64, String)> {
+    let log = |i: usize, v: f64, w: f64, name: &str| {
+        (i, v.ln(), w.max(0.05), format!("{name} ~ {v:.4e} (x/÷ {:.2}, learned step model)", w.max(0.05).exp()))
+    };
+    let mut learned = vec![
+        log(P_OVERHEAD, c.step_overhead_s, s.step_overhead_s, "step_overhead_s"),
+        log(P_PER_SEQ, c.per_seq_overhead_s, s.per_seq_overhead_s, "per_seq_overhead_s"),
+        log(P_BW, c.bandwidth_eff_bytes_s, s.bandwidth_eff_bytes_s, "bandwidth_eff_bytes_s"),
+        log(P_MATMUL, c.matmul_flops_eff_s, s.matmul_flops_eff_s, "matmul_flops_eff_s (dense GEMMs)"),
+        log(P_ATTN, c.attention_flops_eff_s, s.attention_flops_eff_s, "attention_flops_eff_s"),
+        log(P_REQ, c.request_overhead_s, s.request_overhead_s, "request_overhead_s"),
+        (
+            P_OVERLAP,
+            c.mem_compute_overlap,
+            (c.mem_compute_overlap * shared.mem_compute_overlap.sigma_log).max(0.1),
+            format!("mem_compute_overlap ~ {:.2} (shared hardware model)", c.mem_compute_overlap),
+        ),
+    ];
+    if arch.moe.is_some() {
+        learned.push(log(P_SPREAD, c.expert_spread, s.expert_spread, "expert_spread"));
+    }
+    let replaced = |i: &usize| learned.iter().any(|(k, ..)| k == i);
+    let generic: Vec<_> = priors(arch).into_iter().filter(|(i, ..)| !replaced(i)).collect();
+    learned.into_iter().chain(generic).collect()
+}

@@ -1,4 +1,4 @@
-use capsim::calibrate::{self, FitOptions};
+use capsim::calibrate::{self, FitOptions, PriorSource};
 use capsim::catalog::Catalog;
 use capsim::data::{self, Aggregation, LoadKind, Point};
 use capsim::experiment::{predict, ExperimentUnknowns};
@@ -89,7 +89,7 @@ fn recovers_the_coefficients_that_generated_single_request_data() {
         max_evaluations: 300,
         command: "test".into(),
         data_sha256: String::new(),
-        shared: None,
+        priors: PriorSource::Generic,
     };
     let (pf, rep) = calibrate::calibrate(&pts, &metas, t, &c, &opts).unwrap();
     let (got, want) = (pf.coefficients, truth.coefficients);

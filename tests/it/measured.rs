@@ -3,7 +3,7 @@
 //! commands that calibrate and validate from them.
 
 use capsim::calibrate::runs::{target_for_runs, Deployment};
-use capsim::calibrate::{self, FitOptions};
+use capsim::calibrate::{self, FitOptions, PriorSource};
 use capsim::catalog::Catalog;
 use capsim::measured::{read_file, read_path, RateProcess, Run, RunLoad, Tool};
 use capsim::metrics::StatKind;
@@ -206,18 +206,28 @@ fn h200_deployment() -> Deployment {
     }
 }
 
-/// Calibrate a profile named `name` from `runs` on the sweep's deployment, with the shared hardware
-/// model's priors as `capsim calibrate --runs` does.
-fn fit_runs(name: &str, runs: &[Run], max_evaluations: usize) -> (capsim::profile::ProfileFile, calibrate::FitReport) {
+/// Calibrate a profile named `name` from `runs` on the sweep's deployment, with the priors `learned`
+/// picks: the step model learned on the corpus, as `capsim calibrate --runs` does, or the shared
+/// hardware model of the reports.
+fn fit_runs(
+    name: &str,
+    runs: &[Run],
+    max_evaluations: usize,
+    learned: bool,
+) -> (capsim::profile::ProfileFile, calibrate::FitReport) {
     let catalog = Catalog::builtin();
     let t = target_for_runs(name, &h200_deployment(), runs, &[], &catalog).unwrap();
     let points: Vec<_> = runs.iter().flat_map(|r| r.points(name)).collect();
+    let priors = match learned {
+        true => PriorSource::Learned { model: catalog.learned.as_ref().unwrap(), shared: &catalog.hardware },
+        false => PriorSource::Shared(&catalog.hardware),
+    };
     let opts = FitOptions {
         use_point: &|_| true,
         max_evaluations,
         command: "test".into(),
         data_sha256: String::new(),
-        shared: Some(&catalog.hardware),
+        priors,
     };
     calibrate::calibrate(&points, &[], &t, &catalog, &opts).unwrap()
 }
@@ -225,6 +235,11 @@ fn fit_runs(name: &str, runs: &[Run], max_evaluations: usize) -> (capsim::profil
 /// The known profile's runs, written as vLLM result files (tests/fixtures/vllm/sweep, made by
 /// `capsim simulate --save-vllm-result`), calibrated back from concurrency 1-16 and validated on
 /// 32-128: the means are predicted within 5% (median), none off by more than 10%.
+///
+/// The fit takes the shared model's priors, not the learned model's that `calibrate --runs` now
+/// uses: the files were written by a profile of the plain step (one matmul rate, no API cost per
+/// streamed token, no prefill step overhead), which a fit holding the learned model's values of those
+/// cannot recover exactly (median 7.2% held out with them).
 ///
 /// The second target resists: the worst held-out mean is at 128 users, 8x the highest calibrated
 /// concurrency. Runs at 16 users or fewer leave the per-sequence cost and the expert spread partly
@@ -243,7 +258,7 @@ fn round_trip_through_vllm_result_files() {
     let catalog = Catalog::builtin();
     let (low, _) = read_path(&fixture("vllm/sweep/low")).unwrap();
     let (high, _) = read_path(&fixture("vllm/sweep/high")).unwrap();
-    let (pf, rep) = fit_runs("roundtrip", &low, 5000);
+    let (pf, rep) = fit_runs("roundtrip", &low, 5000, false);
     assert!(rep.median_abs_error_pct < 2.0, "in-sample {}", rep.median_abs_error_pct);
     let profile: Profile = pf.resolve("roundtrip", &catalog).unwrap();
     let rows = validate_runs(&profile, &high);
@@ -448,9 +463,20 @@ fn three_runs_are_enough_and_the_fit_says_what_they_cannot_identify() {
         .iter()
         .flat_map(|f| read_file(&fixture(&format!("vllm/sweep/low/{f}"))).unwrap())
         .collect();
-    let (_, rep) = fit_runs("three", &runs, 150);
+    let (pf, rep) = fit_runs("three", &runs, 150, true);
     let u = rep.unidentifiable.join("\n");
     assert!(u.contains("bandwidth_eff_bytes_s") && u.contains("prior"), "{u}");
     assert!(u.contains("matmul_flops_eff_s") && u.contains("attention_flops_eff_s"), "{u}");
     assert!(rep.median_abs_error_pct < 10.0, "{}", rep.median_abs_error_pct);
+    // What a few runs cannot tell apart is held at the learned model's values for the deployment,
+    // and the priors say where they come from.
+    let catalog = Catalog::builtin();
+    let d = h200_deployment();
+    let learned = capsim::hardware::unmeasured_profile(&catalog, &catalog.hardware, "learned", &d).unwrap();
+    let (got, want) = (pf.coefficients, learned.coefficients);
+    assert!(want.api_per_token_s > 0.0 && want.prefill_step_overhead_s > 0.0, "{want:?}");
+    assert_eq!(got.api_per_token_s, want.api_per_token_s);
+    assert_eq!(got.prefill_step_overhead_s, want.prefill_step_overhead_s);
+    assert_eq!(got.grouped_gemm_rel, want.grouped_gemm_rel);
+    assert!(pf.provenance.notes.iter().any(|n| n.contains("learned step model")), "{:?}", pf.provenance.notes);
 }
