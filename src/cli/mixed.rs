@@ -16,6 +16,30 @@ pub struct PoolSpec {
     pub gpu: String,
     pub tp: Option<u32>,
     pub replicas: u32,
+    /// The value as given, for the errors about this pool.
+    pub entry: String,
+}
+
+/// A pool's deployment: the shared deployment flags with the pool's GPU and TP. An error about
+/// that GPU or TP is the pool's, so it names `flag` (--pool, --existing) and the entry, not --gpu
+/// or --tp, which the user did not give.
+pub fn resolve_pool(
+    base: &super::deploy::ProfileArgs,
+    spec: &PoolSpec,
+    flag: &str,
+    catalog: &capsim::catalog::Catalog,
+) -> Result<capsim::profile::Profile> {
+    let mut pa = base.clone();
+    pa.gpu = Some(spec.gpu.clone());
+    pa.tp = spec.tp;
+    pa.resolve(catalog).map_err(|e| match e {
+        Error::Input { at, msg }
+            if at.source == "command line" && matches!(at.field.as_deref(), Some("--gpu" | "--tp")) =>
+        {
+            Error::flag(flag, format!("`{}`: {msg}", spec.entry))
+        }
+        other => other,
+    })
 }
 
 pub fn parse_pool(s: &str) -> Result<PoolSpec> {
@@ -24,7 +48,7 @@ pub fn parse_pool(s: &str) -> Result<PoolSpec> {
     if gpu.is_empty() {
         return Err(Error::flag("--pool", format!("`{s}`: starts with a GPU name, e.g. \"H100 SXM:replicas=2\"")));
     }
-    let mut spec = PoolSpec { gpu, tp: None, replicas: 1 };
+    let mut spec = PoolSpec { gpu, tp: None, replicas: 1, entry: s.to_string() };
     for kv in parts {
         let (k, v) = kv
             .split_once('=')
@@ -67,10 +91,7 @@ pub fn run(a: &SimulateArgs) -> Result<()> {
     let catalog = a.profile.catalog()?;
     let mut profiles = Vec::new();
     for s in &specs {
-        let mut pa = a.profile.clone();
-        pa.gpu = Some(s.gpu.clone());
-        pa.tp = s.tp;
-        profiles.push(pa.resolve(&catalog)?);
+        profiles.push(resolve_pool(&a.profile, s, "--pool", &catalog)?);
     }
     let w = workload_of(a)?;
     for p in &profiles {

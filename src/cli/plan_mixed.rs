@@ -9,7 +9,7 @@
 //! fleet, the plain plan's answer). The cheapest mix of a pair is among these: any mix meeting the
 //! SLO costs at least as much as the same count of the first with the fewest of the second.
 
-use super::mixed::{parse_pool, PoolSpec};
+use super::mixed::{parse_pool, resolve_pool, PoolSpec};
 use super::plan::{band_json, band_text, candidates, Candidate, PlanArgs};
 use capsim::capacity::perturbed;
 use capsim::catalog::Catalog;
@@ -54,10 +54,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
     // The owned pools: each must run and be priced, or the plan cannot be costed.
     let mut owned: Vec<(Profile, u32, GpuPrice)> = Vec::new();
     for s in &specs {
-        let mut pa = c.profile.clone();
-        pa.gpu = Some(s.gpu.clone());
-        pa.tp = s.tp;
-        let p = pa.resolve(catalog)?;
+        let p = resolve_pool(&c.profile, s, "--existing", catalog)?;
         if !q.template.is_trace() {
             capsim::workload::check_context(&q.template.classes, p.arch.max_context, &p.arch.name)?;
         }
@@ -296,6 +293,8 @@ pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[Str
     let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);
     let mut plans: Vec<MixedPlan> = Vec::new();
+    // Types whose own replicas serve the rate before a second type is needed: (name, replicas).
+    let mut alone: Vec<(String, u32)> = Vec::new();
     for i in 0..decks.len() {
         for j in i + 1..decks.len() {
             let ((pa, pra), (pb_, prb)) = (&decks[i], &decks[j]);
@@ -307,7 +306,12 @@ pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[Str
                 let ans = size_mixed(&[(pa, k)], pb_, &q, rate, c.requests_per_replica, max_new, &tick)?;
                 match ans.new_replicas {
                     // The first type alone serves the rate: more of it mixes nothing.
-                    Some(0) => break,
+                    Some(0) => {
+                        if !alone.iter().any(|(g, _)| *g == pa.gpu.name) {
+                            alone.push((pa.gpu.name.clone(), k));
+                        }
+                        break;
+                    }
                     Some(n) => {
                         let band = ReplicaBand::find(n, &[pa, pb_], |sign| {
                             let moved = perturbed(pa, sign);
@@ -351,7 +355,21 @@ pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[Str
     let title = format!("plans mixing two GPU types for {} requests/s within the SLO", num(rate, 4));
     print_plans(a, prices, rate, &title, json!({"mix": true}), &plans, &refused)?;
     if plans.is_empty() {
-        return Err(Error::NoAnswer(format!("no mix of two GPU types within --max-gpus {} meets the SLO", a.max_gpus)));
+        return Err(Error::NoAnswer(no_mix_message(&alone, a.max_gpus)));
     }
     Ok(())
+}
+
+/// Why `plan --mix` has no plan: where a type's own replicas already serve the rate before any of a
+/// second type is added, that, rather than an SLO no fleet meets.
+fn no_mix_message(alone: &[(String, u32)], max_gpus: u32) -> String {
+    if alone.is_empty() {
+        return format!("no mix of two GPU types within --max-gpus {max_gpus} meets the SLO");
+    }
+    let served: Vec<String> =
+        alone.iter().map(|(g, k)| format!("{k} replica{} of {g}", if *k == 1 { "" } else { "s" })).collect();
+    format!(
+        "no mix of two GPU types is needed: {} alone serves the rate within the SLO, so a second type adds nothing; `plan` without --mix sizes single-type fleets",
+        served.join(" or ")
+    )
 }

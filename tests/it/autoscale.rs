@@ -201,10 +201,29 @@ fn the_cli_runs_a_mixed_fleet_and_refuses_bad_pools_by_flag() {
     let shares: f64 = pools.iter().map(|p| p["requests_share"].as_f64().unwrap()).sum();
     assert!((shares - 1.0).abs() < 1e-9);
     assert_eq!(v["fleet"]["requests_sent"], 400);
-    for bad in ["B200:replicas=0", "B200:tp=x", "B200:colour=red", ":replicas=2"] {
-        let o = run(&["simulate", "--pool", bad, "--rate", "2", "--requests", "10"]);
+    // A pool's GPU or TP that does not resolve is the pool's error, named by --pool and the entry
+    // (no --gpu or --tp was given), as is a malformed entry.
+    for bad in ["B200:replicas=0", "B200:tp=x", "B200:colour=red", ":replicas=2", "B200:tp=3", "Nope:replicas=2"] {
+        let o = run(&["simulate", "--pool", bad, "--pool", "H200 SXM", "--rate", "2", "--requests", "10"]);
         assert_eq!(o.status.code(), Some(2), "{bad}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains("--pool"), "{bad}: {}", String::from_utf8_lossy(&o.stderr));
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("field `--pool`") && e.contains(bad), "{bad}: {e}");
+    }
+    for bad in ["B200:tp=3", "Nope:replicas=2"] {
+        let o = run(&[
+            "plan",
+            "--gpus",
+            "H100 SXM,H200 SXM",
+            "--target-rate",
+            "2",
+            "--slo",
+            "ttft_p95_s=2",
+            "--existing",
+            bad,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("field `--existing`") && e.contains(bad), "{bad}: {e}");
     }
 }
 

@@ -470,6 +470,14 @@ fn mixes_of_two_new_gpu_types_are_listed_cheapest_first_and_checked_through_simu
     let one: Vec<&str> = Q.iter().copied().chain(["--mix", "--gpus", "B200", "--target-rate", "60"]).collect();
     let e = String::from_utf8_lossy(&capsim(&one).stderr).to_string();
     assert!(e.contains("--mix") && e.contains("two"), "{e}");
+    // At a rate one replica serves, no mix is a plan: the warning says why, not that the SLO is out
+    // of reach.
+    let low: Vec<&str> =
+        Q.iter().copied().chain(["--mix", "--gpus", "H100 SXM,B200", "--tps", "1", "--target-rate", "0.5"]).collect();
+    let o = capsim(&low);
+    assert_eq!(o.status.code(), Some(3));
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(e.contains("1 replica of H100 SXM alone serves the rate") && e.contains("without --mix"), "{e}");
 }
 
 /// A deployment that does not fit one GPU of --gpus is a refusal of that candidate, judged on that
