@@ -1,6 +1,6 @@
 //! The priors of stage (b): generic weak priors on what single-user data cannot identify, or the
 //! shared hardware model's estimate for the deployment (held-out fits, a user's runs). Each counts as
-//! one pseudo-observation of 0.5 z^2.
+//! one pseudo-observation of 0.5 z^2 (a user's runs: one run's worth, calibrate::prior_weight).
 
 use super::{Target, P_FRONTEND, P_MEM, P_OVERLAP, P_PER_SEQ, P_ROUNDS_CLOSED, P_ROUNDS_UNKNOWN, P_SPREAD};
 use super::{P_ATTN, P_BW, P_MATMUL, P_OVERHEAD, P_REQ};

@@ -400,7 +400,7 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         // A user's runs are few points on one deployment: what they cannot identify is pulled toward
         // the step model learned on the corpus (the shared hardware model of the reports where the
         // catalog has none). Fitted on a held-out GPU's runs at concurrency <= 8, its priors predict
-        // the runs at 32 and more with median |error| TTFT 22.0%, TPOT 8.6%, where the shared
+        // the runs at 32 and more with median |error| TTFT 22.5%, TPOT 8.0%, where the shared
         // model's gave 25.6% and 21.1% (examples/runs_lab.rs). The reports' own profiles are each
         // fitted alone (the shared model is estimated from them).
         priors: match (&catalog.learned, a.runs.is_empty()) {
