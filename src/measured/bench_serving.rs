@@ -101,6 +101,21 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     if !(burstiness.is_finite() && (min_b..=1e6).contains(&burstiness)) {
         return Err(d.err("burstiness", format!("must be in {min_b}..=1e6, got {}", crate::error::fmt_num(burstiness))));
     }
+    // The run's wall time: the throughputs are its tokens over it. Not replayed (the replay times its
+    // own run), but a run of no time, negative time or more than the longest run capsim simulates is
+    // no run's: refused rather than read past.
+    if let Some(t) = d.opt_num("duration")? {
+        let hi = crate::workload::MAX_TIME_S;
+        if !(t.is_finite() && t > 0.0 && t <= hi) {
+            return Err(d.err(
+                "duration",
+                format!(
+                    "must be a run's wall time in seconds, above 0 and at most {hi:e}, got {}",
+                    crate::error::fmt_num(t)
+                ),
+            ));
+        }
+    }
     let cap = d.clients("max_concurrency")?;
     let load = match (rate.is_infinite(), cap) {
         (true, None) => RunLoad::Burst,

@@ -185,6 +185,15 @@ fn bad_files_name_the_file_and_the_field() {
     );
     let e = read_file(&p).unwrap_err().to_string();
     assert!(e.contains("`request_rate`") && e.contains("got -2"), "{e}");
+    // A run of no time, negative time or beyond any simulated run: the wall time is named.
+    let good = std::fs::read_to_string(fixture("vllm/sweep/high/c32_in1024.json")).unwrap();
+    for bad in ["-5", "0", "1e300"] {
+        let text = good.replacen("\"duration\":11.061428354", &format!("\"duration\":{bad}"), 1);
+        assert_ne!(text, good);
+        let p = tmp_file(&format!("duration{bad}.json"), &text);
+        let e = read_file(&p).unwrap_err().to_string();
+        assert!(e.contains("field `duration`") && e.contains(&format!("got {bad}")), "{bad}: {e}");
+    }
 }
 
 /// The deployment of the synthetic sweep: the default profile's, with its KV capacity stated as a
