@@ -14,7 +14,7 @@ use super::plan::{band_json, band_text, candidates, Candidate, PlanArgs};
 use capsim::capacity::perturbed;
 use capsim::catalog::Catalog;
 use capsim::error::{Error, Result};
-use capsim::plan::mixed::{size_mixed, MixedAnswer};
+use capsim::plan::mixed::{size_mixed, MixedAnswer, NewCounts};
 use capsim::plan::{fleet_power_w, GpuPrice, PriceTable, ReplicaBand};
 use capsim::profile::Profile;
 use capsim::report::{num, table};
@@ -84,7 +84,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
         }
         pb.set_message(format!("+ {} x{tp}", spec.name));
         let max_new = (a.max_gpus - owned_gpus) / tp;
-        let ans = size_mixed(&existing, &p, &q, rate, c.requests_per_replica, max_new, &tick)?;
+        let ans = size_mixed(&existing, &p, &q, rate, c.requests_per_replica, NewCounts::up_to(max_new), &tick)?;
         let Some(n) = ans.new_replicas else {
             refused.push(refuse(format!(
                 "no mixed fleet with up to {max_new} new replicas ({} GPUs in all) meets the SLO",
@@ -99,7 +99,16 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
         let band = ReplicaBand::find(n, &involved, |sign| {
             let moved: Vec<Profile> = owned.iter().map(|(p, _, _)| perturbed(p, sign)).collect();
             let ex: Vec<(&Profile, u32)> = moved.iter().zip(&owned).map(|(m, (_, k, _))| (m, *k)).collect();
-            Ok(size_mixed(&ex, &perturbed(&p, sign), &q, rate, c.requests_per_replica, max_new, &tick)?.new_replicas)
+            Ok(size_mixed(
+                &ex,
+                &perturbed(&p, sign),
+                &q,
+                rate,
+                c.requests_per_replica,
+                NewCounts::up_to(max_new),
+                &tick,
+            )?
+            .new_replicas)
         })?;
         let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h, true);
         for (v, slo) in json["slo_values"].as_array_mut().into_iter().flatten().zip(&q.slos) {
@@ -301,9 +310,22 @@ pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[Str
             let (ta, tb) = (pa.tensor_parallel, pb_.tensor_parallel);
             pb.set_message(format!("{} + {}", pa.gpu.name, pb_.gpu.name));
             let mut k = 1u32;
+            // After a count of the first type that no count of the second completes, the next is
+            // tried at the most of the second first: where no fleet meets the SLO, one simulation
+            // per count instead of a gallop each (H100 + H200 at an unattainable TTFT ran past 300 s).
+            let mut none_before = false;
             while k * ta < a.max_gpus {
                 let max_new = (a.max_gpus - k * ta) / tb;
-                let ans = size_mixed(&[(pa, k)], pb_, &q, rate, c.requests_per_replica, max_new, &tick)?;
+                let ans = size_mixed(
+                    &[(pa, k)],
+                    pb_,
+                    &q,
+                    rate,
+                    c.requests_per_replica,
+                    NewCounts { max: max_new, top_first: none_before },
+                    &tick,
+                )?;
+                none_before = ans.new_replicas.is_none();
                 match ans.new_replicas {
                     // The first type alone serves the rate: more of it mixes nothing.
                     Some(0) => {
@@ -321,7 +343,7 @@ pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[Str
                                 &q,
                                 rate,
                                 c.requests_per_replica,
-                                max_new,
+                                NewCounts::up_to(max_new),
                                 &tick,
                             )?
                             .new_replicas)

@@ -106,18 +106,37 @@ pub fn simulate_mixed_candidate(
     Ok((c, s))
 }
 
-/// The fewest replicas of `new` (0..=`max_new`) that, beside the `existing` pools, serve `rate`
+/// The counts of the new type [`size_mixed`] may try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewCounts {
+    /// At most this many replicas.
+    pub max: u32,
+    /// Try `max` first and stop there if it fails (one simulation instead of a gallop's ~log2(max)),
+    /// for a caller that expects no count to pass (the count before failed). The search assumes, as
+    /// the gallop does, that more replicas never break an SLO that fewer meet.
+    pub top_first: bool,
+}
+
+impl NewCounts {
+    /// Up to `max`, galloping from 0.
+    pub fn up_to(max: u32) -> NewCounts {
+        NewCounts { max, top_first: false }
+    }
+}
+
+/// The fewest replicas of `new` (0..=`new_counts.max`) that, beside the `existing` pools, serve `rate`
 /// within the question's SLOs. `requests_per_replica`: None for capacity's steady-state default on
-/// the new deployment. `tick` is called per simulation.
+/// the new deployment. `tick` is called per simulation. `new_counts` bounds the counts tried.
 pub fn size_mixed(
     existing: &[(&Profile, u32)],
     new: &Profile,
     q: &Question,
     rate: f64,
     requests_per_replica: Option<u64>,
-    max_new: u32,
+    new_counts: NewCounts,
     tick: &(dyn Fn() + Sync),
 ) -> Result<MixedAnswer> {
+    let NewCounts { max: max_new, top_first } = new_counts;
     let fixed_length = q.template.requests.is_some() || q.template.duration_s.is_some();
     let per_replica = match requests_per_replica {
         Some(n) => n,
@@ -139,7 +158,10 @@ pub fn size_mixed(
     // Gallop: 0, 1, 2, 4, ... (capped at max_new) until one passes.
     let (mut fail, mut pass) = (None::<u32>, None::<u32>);
     let mut n = 0u32;
-    loop {
+    if top_first && !eval(max_new, &mut tried)? {
+        fail = Some(max_new);
+    }
+    while fail != Some(max_new) {
         if eval(n, &mut tried)? {
             pass = Some(n);
             break;

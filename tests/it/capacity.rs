@@ -165,3 +165,32 @@ fn capacity_on_a_non_monotone_metric_stops_below_the_lowest_failure() {
         assert!(above.iter().all(|&l| l > lowest_fail));
     }
 }
+
+/// `size_mixed` with `top_first`: where even the most replicas of the new type miss the SLO, one
+/// simulation (at that most) decides it; without, the gallop tries 0, 1, 2, 4, ... up to it. Where a
+/// count passes, both give the same fewest replicas.
+#[test]
+fn size_mixed_top_first_decides_an_unattainable_slo_in_one_simulation() {
+    use capsim::plan::mixed::{size_mixed, NewCounts};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let p = const_profile("vllm", 0.010, "max_num_seqs = 4");
+    let mut t = LoadTemplate::fixed(1, 4);
+    t.requests = Some(200);
+    // A lone request takes 4 steps of 10 ms: no fleet has a mean E2E of 1 ms.
+    let never = question(LoadAxis::Rate, t.clone(), &["e2e_mean_s=0.001"], 1000.0);
+    let sims = AtomicUsize::new(0);
+    let tick = || {
+        sims.fetch_add(1, Ordering::Relaxed);
+    };
+    let a = size_mixed(&[(&p, 1)], &p, &never, 50.0, Some(50), NewCounts { max: 16, top_first: true }, &tick).unwrap();
+    assert_eq!((a.new_replicas, sims.swap(0, Ordering::Relaxed)), (None, 1));
+    let b = size_mixed(&[(&p, 1)], &p, &never, 50.0, Some(50), NewCounts::up_to(16), &tick).unwrap();
+    assert_eq!((b.new_replicas, sims.swap(0, Ordering::Relaxed)), (None, 6));
+    // A reachable SLO: the same answer either way.
+    let reachable = question(LoadAxis::Rate, t, &["e2e_mean_s=0.2"], 1000.0);
+    let x =
+        size_mixed(&[(&p, 1)], &p, &reachable, 300.0, Some(50), NewCounts { max: 16, top_first: true }, &tick).unwrap();
+    let y = size_mixed(&[(&p, 1)], &p, &reachable, 300.0, Some(50), NewCounts::up_to(16), &tick).unwrap();
+    assert!(x.new_replicas.is_some_and(|n| n > 0), "{:?}", x.new_replicas);
+    assert_eq!(x.new_replicas, y.new_replicas);
+}
