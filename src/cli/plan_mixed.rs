@@ -31,6 +31,24 @@ struct MixedPlan {
     band: ReplicaBand,
 }
 
+/// The +-1 sigma band of `n` new replicas of `new` beside `existing`: the fleet sized again (`size`)
+/// with every pool's profile moved the same way, one sigma slower and one faster (owned replicas are
+/// as uncertain as new ones).
+fn fleet_band(
+    n: u32,
+    existing: &[(&Profile, u32)],
+    new: &Profile,
+    size: impl Fn(&[(&Profile, u32)], &Profile) -> Result<Option<u32>>,
+) -> Result<ReplicaBand> {
+    let mut involved: Vec<&Profile> = existing.iter().map(|(p, _)| *p).collect();
+    involved.push(new);
+    ReplicaBand::find(n, &involved, |sign| {
+        let moved: Vec<Profile> = existing.iter().map(|(p, _)| perturbed(p, sign)).collect();
+        let ex: Vec<(&Profile, u32)> = moved.iter().zip(existing).map(|(m, (_, k))| (m, *k)).collect();
+        size(&ex, &perturbed(new, sign))
+    })
+}
+
 /// `--existing` values as pools (errors name --existing).
 fn existing_pools(a: &PlanArgs) -> Result<Vec<PoolSpec>> {
     a.existing
@@ -93,22 +111,8 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
             continue;
         };
         let cost = owned_cost + (n * tp) as f64 * price.price_per_hour;
-        let mut involved: Vec<&Profile> = owned.iter().map(|(p, _, _)| p).collect();
-        involved.push(&p);
-        // Every pool's profile moved the same way: the owned replicas are as uncertain as the new.
-        let band = ReplicaBand::find(n, &involved, |sign| {
-            let moved: Vec<Profile> = owned.iter().map(|(p, _, _)| perturbed(p, sign)).collect();
-            let ex: Vec<(&Profile, u32)> = moved.iter().zip(&owned).map(|(m, (_, k, _))| (m, *k)).collect();
-            Ok(size_mixed(
-                &ex,
-                &perturbed(&p, sign),
-                &q,
-                rate,
-                c.requests_per_replica,
-                NewCounts::up_to(max_new),
-                &tick,
-            )?
-            .new_replicas)
+        let band = fleet_band(n, &existing, &p, |ex, new| {
+            Ok(size_mixed(ex, new, &q, rate, c.requests_per_replica, NewCounts::up_to(max_new), &tick)?.new_replicas)
         })?;
         let mut json = plan_json(&owned, (&p, n, &price), &ans, cost, tok_h, true);
         for (v, slo) in json["slo_values"].as_array_mut().into_iter().flatten().zip(&q.slos) {
@@ -335,18 +339,9 @@ pub fn run_mix(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[Str
                         break;
                     }
                     Some(n) => {
-                        let band = ReplicaBand::find(n, &[pa, pb_], |sign| {
-                            let moved = perturbed(pa, sign);
-                            Ok(size_mixed(
-                                &[(&moved, k)],
-                                &perturbed(pb_, sign),
-                                &q,
-                                rate,
-                                c.requests_per_replica,
-                                NewCounts::up_to(max_new),
-                                &tick,
-                            )?
-                            .new_replicas)
+                        let band = fleet_band(n, &[(pa, k)], pb_, |ex, new| {
+                            let counts = NewCounts::up_to(max_new);
+                            Ok(size_mixed(ex, new, &q, rate, c.requests_per_replica, counts, &tick)?.new_replicas)
                         })?;
                         let cost = (k * ta) as f64 * pra.price_per_hour + (n * tb) as f64 * prb.price_per_hour;
                         let owned = [(pa.clone(), k, pra.clone())];
