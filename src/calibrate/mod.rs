@@ -35,7 +35,7 @@ use crate::profile::{
 };
 use crate::units::Dtype;
 use nelder_mead::{minimize, StopReason};
-use priors::{learned_coefficients, learned_priors, priors, shared_priors};
+use priors::{learned_priors, priors, shared_priors};
 use rayon::prelude::*;
 use serde::Serialize;
 use stage_a::{gauss_newton_covariance, stage_a};
@@ -361,7 +361,9 @@ fn calibrate_variant(
     let arch = catalog.model(&t.deployment.model)?;
     let gpu = catalog.gpu(&t.deployment.gpu)?.clone();
     let learned = match opts.priors {
-        PriorSource::Learned { model, shared } => Some(learned_coefficients(model, shared, &arch, &gpu, t)),
+        PriorSource::Learned { model, shared } => {
+            Some(crate::hardware::learned_coefficients(model, shared, &arch, &gpu, &t.deployment))
+        }
         _ => None,
     };
     let held = Held::of(exchange_of(t, catalog), learned.as_ref().map(|(c, _)| c));

@@ -61,23 +61,8 @@ pub(super) fn shared_priors(
     shared_entries.into_iter().chain(generic).chain(spread).collect()
 }
 
-/// The learned step model's coefficients (and log sigmas) for the target's deployment: a deployment
-/// the corpus measured keeps its own residual, like any prediction for it.
-pub(crate) fn learned_coefficients(
-    model: &crate::hardware::learned::LearnedModel,
-    shared: &crate::hardware::SharedModel,
-    arch: &ModelArch,
-    gpu: &crate::catalog::GpuSpec,
-    t: &Target,
-) -> (crate::profile::Coefficients, crate::profile::CoefficientSigmas) {
-    let d = &t.deployment;
-    let l = model.lookup_arch(&gpu.name, d.engine.as_str(), d.weight_dtype, arch, None);
-    let moe_tp = d.parallel.expert_split(d.tensor_parallel, d.expert_parallel);
-    crate::hardware::coefficients_from_learned(&l, shared, arch, gpu, d.weight_dtype, moe_tp)
-}
-
 /// Priors centred on the learned step model's coefficients for the deployment
-/// ([`learned_coefficients`]), each as wide as its spread there (log for positive coefficients). The
+/// (crate::hardware::learned_coefficients), each as wide as its spread there (log for positive coefficients). The
 /// learned model has no front-end serial cost (its per-request cost holds the API server's work), so
 /// that one keeps its generic prior, as do the experiment's unknowns.
 pub(super) fn learned_priors(

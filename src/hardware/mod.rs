@@ -496,11 +496,7 @@ fn build_unmeasured(
     let engine = crate::profile::EngineSettings { kind: Some(d.engine), ..d.settings.clone() };
     let chunk = crate::profile::default_prefill_budget(d.engine, &engine, gpu);
     let (c, s) = match learned {
-        Some(m) => {
-            let l = m.lookup_arch(&gpu.name, d.engine.as_str(), d.weight_dtype, &arch, None);
-            let moe_tp = d.parallel.expert_split(d.tensor_parallel, d.expert_parallel);
-            coefficients_from_learned(&l, shared, &arch, gpu, d.weight_dtype, moe_tp)
-        }
+        Some(m) => learned_coefficients(m, shared, &arch, gpu, d),
         None => shared.coefficients_for(&arch, gpu, d.weight_dtype, chunk),
     };
     let method = if learned.is_some() { "learned step model (models/learned.toml)" } else { "shared hardware model" };
@@ -540,6 +536,21 @@ fn build_unmeasured(
     p.retargeted_from = Some(method.into());
     p.retarget_method = Some(format!("no measurements: coefficients from the {method}"));
     Ok(p)
+}
+
+/// The learned model's coefficients (and log sigmas) for deployment `d`, with no measured
+/// deployment's residual: what a deployment nobody measured gets, and what a user's runs are fitted
+/// around (crate::calibrate::PriorSource::Learned).
+pub fn learned_coefficients(
+    m: &learned::LearnedModel,
+    shared: &SharedModel,
+    arch: &ModelArch,
+    gpu: &GpuSpec,
+    d: &crate::profile::Deployment,
+) -> (Coefficients, CoefficientSigmas) {
+    let l = m.lookup_arch(&gpu.name, d.engine.as_str(), d.weight_dtype, arch, None);
+    let moe_tp = d.parallel.expert_split(d.tensor_parallel, d.expert_parallel);
+    coefficients_from_learned(&l, shared, arch, gpu, d.weight_dtype, moe_tp)
 }
 
 /// Coefficients (and their log sigmas) from learned values (crate::hardware::learned) for `arch` on
