@@ -18,8 +18,10 @@ the GPU's dense tensor peak (models/gpus.toml) that each kind of kernel reaches:
   prompts of 4,096-16,384 tokens, causal FLOPs over the BF16 peak. Measured, not used. A table more
   than a tenth of whose rows run faster than the peak allows (UNUSABLE) is reported, not summarized.
 
-Only H100, H200, B200 and GB200 are read: the corpus keeps B300 and GB300 apart for checks of
-predictions on GPUs nobody calibrated on (calibration/corpus/README.md), and AMD has no tables there.
+H100, H200, B200 and GB200 (the data-centre GPUs the corpus also measures) and the RTX PRO 6000
+Blackwell Server and L40S (tables, no corpus points) are read. B300 and GB300 are not: the corpus keeps
+them apart for checks of predictions on GPUs nobody calibrated on (calibration/corpus/README.md), so
+capsim gives them their siblings' shares (src/catalog/gpu.rs `KERNEL_SIBLING`). AMD has no tables there.
 
 Usage: python3 reference_shares.py /path/to/aiconfigurator [--moe] [--attention]
 Needs pandas and pyarrow (`pip install pandas pyarrow`).
@@ -38,6 +40,8 @@ PEAK = {
     "h200_sxm": {"bf16": 989, "fp8": 1979, "fp4": None},
     "b200_sxm": {"bf16": 2250, "fp8": 4500, "fp4": 9000},
     "gb200": {"bf16": 2500, "fp8": 5000, "fp4": 10000},
+    "rtx_pro_6000_server": {"bf16": 467.8, "fp8": 935.6, "fp4": 1871.2},
+    "l40s": {"bf16": 362, "fp8": 733, "fp4": None},
 }
 GEMM_DTYPES = {"fp8": "fp8", "nvfp4": "fp4", "bfloat16": "bf16"}
 # The MoE kernels' dtype per column: FP8 is the block-scaled kernel (DeepSeek-R1, Qwen3-235B, GLM-5).
@@ -132,7 +136,7 @@ def main():
     for gpu in PEAK:
         gemms[gpu] = gemm_shares(repo, gpu)
         cells = ", ".join(f"{gemms[gpu][c]:.3f}" if c in gemms[gpu] else "NaN" for c in ("fp8", "fp4", "bf16"))
-        print(f"  {gpu:9} [{cells}]")
+        print(f"  {gpu:19} [{cells}]")
     if "--moe" in sys.argv:
         print("fused MoE share of peak, and relative to the gemm reference (engine, column):")
         for gpu in PEAK:

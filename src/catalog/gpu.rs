@@ -154,37 +154,58 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// without a measured `device_memory_bytes`.
 pub const DEVICE_MEMORY_SHARE: f64 = 0.99;
 
-/// Share of the dense tensor peak that a serving engine's GEMM kernels reach on a GPU, per input
-/// dtype (FP8, NVFP4, BF16): the median over aiconfigurator's measured GEMM tables (TensorRT-LLM
+/// Share of the dense tensor peak that a serving engine's GEMM kernels reach on a GPU family, per
+/// input dtype (FP8, NVFP4, BF16): the median over aiconfigurator's measured GEMM tables (TensorRT-LLM
 /// 1.3.0rc20, m 1024-8192, n and k 4096-16384; ai-dynamo/aiconfigurator @ 095f58a, Apache-2.0),
 /// which `calibration/kernels/reference_shares.py` reproduces from a checkout of that repository.
 /// A kernel benchmark exists before anyone serves on a GPU, so the learned GEMM share is learned
 /// relative to it and a GPU nobody served on starts from its own kernels, not from another GPU's
-/// share of peak.
-const GEMM_REFERENCE_SHARE: [(&str, [f64; 3]); 4] = [
+/// share of peak. NaN: the GPU has no such tensor cores (its matmuls run at the BF16 rate).
+///
+/// The RTX PRO 6000 and L40S reach far more of their (lower) peaks than the data-centre parts:
+/// 0.686 and 0.488 of FP8, 0.816 and 0.581 of BF16, where the data-centre mean used to stand in
+/// for them was 0.516 and 0.711 (RTX PRO 6000's NVFP4: 0.639 against 0.350).
+const GEMM_REFERENCE_SHARE: [(&str, [f64; 3]); 6] = [
     ("H100", [0.577, f64::NAN, 0.779]),
     ("H200", [0.589, f64::NAN, 0.788]),
     ("B200", [0.475, 0.362, 0.657]),
     ("GB200", [0.423, 0.337, 0.621]),
+    ("RTX PRO 6000", [0.686, 0.639, 0.816]),
+    ("L40S", [0.488, f64::NAN, 0.581]),
 ];
+
+/// The families whose measured shares stand in for a GPU's without kernel tables: the mean of the
+/// four data-centre GPUs that both the kernel tables and the corpus cover. The workstation cards'
+/// shares are left out of it (their peaks are lower, their kernels fill them differently), which
+/// also keeps what the corpus's AMD GPUs are learned relative to as it was.
+const FALLBACK_FAMILIES: [&str; 4] = ["H100", "H200", "B200", "GB200"];
+
+/// A GPU without kernel tables whose kernels are its sibling's: the same SM architecture at the same
+/// dense FP8 and BF16 peaks (B300 and B200: 4,500 and 2,250 TFLOP/s; GB300 and GB200: 5,000 and
+/// 2,500; models/gpus.toml), or a cut-down part of one die (H20 is a GH100 with fewer SMs). A stated
+/// judgement: the corpus keeps B300 and GB300 apart for checks on GPUs nobody calibrated on, so their
+/// own tables are not read. Blackwell Ultra's NVFP4 peak is higher than Blackwell's (14,000 against
+/// 9,000 TFLOP/s on B300): its sibling's NVFP4 share applied to it assumes the kernels keep up.
+const KERNEL_SIBLING: [(&str, &str); 3] = [("B300", "B200"), ("GB300", "GB200"), ("H20", "H100")];
 
 impl GpuSpec {
     /// The reference GEMM share of peak for matmuls with `dtype` weights ([`GEMM_REFERENCE_SHARE`]):
-    /// the GPU's own where its family was measured, else the mean of the measured GPUs' for the
-    /// precision the matmul runs in (a stated judgement for GPUs without kernel tables).
+    /// the GPU family's own where it was measured, else its [`KERNEL_SIBLING`]'s, else the mean of
+    /// [`FALLBACK_FAMILIES`]' for the precision the matmul runs in (a stated judgement for GPUs
+    /// without kernel tables).
     pub fn gemm_reference_share(&self, dtype: Dtype) -> f64 {
         let col = match dtype {
             Dtype::Fp8 if self.runs_natively(Dtype::Fp8) => 0,
             Dtype::Nvfp4 | Dtype::Mxfp4 if self.runs_natively(dtype) => 1,
             _ => 2,
         };
-        let family = self.name.split_whitespace().next().unwrap_or("");
-        if let Some((_, v)) = GEMM_REFERENCE_SHARE.iter().find(|(f, _)| *f == family) {
-            if v[col].is_finite() {
-                return v[col];
-            }
+        let family = KERNEL_SIBLING.iter().find(|(f, _)| *f == self.family).map_or(self.family.as_str(), |(_, s)| s);
+        let measured =
+            |f: &str| GEMM_REFERENCE_SHARE.iter().find(|(k, _)| *k == f).map(|(_, v)| v[col]).filter(|x| x.is_finite());
+        if let Some(v) = measured(family) {
+            return v;
         }
-        let known: Vec<f64> = GEMM_REFERENCE_SHARE.iter().map(|(_, v)| v[col]).filter(|x| x.is_finite()).collect();
+        let known: Vec<f64> = FALLBACK_FAMILIES.iter().filter_map(|f| measured(f)).collect();
         known.iter().sum::<f64>() / known.len() as f64
     }
     /// Total memory as the engine sees it: the measured device figure, else the marketed size read

@@ -23,6 +23,20 @@ fn the_gemm_reference_share_is_the_gpus_own_kernels() {
     approx::assert_relative_eq!(share("MI300X", Dtype::Fp8), fp8_mean, max_relative = 1e-12);
     // The variants of a family share its kernels (H100 PCIe is an H100).
     assert_eq!(share("H100 PCIe", Dtype::Fp8), 0.577);
+    // The workstation cards have tables of their own, and do not move the data-centre mean.
+    assert_eq!(share("RTX PRO 6000", Dtype::Nvfp4), 0.639);
+    assert_eq!(share("L40S", Dtype::Bf16), 0.581);
+    approx::assert_relative_eq!(share("MI355X", Dtype::Mxfp4), (0.362 + 0.337) / 2.0, max_relative = 1e-12);
+    // A GPU without tables whose die and peaks match a measured one takes that one's kernels.
+    assert_eq!(share("B300", Dtype::Fp8), 0.475);
+    assert_eq!(share("GB300", Dtype::Nvfp4), 0.337);
+    assert_eq!(share("H20", Dtype::Fp8), 0.577);
+    // A100 has neither tables nor a sibling: the data-centre mean of BF16.
+    approx::assert_relative_eq!(
+        share("A100", Dtype::Bf16),
+        (0.779 + 0.788 + 0.657 + 0.621) / 4.0,
+        max_relative = 1e-12
+    );
 }
 
 #[test]
