@@ -5,7 +5,7 @@
 use super::ProfileArgs;
 use capsim::error::{Error, Result};
 use capsim::report::{num, table};
-use capsim::sim::{add_verification, BatchShape, DraftShape, StepModel};
+use capsim::sim::{add_draft_prompt, add_verification, BatchShape, DraftShape, StepModel};
 use clap::Args;
 use serde_json::json;
 
@@ -135,8 +135,12 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             b.add_chunk(a.prefill_start, a.prefill);
         }
         if let Some(k) = k {
+            // spec_verify's order: the decodes' verifications, and the chunk the draft runs over too.
             for _ in 0..a.decode {
                 add_verification(&mut b, &mut d, a.context, k);
+            }
+            if a.prefill > 0 {
+                add_draft_prompt(&mut d, a.prefill_start, a.prefill);
             }
         }
         (b, d)
@@ -355,15 +359,17 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             num(ms(parts.draft_s), 4),
             match s.method {
                 capsim::profile::SpecMethod::Ngram => format!("{} sequences' n-gram lookups on the host", a.decode),
-                m => format!(
-                    "{k} sequential passes of the {} over {} sequences",
-                    if m == capsim::profile::SpecMethod::Mtp {
-                        "MTP layer and LM head"
-                    } else {
-                        "EAGLE head and LM head"
-                    },
-                    a.decode
-                ),
+                m => {
+                    let head = if m == capsim::profile::SpecMethod::Mtp { "MTP layer" } else { "EAGLE head" };
+                    let decodes =
+                        format!("{k} sequential passes of the {head} and LM head over {} sequences", a.decode);
+                    let prompt = format!("one pass of the {head} over the chunk's {} prompt tokens", a.prefill);
+                    match (a.decode > 0, a.prefill > 0) {
+                        (true, true) => format!("{decodes}, and {prompt}"),
+                        (false, true) => prompt,
+                        _ => decodes,
+                    }
+                }
             },
         ]);
     }

@@ -38,7 +38,7 @@ pub use memory::{memory_estimate, MemoryEstimate};
 pub use mixed::{replica_speed, simulate_mixed};
 pub use offload::OffloadStats;
 pub use run::{Sample, SimOptions, SimOutput};
-pub use spec::{add_verification, DraftModel, DraftShape};
+pub use spec::{add_draft_prompt, add_verification, DraftModel, DraftShape};
 pub use step::{BatchShape, FixedParts, StepModel};
 
 use crate::units::SimTime;

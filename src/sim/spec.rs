@@ -49,13 +49,38 @@ use crate::profile::EngineKind;
 use crate::profile::{Profile, SpecMethod, Speculative};
 use crate::units::Dtype;
 
-/// The sequences a step drafts for, and the context their draft passes read.
+/// The sequences a step drafts for, the context their draft passes read, and the prompt tokens the
+/// draft runs over besides.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct DraftShape {
     /// Decoding sequences that drafted this step.
     pub seqs: u32,
     /// Their contexts summed (tokens of KV each draft pass attends).
     pub ctx_tokens: u64,
+    /// Prompt tokens the step computes, which the draft model runs over too ([`add_draft_prompt`]).
+    pub prompt_tokens: u64,
+    /// Their (query, key) pairs in one attention layer: n x start + n(n + 1)/2 per chunk.
+    pub prompt_pairs: f64,
+}
+
+/// A prompt chunk of `n` tokens from position `start`, which the draft model also runs over (one
+/// pass, after the target's): the draft keeps its own KV of the prompt and starts from the target's
+/// hidden states at every position.
+/// - SGLang (0.5.9 `speculative/eagle_worker.py` `forward_batch_generation`): an extend batch runs
+///   `forward_target_extend`, then `forward_draft_extend` over the same batch with the target's
+///   hidden states.
+/// - vLLM (0.12.0 `v1/worker/gpu_model_runner.py` `propose_draft_token_ids`, EAGLE and MTP): with
+///   no drafts verified in the step, the drafter's input is every scheduled token,
+///   `input_ids[:num_scheduled_tokens]`, prompt chunks included.
+/// - TensorRT-LLM's MTP is taken to do the same for its context requests (UNVERIFIED: not read).
+///
+/// Before this, a prompt chunk cost the draft nothing: one MTP layer over the prompt is about one
+/// layer in the model's sixty-one for DeepSeek-R1, plus the pass's own fixed time.
+#[inline]
+pub fn add_draft_prompt(draft: &mut DraftShape, start: u32, n: u32) {
+    let (s0, nn) = (start as f64, n as f64);
+    draft.prompt_tokens += n as u64;
+    draft.prompt_pairs += nn * s0 + nn * (nn + 1.0) / 2.0;
 }
 
 /// A scheduled entry of `n` tokens is a decode: one token after the request's first, its prompt
@@ -133,6 +158,8 @@ impl Engine<'_> {
             let decoding = is_decoding(r, n);
             let granted = if vllm { s.granted.get(j).copied().unwrap_or(0) } else { s.k };
             if !decoding {
+                // A prompt chunk (or a recomputed one): the draft model runs over it too.
+                add_draft_prompt(&mut s.draft, r.computed, n);
                 continue;
             }
             let start = r.computed;
@@ -211,6 +238,8 @@ impl Engine<'_> {
 /// - EAGLE: K passes of a one-layer head: a dense decoder layer of the target's attention and its
 ///   dense MLP width (`intermediate_size`), the fc of [embedding; hidden] (2h x h), the LM head.
 /// - ngram: no pass; [`NGRAM_S_PER_SEQ`] of host time per drafting sequence (an assumption).
+/// - MTP and EAGLE also run one pass over a step's prompt tokens ([`add_draft_prompt`],
+///   [`DraftModel::prompt_pass_s`]).
 ///
 /// Each pass: the layer's share of the step overhead (step_overhead / layers), max(memory, compute) +
 /// (1 - overlap) x min, and the layer's collectives (two all-reduces, or an all-reduce and the MoE
@@ -309,11 +338,31 @@ impl DraftModel {
         self.overhead_s + memory.max(compute) + self.exposed * memory.min(compute) + comm
     }
 
-    /// The draft's time in a step whose drafting sequences are `d` (s).
+    /// The draft's one pass over the step's prompt tokens ([`add_draft_prompt`]) (s): the layer's
+    /// weights and the experts those tokens touch read once, their FLOPs, their attention over the
+    /// prompt so far, the layer's collectives over them. The LM head is left out (it runs for the last
+    /// position of a finished prompt only).
+    pub fn prompt_pass_s(&self, d: &DraftShape) -> f64 {
+        if d.prompt_tokens == 0 {
+            return 0.0;
+        }
+        let n = d.prompt_tokens as f64;
+        let experts =
+            if self.expert_bytes > 0.0 { self.arch.experts_touched_spread(n, self.expert_spread) } else { 0.0 };
+        let memory = (self.dense_bytes + experts * self.expert_bytes) * self.inv_bw;
+        let compute = n * (self.dense_s_per_token + self.expert_s_per_token) + d.prompt_pairs * self.attn_s_per_ctx;
+        let comm = self.coll.as_ref().map_or(0.0, |c| {
+            self.all_reduces * c.all_reduce_s(n * self.token_bytes)
+                + self.all_to_alls * (c.all_to_all_s(n * self.a2a_bytes_per_token) + self.exchange_latency_s)
+        });
+        self.overhead_s + memory.max(compute) + self.exposed * memory.min(compute) + comm
+    }
+
+    /// The draft's time in a step whose drafting sequences and prompt tokens are `d` (s).
     pub fn draft_s(&self, d: &DraftShape) -> f64 {
         match self.method {
             SpecMethod::Ngram => d.seqs as f64 * NGRAM_S_PER_SEQ,
-            SpecMethod::Mtp | SpecMethod::Eagle => self.passes * self.pass_s(d),
+            SpecMethod::Mtp | SpecMethod::Eagle => self.passes * self.pass_s(d) + self.prompt_pass_s(d),
         }
     }
 }

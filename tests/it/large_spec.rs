@@ -33,21 +33,23 @@ fn acceptance_zero_is_plain_decoding_plus_the_draft() {
     for engine in ["vllm", "sglang", "trtllm"] {
         let plain = run(&const_profile(engine, 0.048, ""), &burst(1, 100, 5)).records[0];
         let spec = run(&spec_profile(engine, 2, &[0.0]), &burst(1, 100, 5)).records[0];
-        // One prefill step (48 ms, no draft), then 4 decode steps of 48 ms + 2 draft passes of 1 ms.
+        // One prefill step (48 ms, and the draft's one pass over the prompt, 1 ms), then 4 decode
+        // steps of 48 ms + 2 draft passes of 1 ms.
         assert_eq!(plain.first_token.0, 48 * MS, "{engine}");
-        assert_eq!(spec.first_token.0, 48 * MS, "{engine}");
+        assert_eq!(spec.first_token.0, 49 * MS, "{engine}");
         assert_eq!(plain.finish.0, (48 + 4 * 48) * MS, "{engine}");
-        assert_eq!(spec.finish.0, (48 + 4 * 50) * MS, "{engine}");
+        assert_eq!(spec.finish.0, (49 + 4 * 50) * MS, "{engine}");
     }
 }
 
 #[test]
 fn acceptance_one_emits_k_plus_one_tokens_a_step() {
     for engine in ["vllm", "sglang", "trtllm"] {
-        // K = 2: 1 token from the prefill, then 3 a step: 7 tokens after 2 decode steps of 50 ms.
+        // K = 2: 1 token from the prefill (49 ms with the draft's pass over the prompt), then 3 a
+        // step: 7 tokens after 2 decode steps of 50 ms.
         let out = run(&spec_profile(engine, 2, &[1.0]), &burst(1, 100, 7));
         let r = out.records[0];
-        assert_eq!((r.first_token.0, r.finish.0), (48 * MS, 148 * MS), "{engine}");
+        assert_eq!((r.first_token.0, r.finish.0), (49 * MS, 149 * MS), "{engine}");
         assert_eq!(out.steps, 3, "{engine}");
         // TPOT = step / (K + 1).
         let tpot = (r.finish.0 - r.first_token.0) as f64 / 6.0;
@@ -65,7 +67,7 @@ fn a_sequence_never_emits_beyond_its_output() {
     assert_eq!(r.output_tokens, 6);
     assert_eq!(out.decode_tokens, 5);
     assert_eq!(out.steps, 3);
-    assert_eq!(r.finish.0, (48 + 2 * 51) * MS);
+    assert_eq!(r.finish.0, (49 + 2 * 51) * MS);
     // Many requests of varied lengths: every output token and only those, KV covering them.
     let w = Workload::fixed(
         Arrivals::ClosedLoop { clients: 24, think_time_s: 0.0, think_exponential: false },
@@ -132,7 +134,7 @@ fn the_draft_is_a_part_of_the_step() {
         }
         b
     };
-    let d = DraftShape { seqs: 16, ctx_tokens: 16 * 2001 };
+    let d = DraftShape { seqs: 16, ctx_tokens: 16 * 2001, ..DraftShape::default() };
     let plain = StepModel::new(&p).parts(&b);
     assert_eq!(StepModel::new(&p).parts_spec(&b, &d), plain, "no speculation: no draft part");
     p.file.speculative = Some(Speculative::new(SpecMethod::Mtp, 2, vec![0.8]));
@@ -142,9 +144,20 @@ fn the_draft_is_a_part_of_the_step() {
     // Two MTP passes of one MoE layer and the LM head: more than 2/48 of the weights' time (the LM
     // head is read each pass), far less than the target's step.
     assert!(spec.draft_s > 2.0 / 48.0 * plain.weights_s && spec.draft_s < 0.5 * plain.total_s, "{spec:?}");
+    // A prompt chunk in the step: the draft runs over it once more (SGLang's draft extend, vLLM's
+    // drafter over every scheduled token), a pass that grows with the chunk and costs no LM head.
+    let with_prompt = |p: &Profile, n: u32| {
+        let mut d = d;
+        capsim::sim::add_draft_prompt(&mut d, 0, n);
+        StepModel::new(p).parts_spec(&b, &d).draft_s
+    };
+    let (short, long) = (with_prompt(&p, 512), with_prompt(&p, 4096));
+    assert!(spec.draft_s < short && short < long, "{} {short} {long}", spec.draft_s);
     p.file.speculative = Some(Speculative::new(SpecMethod::Ngram, 2, vec![0.8]));
     let ngram = StepModel::new(&p).parts_spec(&b, &d);
     assert!((ngram.draft_s - 16.0 * capsim::profile::spec::NGRAM_S_PER_SEQ).abs() < 1e-15);
+    // n-gram lookups run on the host over the sequences' own tokens: a prompt costs them nothing.
+    assert_eq!(with_prompt(&p, 4096), ngram.draft_s);
 }
 
 fn capsim(args: &[&str]) -> Output {
