@@ -125,8 +125,7 @@ fn bad_policies_name_the_key() {
 
 #[test]
 fn the_cli_refuses_a_closed_loop_and_a_bad_file_by_name() {
-    let dir = std::env::temp_dir().join(format!("capsim-it-autoscale-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("it-autoscale");
     let good = dir.join("policy.toml");
     std::fs::write(&good, "min_replicas = 1\nmax_replicas = 2\nmetric = \"waiting\"\ntarget = 4.0\nprovisioning_s = 1.0\nstorage_gb_s = 1.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\n").unwrap();
     let bad = dir.join("bad.toml");
@@ -144,7 +143,6 @@ fn the_cli_refuses_a_closed_loop_and_a_bad_file_by_name() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["requests_sent"], 50);
     assert!(v["gpu_hours"].as_f64().unwrap() > 0.0 && v["buckets"].is_array() && v["timeline"].is_array());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Issue 26, mixed fleets: the weighted least-outstanding router keeps outstanding requests per unit
@@ -257,8 +255,7 @@ fn busy_time_output_tokens_and_energy_add_up() {
 
 #[test]
 fn the_autoscaled_report_gives_energy_and_an_html_day() {
-    let dir = std::env::temp_dir().join(format!("capsim-it-autoscale-html-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("it-autoscale-html");
     let pol = dir.join("policy.toml");
     std::fs::write(&pol, "min_replicas = 1\nmax_replicas = 4\nmetric = \"outstanding\"\ntarget = 8.0\nprovisioning_s = 5.0\nstorage_gb_s = 2.0\nengine_start_s = 0.0\ncuda_graph_capture_s = 0.0\nbucket_s = 20.0\n").unwrap();
     let html = dir.join("day.html");
@@ -299,7 +296,6 @@ fn the_autoscaled_report_gives_energy_and_an_html_day() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--html"));
     let text = run(&args[..args.len() - 1]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("energy"), "{}", String::from_utf8_lossy(&text.stdout));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -134,11 +134,9 @@ fn config_json_errors_name_file_and_field() {
 
 #[test]
 fn a_user_config_json_path_works_as_a_model() {
-    let dir = std::env::temp_dir().join(format!("capsim-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("cfg");
     let path = dir.join("mine.json");
     std::fs::write(&path, include_str!("../../models/configs/qwen3-8b.json")).unwrap();
     let m = Catalog::builtin().model(path.to_str().unwrap()).unwrap();
     assert_eq!(m.n_layers, 36);
-    std::fs::remove_dir_all(dir).ok();
 }

@@ -183,8 +183,7 @@ fn bad_input_gets_a_clear_error_not_a_panic() {
 
 #[test]
 fn bad_files_name_the_line_and_field() {
-    let dir = std::env::temp_dir().join(format!("capsim-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("cli");
     let wl = dir.join("w.toml");
     std::fs::write(&wl, "requests = 10\n[arrivals]\nkind = \"burst\"\nn = 3\n[[classes]]\ninput = { dist = \"fixed\", value = 0 }\noutput = { dist = \"fixed\", value = 5 }\n").unwrap();
     let e = stderr(&capsim(&["simulate", "--workload", wl.to_str().unwrap()]));
@@ -217,13 +216,11 @@ fn bad_files_name_the_line_and_field() {
         .unwrap();
     let e = stderr(&capsim(&["points", "--data", pts.to_str().unwrap()]));
     assert!(e.contains("pts.csv") && e.contains("line 2"), "{e}");
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
 fn workload_file_with_classes_and_a_daily_curve_runs() {
-    let dir = std::env::temp_dir().join(format!("capsim-wl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("wl");
     let wl = dir.join("mix.toml");
     std::fs::write(
         &wl,
@@ -251,7 +248,6 @@ output = { dist = "empirical", values = [64, 128, 256], weights = [1.0, 2.0, 1.0
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["requests_completed"].as_u64().unwrap() > 200);
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]

@@ -8,6 +8,8 @@ use capsim::measured::corpus::{read_aic_e2e, Client};
 use capsim::measured::launch::TrtTokens;
 use std::process::{Command, Output};
 
+use crate::Scratch;
+
 fn capsim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
 }
@@ -183,20 +185,18 @@ fn bad_corpus_rows_name_the_file_line_and_field() {
         assert!(e.contains("m.csv") && e.contains("line 3") && e.contains(field), "{e}");
     }
     // A folder that is no corpus, and an InferenceX metadata file without its GPU.
-    let dir = std::env::temp_dir().join(format!("capsim-corpus-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    assert!(read_points(&dir).unwrap_err().to_string().contains("not a corpus folder"));
+    let tmp = Scratch::new("corpus");
+    let dir = tmp.path();
+    assert!(read_points(dir).unwrap_err().to_string().contains("not a corpus folder"));
     let dep = dir.join("inferencex-dsr1/dep");
     std::fs::create_dir_all(&dep).unwrap();
     std::fs::write(dep.join("metadata.json"), r#"{"engine": "sglang", "precision": "fp8", "tp": 8}"#).unwrap();
     std::fs::write(dep.join("1024x1024_c4.json"), r#"{"max_concurrency": 4}"#).unwrap();
-    let e = read_points(&dir).unwrap_err().to_string();
+    let e = read_points(dir).unwrap_err().to_string();
     assert!(e.contains("metadata.json") && e.contains("gpu"), "{e}");
     let o = capsim(&["points", "--corpus", dir.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("gpu"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A small fit (one engine on two GPUs) twice: the same bytes; its lookups widen the band for what
@@ -507,11 +507,10 @@ fn a_stalled_run_is_compared_on_its_median_ttft() {
     assert_eq!(n, 11, "11 of the 474 points that state a mean TTFT stalled");
 }
 
-/// A corpus folder in a fresh temporary directory: one InferenceX deployment with no points, and
-/// `text` as inferencex-dsr1/`file` beside it.
-fn one_deployment_corpus(tag: &str, file: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("capsim-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// A corpus folder in a fresh temporary directory (removed when the guard is dropped): one
+/// InferenceX deployment with no points, and `text` as inferencex-dsr1/`file` beside it.
+fn one_deployment_corpus(tag: &str, file: &str, text: &str) -> Scratch {
+    let dir = Scratch::new(tag);
     let dep = dir.join("inferencex-dsr1/dsr1-fp8-h200-sglang-tp8-x");
     std::fs::create_dir_all(&dep).unwrap();
     std::fs::write(dep.join("metadata.json"), r#"{"gpu": "h200", "engine": "sglang", "precision": "fp8", "tp": 8}"#)
@@ -558,9 +557,8 @@ fn a_bad_launch_settings_file_names_the_key() {
     }
     // An entry for a deployment the corpus folder does not have is an error, not a setting dropped.
     let dir = one_deployment_corpus("launch", "launch_settings.json", ok);
-    let e = read_points(&dir).unwrap_err().to_string();
+    let e = read_points(dir.path()).unwrap_err().to_string();
     assert!(e.contains("launch_settings.json") && e.contains("deployments.d"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A point's features are those of the layout it is replayed on, not of its columns: InferenceX's
@@ -704,7 +702,6 @@ fn a_bad_pd_recipes_file_names_the_key() {
     }
     // An entry for a point the corpus folder does not have is an error, not a setting dropped.
     let dir = one_deployment_corpus("pd-recipes", "pd_recipes.json", ok);
-    let e = read_points(&dir).unwrap_err().to_string();
+    let e = read_points(dir.path()).unwrap_err().to_string();
     assert!(e.contains("pd_recipes.json") && e.contains("points.d/f.json"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -12,6 +12,8 @@ use capsim::error::Error;
 use capsim::profile::{ProfileFile, BUILTIN_PROFILES};
 use proptest::prelude::*;
 
+use crate::Scratch;
+
 fn cases() -> u32 {
     std::env::var("CAPSIM_FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(1000)
 }
@@ -115,8 +117,7 @@ fn via_file<T>(
     text: &str,
     read: impl Fn(&std::path::Path) -> capsim::error::Result<T>,
 ) -> Result<(), TestCaseError> {
-    let dir = std::env::temp_dir().join(format!("capsim-fuzz-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("fuzz");
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     check(read(&path), name)
@@ -179,11 +180,10 @@ fn head(text: &str, n: usize) -> String {
     text.lines().take(n).map(|l| format!("{l}\n")).collect()
 }
 
-/// A scratch folder of this process for one target (files that must sit side by side).
-fn fuzz_dir(target: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("capsim-fuzz-{}", std::process::id())).join(target);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch folder for one case of a target (files that must sit side by side), removed when the
+/// guard is dropped.
+fn fuzz_dir(target: &str) -> Scratch {
+    Scratch::new(&format!("fuzz-{target}"))
 }
 
 /// Read a benchmark result file: Ok, or an error naming it; what reads must replay and label
@@ -207,7 +207,8 @@ fn read_benchmark(path: &std::path::Path, name: &str) -> Result<(), TestCaseErro
 
 /// `text` (mutated from `seed`, or raw bytes) as the file `name` in the target's folder, read.
 fn fuzz_benchmark(target: &str, name: &str, text: &str) -> Result<(), TestCaseError> {
-    let path = fuzz_dir(target).join(name);
+    let dir = fuzz_dir(target);
+    let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     read_benchmark(&path, name)
 }

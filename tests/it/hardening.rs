@@ -4,6 +4,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::Scratch;
+
 /// Run capsim; (exit code, stderr). Fails the test if it panics or takes more than 20 s.
 fn capsim(args: &[&str]) -> (i32, String) {
     let start = Instant::now();
@@ -60,7 +62,8 @@ fn answers_that_must_be_refusals() {
     refused(&["validate", "--report", "999"], "no report starts with `999`");
     // Output paths are checked before any computation.
     refused(&["validate", "--markdown", "/nonexistent/x.md"], "/nonexistent");
-    let file = std::env::temp_dir().join("capsim-hardening-a-file");
+    let tmp = Scratch::new("hardening");
+    let file = tmp.join("capsim-hardening-a-file");
     std::fs::write(&file, "x").unwrap();
     refused(&["calibrate", "--out", file.to_str().unwrap()], "not a folder");
 }
@@ -129,7 +132,8 @@ fn a_closed_pipe_ends_quietly() {
 
 #[test]
 fn lossy_input_is_refused_or_reported() {
-    let dir = std::env::temp_dir();
+    let tmp = Scratch::new("hardening");
+    let dir = tmp.path();
     let dup = dir.join("capsim-hardening-dup.csv");
     std::fs::write(&dup, "arrival_s,input_tokens,output_tokens,input_tokens\n0,10,10,5\n").unwrap();
     refused(&["simulate", "--trace", dup.to_str().unwrap()], "column named twice");
@@ -142,15 +146,15 @@ fn lossy_input_is_refused_or_reported() {
 
 #[test]
 fn a_profile_file_wins_over_an_embedded_profile_of_the_same_name() {
-    let dir = std::env::temp_dir().join("capsim-hardening-profile");
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = Scratch::new("hardening-profile");
+    let dir = tmp.path();
     // The embedded default profile with one setting changed, saved under the embedded file's name.
     let text = capsim::profile::BUILTIN_PROFILES[0].1.replacen("[engine]\n", "[engine]\nmax_num_seqs = 3\n", 1);
     let name = capsim::profile::BUILTIN_PROFILES[0].0;
     std::fs::write(dir.join(name), text).unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_capsim"))
         .args(["simulate", "--profile", name, "--burst", "2", "--json"])
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -160,7 +164,8 @@ fn a_profile_file_wins_over_an_embedded_profile_of_the_same_name() {
 
 #[test]
 fn settings_dates_and_catalog_entries_out_of_range_are_refused() {
-    let dir = std::env::temp_dir();
+    let tmp = Scratch::new("hardening");
+    let dir = tmp.path();
     refused(&["simulate", "--burst", "1", "--max-prefill-tokens", "0"], "`--max-prefill-tokens`");
     refused(&["capacity", "--target-rate", "5", "--slo", "ttft_mean_s=2", "--max-replicas", "0"], "--max-replicas");
     let big = dir.join("capsim-hardening-big.toml");
@@ -181,7 +186,8 @@ fn settings_dates_and_catalog_entries_out_of_range_are_refused() {
 
 #[test]
 fn trace_times_keep_their_meaning() {
-    let dir = std::env::temp_dir();
+    let tmp = Scratch::new("hardening");
+    let dir = tmp.path();
     // A date string in a Mooncake `timestamp` (a key whose numbers are milliseconds) is a date.
     let mc = dir.join("capsim-hardening-mooncake.jsonl");
     std::fs::write(
@@ -213,7 +219,8 @@ fn trace_times_keep_their_meaning() {
 
 #[test]
 fn a_json_key_given_twice_is_refused() {
-    let dir = std::env::temp_dir();
+    let tmp = Scratch::new("hardening");
+    let dir = tmp.path();
     let cfg = dir.join("capsim-hardening-dup-config.json");
     std::fs::write(&cfg, "{\"model_type\": \"llama\", \"hidden_size\": 4096, \"hidden_size\": 8192}").unwrap();
     refused(&["simulate", "--model", cfg.to_str().unwrap(), "--burst", "1"], "appears twice");
@@ -281,7 +288,8 @@ fn a_timestamp_column_means_milliseconds_in_csv_and_jsonl() {
 
 #[test]
 fn a_trace_at_rate_scale_2_has_half_the_gaps_and_a_window_cuts_it() {
-    let dir = std::env::temp_dir();
+    let tmp = Scratch::new("hardening");
+    let dir = tmp.path();
     let trace = dir.join("capsim-trace-scale.csv");
     std::fs::write(&trace, "arrival_s,input_tokens,output_tokens\n0,100,10\n2,100,10\n4,100,10\n6,100,10\n").unwrap();
     let arrivals = |extra: &[&str]| -> Vec<f64> {

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::Scratch;
+
 /// Run capsim; (exit code, stdout, stderr). Fails the test if it panics or takes more than 30 s.
 fn capsim(args: &[&str]) -> (i32, String, String) {
     let start = Instant::now();
@@ -17,14 +19,6 @@ fn capsim(args: &[&str]) -> (i32, String, String) {
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
-}
-
-/// A fresh temporary folder for one test.
-fn tmp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("capsim-h3cal-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// A copy of a fixture run with some keys set: the user's edited file.
@@ -54,21 +48,21 @@ fn calibrate_runs(runs: &Path, out: &Path, extra: &[&str]) -> (i32, String, Stri
 /// written into the profile.
 #[test]
 fn a_stated_max_num_seqs_is_fitted_not_dropped() {
-    let out = tmp_dir("cap");
+    let scratch = Scratch::new("h3cal-cap");
+    let out = scratch.path();
     // Closed-loop sweep up to concurrency 16, cap 256.
-    let (code, _, err) = calibrate_runs(&fixture("vllm/sweep/low"), &out, &["--max-num-seqs", "256"]);
+    let (code, _, err) = calibrate_runs(&fixture("vllm/sweep/low"), out, &["--max-num-seqs", "256"]);
     assert_eq!(code, 0, "{err}");
     let toml = std::fs::read_to_string(out.join("mine.toml")).unwrap();
     assert!(toml.contains("max_num_seqs = 256"), "{toml}");
     // Open-loop (Poisson rate) runs only, a cap below and above anything: both fitted.
     for cap in ["4", "1024"] {
         let (code, _, err) =
-            calibrate_runs(&fixture("guidellm/benchmarks_poisson.json"), &out, &["--max-num-seqs", cap]);
+            calibrate_runs(&fixture("guidellm/benchmarks_poisson.json"), out, &["--max-num-seqs", cap]);
         assert_eq!(code, 0, "cap {cap}: {err}");
         let toml = std::fs::read_to_string(out.join("mine.toml")).unwrap();
         assert!(toml.contains(&format!("max_num_seqs = {cap}")), "{toml}");
     }
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// Item 8: runs the fit cannot replay (lengths over the model's context) wrote a profile of NaN
@@ -77,7 +71,8 @@ fn a_stated_max_num_seqs_is_fitted_not_dropped() {
 #[test]
 fn runs_that_cannot_be_replayed_or_compared_are_refused_or_said() {
     // Lengths that cannot fit: refused before any profile, naming each run, its file and why.
-    let dir = tmp_dir("long");
+    let scratch = Scratch::new("h3cal-long");
+    let dir = scratch.path();
     let runs = dir.join("runs");
     std::fs::create_dir_all(&runs).unwrap();
     edited_run(&runs, "vllm/sweep/low/c1_in1024.json", "c1.json", &[("total_input_tokens", 16.0 * 300000.0)]);
@@ -141,7 +136,6 @@ fn runs_that_cannot_be_replayed_or_compared_are_refused_or_said() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("nothing to compare") && err.contains("mean_ttft_ms = 0"), "{err}");
     assert!(!out2.join("mine.toml").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Audit: runs of two models (or of one checkpoint at two precisions) in one folder were fitted, or
@@ -149,7 +143,8 @@ fn runs_that_cannot_be_replayed_or_compared_are_refused_or_said() {
 /// taken as said. Refused naming each model and a file of it, or the flag.
 #[test]
 fn runs_of_two_models_or_against_the_flags_are_refused() {
-    let dir = tmp_dir("mixed");
+    let scratch = Scratch::new("h3cal-mixed");
+    let dir = scratch.path();
     let out = dir.join("out");
     let two_models = dir.join("two_models");
     std::fs::create_dir_all(&two_models).unwrap();
@@ -189,15 +184,15 @@ fn runs_of_two_models_or_against_the_flags_are_refused() {
         capsim(&["validate", "--runs", low.to_str().unwrap(), "--gpu", "H200 SXM", "--model", "Qwen3-8B"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("not the model the files measured"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Audit: `validate --runs` of runs it cannot replay printed a column of dashes and an empty summary,
 /// exit 0. Each run is named with why, and with nothing compared the exit code is 3 (no answer).
 #[test]
 fn validate_says_why_runs_are_not_replayed() {
-    let dir = tmp_dir("vlong");
-    edited_run(&dir, "vllm/sweep/low/c1_in1024.json", "c1.json", &[("total_input_tokens", 16.0 * 300000.0)]);
+    let scratch = Scratch::new("h3cal-vlong");
+    let dir = scratch.path();
+    edited_run(dir, "vllm/sweep/low/c1_in1024.json", "c1.json", &[("total_input_tokens", 16.0 * 300000.0)]);
     let (code, stdout, err) = capsim(&["validate", "--runs", dir.to_str().unwrap(), "--gpu", "H200 SXM"]);
     assert_eq!(code, 3, "{err}");
     assert!(stdout.contains("not replayed: ") && stdout.contains("c1.json") && stdout.contains("context of 262144"));
@@ -209,7 +204,6 @@ fn validate_says_why_runs_are_not_replayed() {
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let nr = v["not_replayed"].as_array().unwrap();
     assert!(nr.len() == 1 && nr[0].as_str().unwrap().contains("c1.json"), "{nr:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Audit: a deployment flag the fitted profile cannot take was refused naming the profile's internal
@@ -217,7 +211,8 @@ fn validate_says_why_runs_are_not_replayed() {
 /// files. Named by the flag; nothing written, no folder left behind.
 #[test]
 fn calibrate_names_the_flag_not_the_profile_key() {
-    let dir = tmp_dir("flags");
+    let scratch = Scratch::new("h3cal-flags");
+    let dir = scratch.path();
     let out = dir.join("out");
     let low = fixture("vllm/sweep/low");
     for (extra, flag) in [
@@ -238,14 +233,14 @@ fn calibrate_names_the_flag_not_the_profile_key() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--name"));
     assert!(!out.join("..toml").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Without --runs, calibrate fits the reports' (or, with --corpus, the corpus's) own deployments: a
 /// deployment flag would be dropped, so it is refused naming it, before any fit runs.
 #[test]
 fn deployment_flags_without_runs_are_refused_naming_them() {
-    let out = tmp_dir("noruns");
+    let scratch = Scratch::new("h3cal-noruns");
+    let out = scratch.path();
     let o = out.to_str().unwrap();
     for (args, flag) in [
         (vec!["calibrate", "--attention-dp", "2", "--out", o], "--attention-dp"),
@@ -256,5 +251,4 @@ fn deployment_flags_without_runs_are_refused_naming_them() {
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(flag) && err.contains("names the deployment of --runs"), "{err}");
     }
-    let _ = std::fs::remove_dir_all(&out);
 }

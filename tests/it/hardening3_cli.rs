@@ -3,9 +3,11 @@
 //! default, `CAPSIM_FUZZ_CASES=100000 cargo test --release hardening3_cli` for a long run.
 
 use proptest::prelude::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::Scratch;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_capsim")
@@ -43,11 +45,9 @@ fn refused(dir: &Path, args: &[&str], needles: &[&str]) -> String {
     err
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("capsim-h3cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh folder for one test (or one case), removed when the guard is dropped.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("h3cli-{name}"))
 }
 
 /// The longest run of digits in `s`: a number printed without an exponent shows as hundreds.
@@ -60,7 +60,8 @@ fn longest_digit_run(s: &str) -> usize {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_full_disk_under_any_command_is_an_error_naming_standard_output() {
-    let d = scratch("full");
+    let dir = scratch("full");
+    let d = dir.path();
     std::fs::write(d.join("s.jsonl"), "{\"burst\": 2, \"input_len\": 64, \"output_len\": 4}\n").unwrap();
     std::fs::write(d.join("slice.jsonl"), "{\"index\":0,\"of\":1,\"x\":1}\n").unwrap();
     let commands: &[&[&str]] = &[
@@ -100,7 +101,7 @@ fn a_full_disk_under_any_command_is_an_error_naming_standard_output() {
     ];
     for args in commands {
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
-        let o = run_with(&d, args, Stdio::from(full));
+        let o = run_with(d, args, Stdio::from(full));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains("capsim: error: standard output: No space left on device"), "{args:?}: {err}");
@@ -135,11 +136,12 @@ fn a_closed_pipe_still_ends_quietly() {
 /// stops when its bracket is two adjacent floats (it looped forever between them).
 #[test]
 fn a_rate_tolerance_below_float_resolution_is_refused_and_the_search_ends() {
-    let d = scratch("ratetol");
+    let dir = scratch("ratetol");
+    let d = dir.path();
     let args = ["capacity", "--load", "rate", "--slo", "ttft_p95_s=2", "--max-load", "20", "--rate-tol", "1e-16"];
-    let e = refused(&d, &args, &["--rate-tol", "1e-16", "1e-12"]);
+    let e = refused(d, &args, &["--rate-tol", "1e-16", "1e-12"]);
     assert!(longest_digit_run(&e) < 20, "{e}");
-    refused(&d, &["capacity", "--load", "rate", "--slo", "ttft_p95_s=2", "--rate-tol", "0"], &["--rate-tol"]);
+    refused(d, &["capacity", "--load", "rate", "--slo", "ttft_p95_s=2", "--rate-tol", "0"], &["--rate-tol"]);
 
     // The library with no tolerance at all: bisection until no float lies inside the bracket.
     use capsim::capacity::{search, Question, Slo, Verdict};
@@ -171,13 +173,14 @@ fn a_rate_tolerance_below_float_resolution_is_refused_and_the_search_ends() {
 /// equal the unsharded run.
 #[test]
 fn a_job_array_with_more_tasks_than_points_merges() {
-    let d = scratch("shards");
+    let dir = scratch("shards");
+    let d = dir.path();
     let sweep = ["sweep", "--concurrency", "1,2", "--requests", "6", "--input-len", "64", "--output-len", "4"];
-    let whole = ok(&d, &[&sweep[..], &["--jsonl"]].concat());
+    let whole = ok(d, &[&sweep[..], &["--jsonl"]].concat());
     let mut files = Vec::new();
     for i in 0..3 {
         let slice = format!("{i}/3");
-        let o = run(&d, &[&sweep[..], &["--jsonl", "--shard", &slice]].concat());
+        let o = run(d, &[&sweep[..], &["--jsonl", "--shard", &slice]].concat());
         assert!(o.status.success());
         let name = format!("slice-{i}.jsonl");
         std::fs::write(d.join(&name), &o.stdout).unwrap();
@@ -189,36 +192,37 @@ fn a_job_array_with_more_tasks_than_points_merges() {
         files.push(name);
     }
     let files: Vec<&str> = files.iter().map(String::as_str).collect();
-    assert_eq!(ok(&d, &[&["merge"], &files[..]].concat()), whole);
+    assert_eq!(ok(d, &[&["merge"], &files[..]].concat()), whole);
     // An empty slice does not hide a missing one, and empty files alone are no run.
-    refused(&d, &["merge", files[0], files[2]], &["missing"]);
-    refused(&d, &["merge", files[2]], &["no result lines"]);
+    refused(d, &["merge", files[0], files[2]], &["missing"]);
+    refused(d, &["merge", files[2]], &["no result lines"]);
     // Same with batch: three scenarios, five tasks.
     let scen = "{\"burst\": 2, \"input_len\": 64, \"output_len\": 4}\n{\"burst\": 3, \"input_len\": 64, \"output_len\": 4}\n{\"burst\": 1, \"input_len\": 32, \"output_len\": 4}\n";
     std::fs::write(d.join("s.jsonl"), scen).unwrap();
-    let whole = ok(&d, &["batch", "s.jsonl"]);
+    let whole = ok(d, &["batch", "s.jsonl"]);
     let mut names = Vec::new();
     for i in 0..5 {
         let name = format!("b-{i}.jsonl");
-        std::fs::write(d.join(&name), ok(&d, &["batch", "s.jsonl", "--shard", &format!("{i}/5")])).unwrap();
+        std::fs::write(d.join(&name), ok(d, &["batch", "s.jsonl", "--shard", &format!("{i}/5")])).unwrap();
         names.push(name);
     }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    assert_eq!(ok(&d, &[&["merge"], &names[..]].concat()), whole);
+    assert_eq!(ok(d, &[&["merge"], &names[..]].concat()), whole);
 }
 
 /// Item 7: a slice holding one pretty-printed JSON object is refused, not written back as `{`.
 #[test]
 fn merge_refuses_a_document_over_several_lines() {
-    let d = scratch("pretty");
+    let dir = scratch("pretty");
+    let d = dir.path();
     std::fs::write(d.join("pretty.json"), "{\n  \"index\": 0,\n  \"of\": 1,\n  \"x\": 1\n}\n").unwrap();
-    let e = refused(&d, &["merge", "pretty.json"], &["pretty.json", "line 1", "one result per line"]);
+    let e = refused(d, &["merge", "pretty.json"], &["pretty.json", "line 1", "one result per line"]);
     assert!(!e.contains("missing `index`"), "{e}");
     let json =
-        ok(&d, &["sweep", "--concurrency", "1", "--requests", "4", "--input-len", "64", "--output-len", "4", "--json"]);
+        ok(d, &["sweep", "--concurrency", "1", "--requests", "4", "--input-len", "64", "--output-len", "4", "--json"]);
     std::fs::write(d.join("sweep.json"), json).unwrap();
-    refused(&d, &["merge", "sweep.json"], &["sweep.json", "one result per line"]);
-    let o = run(&d, &["merge", "pretty.json"]);
+    refused(d, &["merge", "sweep.json"], &["sweep.json", "one result per line"]);
+    let o = run(d, &["merge", "pretty.json"]);
     assert!(o.stdout.is_empty());
 }
 
@@ -226,36 +230,33 @@ fn merge_refuses_a_document_over_several_lines() {
 /// are refused with a message of reasonable length, not answered with an empty report or a label.
 #[test]
 fn reports_versions_and_huge_numbers_are_refused_plainly() {
-    let d = scratch("item11");
+    let dir = scratch("item11");
+    let d = dir.path();
     let e = refused(
-        &d,
+        d,
         &["report", "--contexts", "262145", "--concurrency", "1", "--out", "r.html"],
         &["--contexts", "262145", "262144"],
     );
     assert!(!d.join("r.html").exists(), "{e}");
-    refused(&d, &["report", "--contexts", "1024,262145", "--concurrency", "1", "--out", "r.html"], &["262145"]);
+    refused(d, &["report", "--contexts", "1024,262145", "--concurrency", "1", "--out", "r.html"], &["262145"]);
     refused(
-        &d,
+        d,
         &["report", "--contexts", "1024", "--output-len", "262144", "--concurrency", "1", "--out", "r.html"],
         &["--contexts"],
     );
     assert!(!d.join("r.html").exists());
 
-    refused(&d, &["simulate", "--burst", "1", "--engine-version", "99.99.99"], &["99.99.99", "0.10.1 to 0.33.0"]);
-    refused(&d, &["simulate", "--burst", "1", "--engine-version", "0.9.2"], &["0.9.2", "0.10.1 to 0.33.0"]);
+    refused(d, &["simulate", "--burst", "1", "--engine-version", "99.99.99"], &["99.99.99", "0.10.1 to 0.33.0"]);
+    refused(d, &["simulate", "--burst", "1", "--engine-version", "0.9.2"], &["0.9.2", "0.10.1 to 0.33.0"]);
     refused(
-        &d,
+        d,
         &["simulate", "--burst", "1", "--engine", "sglang", "--engine-version", "0.33.0"],
         &["SGLang 0.33.0", "0.4.6 to 0.5.23"],
     );
-    refused(
-        &d,
-        &["simulate", "--burst", "1", "--engine", "trtllm", "--engine-version", "2.0"],
-        &["TensorRT-LLM 2.0.0"],
-    );
+    refused(d, &["simulate", "--burst", "1", "--engine", "trtllm", "--engine-version", "2.0"], &["TensorRT-LLM 2.0.0"]);
     for (engine, v) in [("vllm", "0.10.1"), ("vllm", "v0.33.0"), ("sglang", "0.4.6"), ("trtllm", "1.2.1")] {
         let out = ok(
-            &d,
+            d,
             &[
                 "simulate",
                 "--burst",
@@ -290,12 +291,12 @@ fn reports_versions_and_huge_numbers_are_refused_plainly() {
         &["simulate", "--burst", "2", "--gpu-memory-utilization", "1e300"],
         &["simulate", "--concurrency", "2", "--turns", "2", "--turn-think-time", "1e300"],
     ] {
-        all += &refused(&d, args, &[]);
+        all += &refused(d, args, &[]);
     }
     assert!(all.contains("far.csv") && all.contains("1e300 s") && all.contains("--scale"), "{all}");
     assert!(longest_digit_run(&all) < 20, "{all}");
     // Printed loads: a large scale that is allowed stays short.
-    let out = ok(&d, &["sweep", "--trace", "near.csv", "--scale", "1e6", "--csv"]);
+    let out = ok(d, &["sweep", "--trace", "near.csv", "--scale", "1e6", "--csv"]);
     assert!(out.lines().nth(1).unwrap().starts_with("scale,1000000,"), "{out}");
     assert_eq!(capsim::report::num(1e300, 4), "1.000e300");
     assert_eq!(capsim::report::num(123456.7, 4), "123457");
@@ -307,7 +308,8 @@ fn reports_versions_and_huge_numbers_are_refused_plainly() {
 /// `batch --check` checks every scenario and runs none.
 #[test]
 fn batch_check_runs_nothing() {
-    let d = scratch("check");
+    let dir = scratch("check");
+    let d = dir.path();
     // A million requests would take minutes to simulate; checking them takes none.
     std::fs::write(
         d.join("s.jsonl"),
@@ -315,10 +317,10 @@ fn batch_check_runs_nothing() {
     )
     .unwrap();
     let start = Instant::now();
-    assert_eq!(ok(&d, &["batch", "--check", "s.jsonl"]), "s.jsonl: 2 scenario(s), each valid\n");
+    assert_eq!(ok(d, &["batch", "--check", "s.jsonl"]), "s.jsonl: 2 scenario(s), each valid\n");
     assert!(start.elapsed() < Duration::from_secs(20));
     std::fs::write(d.join("bad.jsonl"), "{\"concurrency\": 4}\n{\"concurrency\": 0}\n").unwrap();
-    refused(&d, &["batch", "--check", "bad.jsonl"], &["bad.jsonl", "line 2", "concurrency"]);
+    refused(d, &["batch", "--check", "bad.jsonl"], &["bad.jsonl", "line 2", "concurrency"]);
 }
 
 // ---- Fuzz targets: batch and merge input. ----
@@ -455,7 +457,8 @@ proptest! {
     /// the file; never a panic.
     #[test]
     fn fuzz_batch_input(muts in mutations(), line in any::<usize>(), raw in prop::collection::vec(any::<u8>(), 0..256), mode in 0u8..5) {
-        let d = scratch("fuzz-batch");
+        let dir = scratch("fuzz-batch");
+        let d = dir.path();
         let text = match mode {
             0 => String::from_utf8_lossy(&raw).to_string(),
             1 => mutate(SCENARIOS, &muts),
@@ -488,7 +491,7 @@ proptest! {
             }
         };
         std::fs::write(d.join("fuzz-scenarios.jsonl"), &text).unwrap();
-        let o = run(&d, &["batch", "--check", "fuzz-scenarios.jsonl"]);
+        let o = run(d, &["batch", "--check", "fuzz-scenarios.jsonl"]);
         if o.status.success() {
             let out = String::from_utf8_lossy(&o.stdout);
             prop_assert!(out.starts_with("fuzz-scenarios.jsonl: ") && out.ends_with("scenario(s), each valid\n"), "{}", out);
@@ -501,7 +504,8 @@ proptest! {
     /// order, each as some slice wrote it, or exit 2 naming a file or the slices' fault; never a panic.
     #[test]
     fn fuzz_merge_input(muts in mutations(), which in 0usize..3, empty in 0usize..4) {
-        let d = scratch("fuzz-merge");
+        let dir = scratch("fuzz-merge");
+        let d = dir.path();
         let mut texts: Vec<String> = SLICES.iter().map(|s| s.to_string()).collect();
         texts[which] = mutate(&texts[which], &muts);
         if empty < 3 {
@@ -511,7 +515,7 @@ proptest! {
         for (n, t) in names.iter().zip(&texts) {
             std::fs::write(d.join(n), t).unwrap();
         }
-        let o = run(&d, &[&["merge"], &names[..]].concat());
+        let o = run(d, &[&["merge"], &names[..]].concat());
         if o.status.success() {
             let out = String::from_utf8(o.stdout.clone()).unwrap();
             let lines: Vec<&str> = out.lines().collect();
@@ -545,7 +549,8 @@ fn args<'a>(parts: &[&[&'a str]]) -> Vec<&'a str> {
 ///   a workload flag's (named `workload, field requests`; --turns 0 called a token count).
 #[test]
 fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
-    let d = scratch("audit");
+    let dir = scratch("audit");
+    let d = dir.path();
     let run_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vllm/detailed_c2.json");
     let out = d.join("cal");
     let ds = ["--model", "DeepSeek-R1", "--engine", "sglang", "--precision", "fp8", "--kv-dtype", "fp8"];
@@ -553,7 +558,7 @@ fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
     let w = ["--concurrency", "4", "--requests", "20", "--input-len", "512", "--output-len", "64"];
     let pd = ["--prefill-workers", "1", "--decode-workers", "1"];
     refused(
-        &d,
+        d,
         &args(&[
             &["calibrate", "--runs", run_file.to_str().unwrap(), "--out", out.to_str().unwrap(), "--name", "x"],
             &["--model", "Qwen3-Coder-30B-A3B-Instruct", "--gpu", "H200 SXM", "--decode-gpu", "NoSuchGPU"],
@@ -563,26 +568,26 @@ fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
     assert!(!out.exists(), "nothing written");
     let plan = ["plan", "--target-rate", "1", "--slo", "ttft_p99_s=2", "--input-len", "512", "--output-len", "64"];
     refused(
-        &d,
+        d,
         &args(&[&plan, &ds, &["--gpus", "B200", "--disaggregated"]]),
         &["`--disaggregated`", "capacity --disaggregated"],
     );
-    refused(&d, &args(&[&plan, &ds, &["--gpus", "B200", "--prefill-tp", "4"]]), &["`--prefill-tp`"]);
-    refused(&d, &args(&[&["explain"], &b, &["--prefill", "200000", "--decode", "0"]]), &["`--prefill`", "163840"]);
+    refused(d, &args(&[&plan, &ds, &["--gpus", "B200", "--prefill-tp", "4"]]), &["`--prefill-tp`"]);
+    refused(d, &args(&[&["explain"], &b, &["--prefill", "200000", "--decode", "0"]]), &["`--prefill`", "163840"]);
     refused(
-        &d,
+        d,
         &args(&[&["explain"], &b, &["--prefill", "100", "--prefill-start", "163800", "--decode", "0"]]),
         &["`--prefill-start`", "163900"],
     );
     refused(
-        &d,
+        d,
         &args(&[&["simulate"], &b, &w, &pd, &["--kv-capacity-tokens", "100"]]),
         &["`--kv-capacity-tokens`", "needs 513"],
     );
     let inherited = args(&[&["simulate"], &ds, &["--gpu", "H100", "--tp", "8"], &w, &pd]);
-    let err = refused(&d, &inherited, &["`--gpu`", "unknown GPU `H100`"]);
+    let err = refused(d, &inherited, &["`--gpu`", "unknown GPU `H100`"]);
     assert!(!err.contains("--prefill-gpu"), "{err}");
-    refused(&d, &args(&[&inherited, &["--prefill-gpu", "H100"]]), &["`--prefill-gpu`"]);
+    refused(d, &args(&[&inherited, &["--prefill-gpu", "H100"]]), &["`--prefill-gpu`"]);
     // An engine flag's bad value is named by the flag, not the profile key it sets.
     for (flag, value) in [
         ("--kv-capacity-tokens", "0"),
@@ -592,7 +597,7 @@ fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
         ("--gpu-memory-utilization", "0"),
         ("--watermark", "2"),
     ] {
-        let err = refused(&d, &args(&[&["simulate"], &b, &w, &[flag, value]]), &[&format!("`{flag}`")]);
+        let err = refused(d, &args(&[&["simulate"], &b, &w, &[flag, value]]), &[&format!("`{flag}`")]);
         assert!(!err.contains("engine."), "{flag}: {err}");
     }
     // A workload the flags built: its errors named by the flags (was `workload, field requests`).
@@ -607,18 +612,18 @@ fn flags_a_command_cannot_honour_or_that_cause_an_error_are_named() {
         (&["--turns", "0", "--requests", "5", "--concurrency", "1"][..], "--turns", "turn count"),
         (&["--burstiness", "0", "--rate", "2", "--requests", "5"][..], "--burstiness", "positive"),
     ] {
-        let err = refused(&d, &args(&[&["simulate"], &b, extra]), &[&format!("`{flag}`"), words]);
+        let err = refused(d, &args(&[&["simulate"], &b, extra]), &[&format!("`{flag}`"), words]);
         assert!(!err.contains("workload,"), "{flag}: {err}");
     }
     // The same flags in the commands that build their own runs, and a sweep's load list.
-    refused(&d, &["capacity", "--slo", "ttft_p99_s=2", "--requests", "0"], &["`--requests`"]);
-    refused(&d, &["sweep", "--concurrency", "1,2", "--requests", "0"], &["`--requests`"]);
-    refused(&d, &["sweep", "--concurrency", "4294967295", "--requests", "20"], &["`--concurrency`", "whole number"]);
+    refused(d, &["capacity", "--slo", "ttft_p99_s=2", "--requests", "0"], &["`--requests`"]);
+    refused(d, &["sweep", "--concurrency", "1,2", "--requests", "0"], &["`--requests`"]);
+    refused(d, &["sweep", "--concurrency", "4294967295", "--requests", "20"], &["`--concurrency`", "whole number"]);
     // A plan over a curve: periods with floors (--bucket-s 1e-6 hung; --peak-window-s 1e-9 was an
     // internal rate-schedule error naming no flag).
     let day = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/day.toml");
     let plan_day = ["plan", "--workload", day.to_str().unwrap(), "--gpus", "H200 SXM", "--tps", "1"];
     let plan_day = [&plan_day[..], &["--slo", "ttft_p95_s=2"]].concat();
-    refused(&d, &args(&[&plan_day, &["--bucket-s", "1e-6"]]), &["`--bucket-s`", "[1, 1e9]"]);
-    refused(&d, &args(&[&plan_day, &["--peak-window-s=1e-9"]]), &["`--peak-window-s`", "[1, 86400]"]);
+    refused(d, &args(&[&plan_day, &["--bucket-s", "1e-6"]]), &["`--bucket-s`", "[1, 1e9]"]);
+    refused(d, &args(&[&plan_day, &["--peak-window-s=1e-9"]]), &["`--peak-window-s`", "[1, 86400]"]);
 }

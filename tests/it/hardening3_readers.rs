@@ -10,16 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::Scratch;
+
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
 }
 
-/// A fresh scratch folder for one test.
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("capsim-h3r-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh scratch folder for one test, removed when the guard is dropped.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("h3r-{name}"))
 }
 
 /// Run capsim; (exit code, stdout, stderr). Fails the test if it panics or runs past 20 s (killed
@@ -66,13 +65,14 @@ fn read_error(dir: &Path, name: &str, v: &Value) -> String {
 #[cfg(unix)]
 #[test]
 fn item6_a_fifo_is_not_opened_and_a_symlink_loop_reads_each_run_once() {
-    let dir = scratch("item6");
+    let tmp = scratch("item6");
+    let dir = tmp.path();
     std::fs::copy(fixture("vllm/sweep/low/c1_in1024.json"), dir.join("c1_in1024.json")).unwrap();
     assert!(Command::new("mkfifo").arg(dir.join("blocked.json")).status().unwrap().success());
     std::os::unix::fs::symlink(".", dir.join("loop")).unwrap();
     std::os::unix::fs::symlink("c1_in1024.json", dir.join("same.json")).unwrap();
     // Before: the FIFO blocked forever; the loop read the run 41 times.
-    let (runs, skipped) = read_path(&dir).unwrap();
+    let (runs, skipped) = read_path(dir).unwrap();
     assert_eq!(runs.len(), 1, "{runs:?}");
     let said = skipped.join("\n");
     assert!(said.contains("blocked.json: not a regular file"), "{said}");
@@ -90,26 +90,29 @@ fn item6_a_fifo_is_not_opened_and_a_symlink_loop_reads_each_run_once() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("blocked.json") && err.contains("not a regular file"), "{err}");
     // A folder holding nothing readable says what it skipped.
-    let only = scratch("item6-only");
+    let only_tmp = scratch("item6-only");
+    let only = only_tmp.path();
     assert!(Command::new("mkfifo").arg(only.join("x.json")).status().unwrap().success());
-    let e = read_path(&only).unwrap_err().to_string();
+    let e = read_path(only).unwrap_err().to_string();
     assert!(e.contains("x.json: not a regular file"), "{e}");
 }
 
 #[test]
 fn item9_counts_are_range_checked_not_truncated_or_saturated() {
-    let dir = scratch("item9");
+    let tmp = scratch("item9");
+    let dir = tmp.path();
     // GuideLLM streams = 2^32 + 4 was concurrency 4.
     let mut g = read_json(&fixture("guidellm/benchmarks.json"));
     g["benchmarks"][1]["config"]["strategy"]["streams"] = json!(4294967300u64);
-    let e = read_error(&dir, "guidellm.json", &g);
+    let e = read_error(dir, "guidellm.json", &g);
     assert!(e.contains("benchmarks[1].config.strategy.streams") && e.contains("4294967295"), "{e}");
     // AIPerf request_count 1e300 was u64::MAX requests; a fractional one was floored.
     for (x, shown) in [(json!(1e300), "1e300"), (json!(16.5), "16.5")] {
-        let a = scratch(&format!("item9-aiperf-{shown}"));
+        let a_tmp = scratch(&format!("item9-aiperf-{shown}"));
+        let a = a_tmp.path();
         let mut v = read_json(&fixture("aiperf/concurrency_4/profile_export_aiperf.json"));
         v["request_count"]["avg"] = x;
-        let e = read_error(&a, "profile_export_aiperf.json", &v);
+        let e = read_error(a, "profile_export_aiperf.json", &v);
         assert!(e.contains("request_count.avg") && e.contains(shown), "{e}");
     }
     // vLLM: a fractional completed count, a cap beyond u32, a fractional per-request length.
@@ -123,7 +126,7 @@ fn item9_counts_are_range_checked_not_truncated_or_saturated() {
     ] {
         let mut v = base.clone();
         v[key] = x;
-        let e = read_error(&dir, "vllm.json", &v);
+        let e = read_error(dir, "vllm.json", &v);
         assert!(e.contains(&format!("`{field}`")), "{key}: {e}");
     }
     // The command line exits 2 naming the key.
@@ -150,7 +153,8 @@ fn in_seconds(mut v: Value) -> Value {
 
 #[test]
 fn item12_latency_keys_in_seconds_are_converted_or_said_not_compared() {
-    let dir = scratch("item12");
+    let tmp = scratch("item12");
+    let dir = tmp.path();
     let ms = read_file(&fixture("vllm/sweep/low/c2_in1024.json")).unwrap().remove(0);
     let seconds = in_seconds(read_json(&fixture("vllm/sweep/low/c2_in1024.json")));
     let same_stats = |r: &capsim::measured::Run| {
@@ -214,7 +218,8 @@ fn quantile(xs: &mut [u32], q: f64) -> f64 {
 #[test]
 fn item13_stated_length_percentiles_are_replayed_not_their_mean() {
     // An AIPerf summary without the records beside it, whose lengths spread (a real sweep's shape).
-    let dir = scratch("item13");
+    let tmp = scratch("item13");
+    let dir = tmp.path();
     let mut v = read_json(&fixture("aiperf/concurrency_4/profile_export_aiperf.json"));
     let spread = |avg: f64, p: [f64; 11]| {
         let keys = ["min", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "max"];
@@ -261,7 +266,7 @@ fn item13_stated_length_percentiles_are_replayed_not_their_mean() {
     }
     // Percentiles that decrease are refused, naming the key.
     v["output_sequence_length"]["p90"] = json!(100.0);
-    let e = read_error(&dir, "profile_export_aiperf.json", &v);
+    let e = read_error(dir, "profile_export_aiperf.json", &v);
     assert!(e.contains("output_sequence_length.p90") && e.contains("cannot decrease"), "{e}");
 }
 
@@ -277,7 +282,8 @@ fn item14_runs_are_labelled_by_folder_and_rate() {
     let jsonl: Vec<String> = read_file(&fixture("vllm/append.jsonl")).unwrap().iter().map(|r| r.label()).collect();
     assert_eq!(jsonl, ["vllm/append.jsonl#0", "vllm/append.jsonl#1"]);
     // The fit report shows the rate run as its rate (it showed load `unknown`, concurrency 0).
-    let out = scratch("item14");
+    let tmp = scratch("item14");
+    let out = tmp.path();
     let (code, _, err) = capsim(&[
         "calibrate",
         "--runs",
@@ -310,8 +316,10 @@ fn item15_aiperf_lengths_and_counts_from_the_records_beside_it() {
     let src = fixture("aiperf/concurrency_4");
     let summary = read_json(&src.join("profile_export_aiperf.json"));
     let records = std::fs::read_to_string(src.join("profile_export.jsonl")).unwrap();
+    let tmp = scratch("item15");
     let folder = |name: &str, summary: &Value, records: Option<&str>| {
-        let d = scratch(name);
+        let d = tmp.join(name);
+        std::fs::create_dir_all(&d).unwrap();
         write_json(&d.join("profile_export_aiperf.json"), summary);
         if let Some(r) = records {
             std::fs::write(d.join("profile_export.jsonl"), r).unwrap();
@@ -363,10 +371,11 @@ fn item15_aiperf_lengths_and_counts_from_the_records_beside_it() {
 /// (capsim keeps TTFT in seconds) before.
 #[test]
 fn a_negative_statistic_is_refused_in_the_files_own_unit() {
-    let dir = scratch("neg-unit");
+    let tmp = scratch("neg-unit");
+    let dir = tmp.path();
     let mut v = read_json(&fixture("vllm/detailed_c2.json"));
     v["mean_ttft_ms"] = json!(-5.0);
-    let e = read_error(&dir, "neg.json", &v);
+    let e = read_error(dir, "neg.json", &v);
     assert!(e.contains("mean_ttft_ms") && e.contains("got -5") && !e.contains("-0.005"), "{e}");
 }
 
@@ -378,7 +387,8 @@ fn a_negative_statistic_is_refused_in_the_files_own_unit() {
 /// JSON at line 1 column 1").
 #[test]
 fn a_runs_rate_and_burstiness_are_bounded_naming_the_key() {
-    let dir = scratch("rate-bounds");
+    let tmp = scratch("rate-bounds");
+    let dir = tmp.path();
     let base = read_json(&fixture("vllm/detailed_c2.json"));
     for (key, x, shown) in [
         ("request_rate", json!("-inf"), "-inf"),
@@ -394,14 +404,14 @@ fn a_runs_rate_and_burstiness_are_bounded_naming_the_key() {
         if key == "burstiness" {
             v["request_rate"] = json!(4.0);
         }
-        let e = read_error(&dir, "vllm.json", &v);
+        let e = read_error(dir, "vllm.json", &v);
         assert!(e.contains(&format!("`{key}`")) && e.contains(shown), "{key}: {e}");
     }
     // Every listed request failed: named as such (was blamed on a missing total_input_tokens).
     let mut v = base.clone();
     let n = v["output_lens"].as_array().unwrap().len();
     v["output_lens"] = json!(vec![0; n]);
-    let e = read_error(&dir, "vllm.json", &v);
+    let e = read_error(dir, "vllm.json", &v);
     assert!(e.contains("`output_lens`") && e.contains("failed"), "{e}");
     // Totals without per-request lists: each named with the value the file states (was a derived
     // "input tokens" mean).
@@ -411,13 +421,13 @@ fn a_runs_rate_and_burstiness_are_bounded_naming_the_key() {
             v.as_object_mut().unwrap().remove(k);
         }
         v[key] = json!(x);
-        let e = read_error(&dir, "vllm.json", &v);
+        let e = read_error(dir, "vllm.json", &v);
         assert!(e.contains(&format!("`{key}`")) && e.contains(&format!("got {x}")), "{key}: {e}");
     }
     // A model_id that is not a string is named as such (was "the files name no model").
     let mut v = base.clone();
     v["model_id"] = json!(5);
-    let e = read_error(&dir, "vllm.json", &v);
+    let e = read_error(dir, "vllm.json", &v);
     assert!(e.contains("`model_id`") && e.contains("must be a string"), "{e}");
     // A UTF-8 byte-order mark before the JSON (Windows tools write one) is no content.
     let p = dir.join("bom.json");

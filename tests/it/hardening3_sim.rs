@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::Scratch;
+
 /// Run capsim with `env`; (exit code, stdout, stderr). Fails the test if it panics, aborts or takes
 /// more than `limit_s`.
 fn capsim_env(args: &[&str], env: &[(&str, &str)], limit_s: u64) -> (i32, String, String) {
@@ -38,8 +40,8 @@ fn refused_env(args: &[&str], env: &[(&str, &str)], needles: &[&str]) -> String 
     err
 }
 
-fn temp(name: &str, text: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("capsim-h3sim-{}-{name}", std::process::id()));
+fn temp(dir: &Scratch, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
 }
@@ -66,12 +68,13 @@ fn a_conversation_of_80000_turns_runs_in_seconds() {
 
 #[test]
 fn a_trace_of_40000_rows_in_one_session_runs_in_seconds() {
+    let dir = Scratch::new("h3sim");
     // Each row re-sends the session so far and adds two tokens: the history grows to 80,000 tokens.
     let mut text = String::from("arrival_s,input_tokens,output_tokens,session_id\n");
     for i in 0..40_000u32 {
         text.push_str(&format!("{i}.0,{},1,chat-1\n", 2 * i + 1));
     }
-    let trace = temp("one-session.csv", &text);
+    let trace = temp(&dir, "one-session.csv", &text);
     let (code, out, err) = capsim_env(&["simulate", "--trace", trace.to_str().unwrap()], &[], 30);
     assert_eq!(code, 0, "{err}");
     assert_eq!(line(&out, "requests completed / sent"), "40000 / 40000");
@@ -147,6 +150,7 @@ fn capsim_within(mb: u64, args: &[&str]) -> (i32, String, String) {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_huge_kv_pool_with_prefix_caching_costs_what_the_run_uses() {
+    let dir = Scratch::new("h3sim");
     // 2^64 - 1 tokens of KV: the prefix cache's block tables were allocated for every block.
     let conv = ["--concurrency", "4", "--requests", "200", "--turns", "5", "--json"];
     let (code, out, err) =
@@ -157,6 +161,7 @@ fn a_huge_kv_pool_with_prefix_caching_costs_what_the_run_uses() {
     assert!(v["prefix_hit_rate"].as_f64().unwrap() > 0.5, "{}", v["prefix_hit_rate"]);
     // A GPU of a million GB: about 1e10 tokens of KV, 6e8 blocks (12 GB of block tables before).
     let gpus = temp(
+        &dir,
         "huge-gpu.toml",
         r#"[[gpu]]
 name = "Huge GPU"
@@ -188,7 +193,7 @@ link_source = "test"
     for (from, to, field) in
         [("memory_gb = 1000000", "memory_gb = 1e30", "memory_gb"), ("\"Huge GPU\"", "\" \"", "name")]
     {
-        let bad = temp(&format!("bad-gpu-{field}.toml"), &text.replace(from, to));
+        let bad = temp(&dir, &format!("bad-gpu-{field}.toml"), &text.replace(from, to));
         let e = capsim::catalog::gpu::parse_gpus(bad.to_str().unwrap(), &std::fs::read_to_string(&bad).unwrap())
             .unwrap_err()
             .to_string();
@@ -223,7 +228,9 @@ fn the_memory_estimate_counts_what_a_run_holds() {
 // context, and the run ended at its horizon with 21 of 101 requests done, exit 0.
 #[test]
 fn token_counts_beyond_the_bound_are_refused_naming_the_field() {
+    let dir = Scratch::new("h3sim");
     let config = temp(
+        &dir,
         "long-context.json",
         r#"{"model_type": "llama", "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 17179869184, "intermediate_size": 1024, "torch_dtype": "bfloat16"}"#,
     );
@@ -231,7 +238,7 @@ fn token_counts_beyond_the_bound_are_refused_naming_the_field() {
     for i in 0..101 {
         text.push_str(&format!("{}.0,{},10\n", i, if i == 20 { 4294967295u64 } else { 100 }));
     }
-    let trace = temp("huge-prompt.csv", &text);
+    let trace = temp(&dir, "huge-prompt.csv", &text);
     let args = [
         "simulate",
         "--model",
@@ -243,10 +250,11 @@ fn token_counts_beyond_the_bound_are_refused_naming_the_field() {
     ];
     refused_env(&args, &[], &["huge-prompt.csv", "line 22", "`input_tokens`", "4294967295", "16777216"]);
     // The same bound for JSONL traces and outputs.
-    let jsonl = temp("huge-output.jsonl", "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 4294967295}\n");
+    let jsonl =
+        temp(&dir, "huge-output.jsonl", "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 4294967295}\n");
     refused_env(&["simulate", "--trace", jsonl.to_str().unwrap()], &[], &["line 1", "`output_length`", "16777216"]);
     // Within the bound the same trace runs to the end.
-    let ok = temp("long-prompt.csv", &text.replace("4294967295", "16777216"));
+    let ok = temp(&dir, "long-prompt.csv", &text.replace("4294967295", "16777216"));
     let (code, out, err) = capsim(&[
         "simulate",
         "--model",

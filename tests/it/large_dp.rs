@@ -576,8 +576,8 @@ fn calibrate_runs_takes_the_layout_flags() {
     let run = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
         "calibration/corpus/inferencex-dsr1/dsr1-fp4-b200-trt-tp4ep4-dpa-1.2.0rc6.post2/1024x1024_c256_2026-02-03.json",
     );
-    let out = std::env::temp_dir().join(format!("capsim-dp-calibrate-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let dir = crate::Scratch::new("dp-calibrate");
+    let out = dir.join("out");
     let run = run.to_str().unwrap();
     let base = [
         "calibrate",
@@ -617,7 +617,6 @@ fn calibrate_runs_takes_the_layout_flags() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--attention-dp") && err.contains("do not divide"), "{err}");
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// explain says which deployment flags act only on scheduling across steps instead of taking them

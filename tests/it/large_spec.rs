@@ -271,8 +271,8 @@ fn calibrate_recovers_a_known_acceptance() {
 
 #[test]
 fn calibrate_runs_writes_the_fitted_acceptance_and_explain_shows_the_draft() {
-    let out = std::env::temp_dir().join(format!("capsim-spec-cal-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let dir = crate::Scratch::new("spec-cal");
+    let out = dir.join("out");
     let runs = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vllm/sweep");
     let o = capsim(&[
         "calibrate",
@@ -312,7 +312,6 @@ fn calibrate_runs_writes_the_fitted_acceptance_and_explain_shows_the_draft() {
     let o = capsim(&["explain", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["parts_s"].get("draft_s").is_none() && v.get("speculative").is_none());
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// explain's speculative step is the simulator's step for the same batch: N requests of 1100

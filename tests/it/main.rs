@@ -29,10 +29,13 @@ mod prefix;
 mod report;
 mod reproduce;
 mod scaleout;
+mod scratch;
 mod sim;
 mod validate;
 mod validate_runs;
 mod workload;
+
+pub use scratch::Scratch;
 
 use capsim::catalog::Catalog;
 use capsim::profile::{Profile, ProfileFile};

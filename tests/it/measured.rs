@@ -13,6 +13,8 @@ use capsim::validate::{summarize_run_rows, validate_runs};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::Scratch;
+
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
 }
@@ -105,6 +107,7 @@ fn vllm_append_result_jsonl_and_sglang_infinity() {
 /// file's token totals average what the range implies; otherwise the ratio is listed as not used.
 #[test]
 fn sglang_random_range_ratio_sets_the_replayed_lengths() {
+    let dir = Scratch::new("measured");
     let text = std::fs::read_to_string(fixture("sglang/bench_serving.jsonl")).unwrap();
     let first = capsim::measured::parse_json_lenient(text.lines().next().unwrap()).unwrap();
     // The fixture's ratio 1 fixes every length.
@@ -114,7 +117,7 @@ fn sglang_random_range_ratio_sets_the_replayed_lengths() {
     let write = |name: &str, f: &dyn Fn(&mut serde_json::Value)| {
         let mut v = first.clone();
         f(&mut v);
-        tmp_file(name, &serde_json::to_string(&v).unwrap())
+        tmp_file(&dir, name, &serde_json::to_string(&v).unwrap())
     };
     // Ratio 0.5 with totals that average the range's midpoints (1,536 and 96 tokens).
     let p = write("sglang_r05.jsonl", &|v| {
@@ -151,9 +154,8 @@ fn vllm_sweep_directory_skips_its_bookkeeping() {
     assert!(skipped.iter().any(|s| s.contains("summary.json")) && skipped.iter().any(|s| s.contains("warmup.json")));
 }
 
-fn tmp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("capsim-measured-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// `text` written to `dir/name`.
+fn tmp_file(dir: &Scratch, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
@@ -161,25 +163,29 @@ fn tmp_file(name: &str, text: &str) -> PathBuf {
 
 #[test]
 fn bad_files_name_the_file_and_the_field() {
-    let p = tmp_file("unknown.json", r#"{"hello": 1}"#);
+    let dir = Scratch::new("measured");
+    let p = tmp_file(&dir, "unknown.json", r#"{"hello": 1}"#);
     let e = read_file(&p).unwrap_err().to_string();
     assert!(e.contains("unknown.json") && e.contains("formats tried") && e.contains("GuideLLM"), "{e}");
     let p = tmp_file(
+        &dir,
         "no_totals.json",
         r#"{"num_prompts": 4, "backend": "vllm", "request_rate": "inf", "max_concurrency": 2, "completed": 4, "mean_ttft_ms": 10.0}"#,
     );
     let e = read_file(&p).unwrap_err().to_string();
     assert!(e.contains("no_totals.json") && e.contains("total_input_tokens"), "{e}");
-    let p = tmp_file("broken.jsonl", "{\"a\": 1}\n{\"a\": \n");
+    let p = tmp_file(&dir, "broken.jsonl", "{\"a\": 1}\n{\"a\": \n");
     let e = read_file(&p).unwrap_err().to_string();
     assert!(e.contains("broken.jsonl") && e.contains("line 2"), "{e}");
     let p = tmp_file(
+        &dir,
         "nan.json",
         r#"{"num_prompts": 4, "backend": "vllm", "request_rate": "inf", "max_concurrency": 2, "completed": 4, "total_input_tokens": 40, "total_output_tokens": 40, "mean_ttft_ms": NaN}"#,
     );
     let e = read_file(&p).unwrap_err().to_string();
     assert!(e.contains("mean_ttft_ms"), "{e}");
     let p = tmp_file(
+        &dir,
         "neg.json",
         r#"{"num_prompts": 4, "backend": "vllm", "request_rate": -2, "completed": 4, "total_input_tokens": 40, "total_output_tokens": 40}"#,
     );
@@ -190,7 +196,7 @@ fn bad_files_name_the_file_and_the_field() {
     for bad in ["-5", "0", "1e300"] {
         let text = good.replacen("\"duration\":11.061428354", &format!("\"duration\":{bad}"), 1);
         assert_ne!(text, good);
-        let p = tmp_file(&format!("duration{bad}.json"), &text);
+        let p = tmp_file(&dir, &format!("duration{bad}.json"), &text);
         let e = read_file(&p).unwrap_err().to_string();
         assert!(e.contains("field `duration`") && e.contains(&format!("got {bad}")), "{bad}: {e}");
     }
@@ -412,7 +418,8 @@ fn capsim(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn calibrate_and_validate_from_runs_on_the_command_line() {
-    let out = std::env::temp_dir().join(format!("capsim-runs-cli-{}", std::process::id()));
+    let dir = Scratch::new("runs-cli");
+    let out = dir.join("out");
     let low = fixture("vllm/sweep/low");
     let o = capsim(&[
         "calibrate",
@@ -446,7 +453,7 @@ fn calibrate_and_validate_from_runs_on_the_command_line() {
     assert_eq!(v["runs"].as_array().unwrap().len(), 6);
     assert!(v["summary"].as_array().unwrap().iter().any(|c| c["class"] == "ttft"));
     // A file nobody reads: the error names it and the formats.
-    let bad = tmp_file("notes.json", "[1, 2, 3]");
+    let bad = tmp_file(&dir, "notes.json", "[1, 2, 3]");
     let o = capsim(&["validate", "--runs", bad.to_str().unwrap(), "--profile", profile.to_str().unwrap()]);
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);

@@ -533,8 +533,7 @@ fn a_shared_model_file_with_a_bad_value_is_refused_by_name() {
     let e = SharedModel::parse("hw.toml", "bandwidth_frac = 3").unwrap_err().to_string();
     assert!(e.contains("hw.toml"), "{e}");
     // The CLI names the file.
-    let dir = std::env::temp_dir().join(format!("capsim-hw-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("hw");
     let f = dir.join("hw.toml");
     std::fs::write(&f, &bad).unwrap();
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_capsim"))

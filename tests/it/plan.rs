@@ -76,8 +76,7 @@ fn assert_band(band: &serde_json::Value, k: u64, plan: &serde_json::Value) {
 
 #[test]
 fn a_price_file_without_a_gpu_the_plan_needs_is_refused_by_name() {
-    let dir = std::env::temp_dir().join(format!("capsim-it-plan-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("it-plan");
     let f = dir.join("prices.toml");
     std::fs::write(&f, "date = \"2026-11-25\"\ncurrency = \"EUR\"\n[[gpu]]\nname = \"H100 SXM\"\nprice_per_hour = 2.0\nidle_w = 70\nbusy_w = 700\n").unwrap();
     let args: Vec<&str> = Q
@@ -97,7 +96,6 @@ fn a_price_file_without_a_gpu_the_plan_needs_is_refused_by_name() {
         .collect();
     let e = String::from_utf8_lossy(&capsim(&args).stderr).to_string();
     assert!(e.contains("idle_w"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -115,10 +113,9 @@ fn no_plan_within_max_gpus_exits_3() {
 /// A short day: 5 requests/s for 10 minutes, 30/s for 10 minutes, then 10/s, each bucket 10 minutes.
 const CURVE: &str = "requests = 30000\n[arrivals]\nkind = \"open_loop\"\nprocess = \"poisson\"\nrate = { segments = [[0.0, 5.0], [600.0, 30.0], [1200.0, 10.0]] }\n[[classes]]\nweight = 1.0\nname = \"chat\"\ninput = { dist = \"fixed\", value = 2000 }\noutput = { dist = \"fixed\", value = 200 }\n";
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("capsim-it-plan-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder for one test, removed when the guard is dropped.
+fn temp_dir(name: &str) -> crate::Scratch {
+    crate::Scratch::new(&format!("it-plan-{name}"))
 }
 
 fn day_args<'a>(curve: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
@@ -193,12 +190,11 @@ fn a_plan_over_a_daily_curve_meets_the_slo_every_bucket_and_one_replica_fewer_mi
     // The same answer through simulate: k replicas meet both limits in every bucket, k - 1 miss one.
     let limits = (1.0, 30.0);
     let meets = |b: &[(f64, f64)]| b.iter().all(|&(t, p)| t <= limits.0 && p <= limits.1);
-    let at_k = simulate_pinned(&dir, c, k);
+    let at_k = simulate_pinned(dir.path(), c, k);
     assert_eq!(at_k.len(), plan["buckets"].as_array().unwrap().len());
     assert!(meets(&at_k), "{k} replicas: {at_k:?}");
-    let fewer = simulate_pinned(&dir, c, k - 1);
+    let fewer = simulate_pinned(dir.path(), c, k - 1);
     assert!(!meets(&fewer), "{} replicas: {fewer:?}", k - 1);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -246,7 +242,6 @@ fn a_daily_plan_refuses_bad_curves_policies_prices_and_slos_by_name() {
     args.extend(["--slo", "e2e_p95_s=20"]);
     let e = String::from_utf8_lossy(&capsim(&args).stderr).to_string();
     assert!(e.contains("--slo") && e.contains("e2e_p95_s"), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -278,7 +273,6 @@ fn a_daily_plan_beyond_max_gpus_exits_3_and_an_autoscaled_plan_is_judged_per_buc
         plans.iter().map(|p| (u8::from(p["slo_met"] == false), p["cost_per_hour"].as_f64().unwrap())).collect();
     assert!(key.windows(2).all(|w| w[0].0 < w[1].0 || (w[0].0 == w[1].0 && w[0].1 <= w[1].1)), "{key:?}");
     assert_eq!(fixed["slo_met"], true);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The fleet's TTFT p95 and TPOT p95 from `capsim simulate --pool` (its own path, same seed).
@@ -432,7 +426,6 @@ fn a_daily_plan_is_the_same_at_any_thread_count() {
         o.stdout
     };
     assert!(run("1") == run("3"), "the plan's JSON differs between 1 and 3 threads");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

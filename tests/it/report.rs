@@ -9,19 +9,18 @@ fn capsim(dir: &Path, args: &[&str]) -> Output {
     o
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("capsim-it-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh folder for one test, removed when the guard is dropped.
+fn scratch(name: &str) -> crate::Scratch {
+    crate::Scratch::new(&format!("it-{name}"))
 }
 
 /// The report of the default profile: every section, every chart, the band paths and the measured
 /// points, no NaN or infinity anywhere, nothing fetched (no script, no external URL).
 #[test]
 fn the_default_profiles_report_has_every_section_and_chart() {
-    let d = scratch("report");
-    let o = capsim(&d, &["report", "--out", "r.html"]);
+    let dir = scratch("report");
+    let d = dir.path();
+    let o = capsim(d, &["report", "--out", "r.html"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let html = std::fs::read_to_string(d.join("r.html")).unwrap();
     for section in [
@@ -59,7 +58,7 @@ fn the_default_profiles_report_has_every_section_and_chart() {
         assert!(allowed || !html.contains(bad), "the report holds {bad}");
     }
     // Markdown: the document and its charts beside it.
-    let o = capsim(&d, &["report", "--format", "md", "--out", "r.md"]);
+    let o = capsim(d, &["report", "--format", "md", "--out", "r.md"]);
     assert!(o.status.success());
     let md = std::fs::read_to_string(d.join("r.md")).unwrap();
     assert_eq!(md.matches("](r_charts/").count(), 5);
@@ -68,17 +67,18 @@ fn the_default_profiles_report_has_every_section_and_chart() {
 
 #[test]
 fn gpus_side_by_side_mark_the_extrapolations() {
-    let d = scratch("report-gpus");
-    let o = capsim(&d, &["report", "--gpus", "H200 SXM,B200", "--concurrency", "1,4,16", "--out", "r.html"]);
+    let dir = scratch("report-gpus");
+    let d = dir.path();
+    let o = capsim(d, &["report", "--gpus", "H200 SXM,B200", "--concurrency", "1,4,16", "--out", "r.html"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let html = std::fs::read_to_string(d.join("r.html")).unwrap();
     assert!(html.contains("<h2 id=\"comparison\">Side by side</h2>"));
     assert!(html.contains("B200 (extrapolated)") && html.contains("<b>EXTRAPOLATION.</b>"));
     assert_eq!(html.matches("<svg").count(), 10);
     // Bad input is refused before any work.
-    let o = capsim(&d, &["report", "--out", "nowhere/r.html"]);
+    let o = capsim(d, &["report", "--out", "nowhere/r.html"]);
     assert_eq!(o.status.code(), Some(2));
-    let o = capsim(&d, &["report", "--concurrency", "0", "--out", "r.html"]);
+    let o = capsim(d, &["report", "--concurrency", "0", "--out", "r.html"]);
     assert_eq!(o.status.code(), Some(2));
 }
 

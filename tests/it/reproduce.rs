@@ -6,12 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A fresh scratch folder for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("capsim-reproduce-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+use crate::Scratch;
+
+/// A fresh scratch folder for one test, removed when the guard is dropped.
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("reproduce-{name}"))
 }
 
 fn run_in(dir: &Path, args: &[&str]) {
@@ -54,32 +53,32 @@ fn same_files(made: &Path, committed: &Path, expected: usize) {
 
 #[test]
 fn shipped_profiles_reproduce_byte_for_byte() {
-    let dir = scratch("models");
+    let tmp = scratch("models");
+    let dir = tmp.path();
     // The command in every shipped profile's header: `capsim calibrate --data calibration/points.csv
     // --out models --max-evals 2000` (the data is the embedded calibration/points.csv).
-    run_in(&dir, &["calibrate", "--out", "models"]);
+    run_in(dir, &["calibrate", "--out", "models"]);
     // Four profiles, their fit reports and the shared hardware model.
     same_files(&dir.join("models"), &repo("models"), 9);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn validation_md_reproduces_byte_for_byte() {
-    let dir = scratch("validation");
-    run_in(&dir, &["validate", "--markdown", "VALIDATION.md", "--plots", "validation"]);
+    let tmp = scratch("validation");
+    let dir = tmp.path();
+    run_in(dir, &["validate", "--markdown", "VALIDATION.md", "--plots", "validation"]);
     same_file(&dir.join("VALIDATION.md"), &repo("VALIDATION.md"));
     same_files(&dir.join("validation"), &repo("validation"), 8);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn learned_step_model_reproduces_byte_for_byte() {
-    let dir = scratch("learned");
+    let tmp = scratch("learned");
+    let dir = tmp.path();
     // The command in models/learned.toml's header: `capsim calibrate --corpus --out models`.
-    run_in(&dir, &["calibrate", "--corpus", "--out", "models"]);
+    run_in(dir, &["calibrate", "--corpus", "--out", "models"]);
     same_file(&dir.join("models/learned.toml"), &repo("models/learned.toml"));
     same_file(&dir.join("models/learned.fit.txt"), &repo("models/learned.fit.txt"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The corpus protocols' document (validation/corpus.md) regenerates byte for byte. It replays every
@@ -90,8 +89,8 @@ fn corpus_validation_reproduces_byte_for_byte() {
     if std::env::var("CAPSIM_HEAVY").as_deref() != Ok("1") {
         return;
     }
-    let dir = scratch("corpus-validation");
-    run_in(&dir, &["validate", "--protocol", "corpus-all", "--markdown", "corpus.md"]);
+    let tmp = scratch("corpus-validation");
+    let dir = tmp.path();
+    run_in(dir, &["validate", "--protocol", "corpus-all", "--markdown", "corpus.md"]);
     same_file(&dir.join("corpus.md"), &repo("validation/corpus.md"));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,7 @@
 use super::default_profile;
 use capsim::capacity::{size_fleet, FleetQuestion, Question, Routing, Slo};
 use capsim::workload::{LoadAxis, LoadTemplate};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn bin() -> &'static str {
@@ -35,11 +35,9 @@ fn refused(dir: &Path, args: &[&str], needle: &str) -> String {
     err
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("capsim-it-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh folder for one test, removed when the guard is dropped.
+fn scratch(name: &str) -> crate::Scratch {
+    crate::Scratch::new(&format!("it-{name}"))
 }
 
 /// Run `args` unsharded and as `n` slices, merge the slices (given in reverse order) and compare bytes.
@@ -61,36 +59,38 @@ fn shards_merge_to_the_unsharded_bytes(dir: &Path, args: &[&str], n: usize) {
 
 #[test]
 fn sweep_capacity_and_validate_slices_merge_to_the_unsharded_bytes() {
-    let d = scratch("shards");
+    let dir = scratch("shards");
+    let d = dir.path();
     let sweep = ["sweep", "--concurrency", "1,2,4,8,16", "--requests", "120", "--input-len", "lognormal:1500:500"];
-    shards_merge_to_the_unsharded_bytes(&d, &sweep, 3);
+    shards_merge_to_the_unsharded_bytes(d, &sweep, 3);
     let gpus = ["capacity", "--preset", "code-completion", "--gpus", "H200 SXM,H100 SXM,B200", "--max-load", "64"];
-    shards_merge_to_the_unsharded_bytes(&d, &gpus, 2);
-    shards_merge_to_the_unsharded_bytes(&d, &["validate", "--protocol", "in-sample"], 3);
+    shards_merge_to_the_unsharded_bytes(d, &gpus, 2);
+    shards_merge_to_the_unsharded_bytes(d, &["validate", "--protocol", "in-sample"], 3);
 
     // A slice missing, given twice, or from another run is refused, naming what is wrong.
     let f = |i: usize| d.join(format!("slice-{i}.jsonl")).display().to_string();
-    let e = refused(&d, &["merge", &f(0), &f(1)], "missing");
+    let e = refused(d, &["merge", &f(0), &f(1)], "missing");
     assert!(e.contains("1 of 5"), "{e}");
-    refused(&d, &["merge", &f(0), &f(1), &f(2), &f(2)], "twice");
+    refused(d, &["merge", &f(0), &f(1), &f(2), &f(2)], "twice");
     let other = d.join("other.jsonl");
-    std::fs::write(&other, ok(&d, &["sweep", "--concurrency", "1,2", "--jsonl", "--shard", "0/2"])).unwrap();
-    refused(&d, &["merge", &f(0), other.to_str().unwrap()], "different runs");
-    std::fs::write(&other, ok(&d, &[&sweep[..], &["--jsonl", "--shard", "2/3"]].concat())).unwrap();
-    refused(&d, &["merge", &f(0), &f(1), other.to_str().unwrap()], "different commands");
+    std::fs::write(&other, ok(d, &["sweep", "--concurrency", "1,2", "--jsonl", "--shard", "0/2"])).unwrap();
+    refused(d, &["merge", &f(0), other.to_str().unwrap()], "different runs");
+    std::fs::write(&other, ok(d, &[&sweep[..], &["--jsonl", "--shard", "2/3"]].concat())).unwrap();
+    refused(d, &["merge", &f(0), &f(1), other.to_str().unwrap()], "different commands");
     let junk = d.join("junk.jsonl");
     std::fs::write(&junk, "{\"index\": 0, \"of\": 1}\nnot json\n").unwrap();
-    let e = refused(&d, &["merge", junk.to_str().unwrap()], "junk.jsonl");
+    let e = refused(d, &["merge", junk.to_str().unwrap()], "junk.jsonl");
     assert!(e.contains("line 2"), "{e}");
     // A slice needs --jsonl, and slice numbers run from 0 to N-1.
-    refused(&d, &["sweep", "--concurrency", "1,2", "--shard", "0/2"], "--jsonl");
-    refused(&d, &["sweep", "--concurrency", "1,2", "--jsonl", "--shard", "2/2"], "--shard");
-    refused(&d, &["sweep", "--concurrency", "1,2", "--jsonl", "--shard", "1-2"], "--shard");
+    refused(d, &["sweep", "--concurrency", "1,2", "--shard", "0/2"], "--jsonl");
+    refused(d, &["sweep", "--concurrency", "1,2", "--jsonl", "--shard", "2/2"], "--shard");
+    refused(d, &["sweep", "--concurrency", "1,2", "--jsonl", "--shard", "1-2"], "--shard");
 }
 
 #[test]
 fn batch_writes_results_in_input_order_identical_at_any_thread_count() {
-    let d = scratch("batch");
+    let dir = scratch("batch");
+    let d = dir.path();
     let file = d.join("s.jsonl");
     std::fs::write(
         &file,
@@ -104,8 +104,8 @@ fn batch_writes_results_in_input_order_identical_at_any_thread_count() {
     )
     .unwrap();
     let f = file.to_str().unwrap();
-    let one = run_in(&d, &["batch", f], Some(1));
-    let four = run_in(&d, &["batch", f], Some(4));
+    let one = run_in(d, &["batch", f], Some(1));
+    let four = run_in(d, &["batch", f], Some(4));
     assert!(one.status.success(), "{}", String::from_utf8_lossy(&one.stderr));
     assert_eq!(one.stdout, four.stdout, "same bytes at 1 and 4 threads");
     let lines: Vec<serde_json::Value> =
@@ -118,7 +118,7 @@ fn batch_writes_results_in_input_order_identical_at_any_thread_count() {
     assert_eq!(lines[3]["result"]["scenario"]["engine"]["kind"], "sglang");
     // A scenario's result is what the command line's --json prints for the same flags.
     let direct: serde_json::Value = serde_json::from_slice(&ok(
-        &d,
+        d,
         &["simulate", "--burst", "2", "--input-len", "100", "--output-len", "10", "--json"],
     ))
     .unwrap();
@@ -127,14 +127,14 @@ fn batch_writes_results_in_input_order_identical_at_any_thread_count() {
     // Every line is checked before any runs: a bad one stops the batch naming its line and key.
     let bad = d.join("bad.jsonl");
     std::fs::write(&bad, "{\"concurrency\": 4, \"requests\": 20}\n{\"concurency\": 4}\n").unwrap();
-    let e = refused(&d, &["batch", bad.to_str().unwrap()], "line 2");
+    let e = refused(d, &["batch", bad.to_str().unwrap()], "line 2");
     assert!(e.contains("concurency") && e.contains("no flag"), "{e}");
     std::fs::write(&bad, "{\"concurrency\": 4, \"svg\": \"x.svg\"}\n").unwrap();
-    refused(&d, &["batch", bad.to_str().unwrap()], "svg");
+    refused(d, &["batch", bad.to_str().unwrap()], "svg");
     std::fs::write(&bad, "{\"concurrency\": 4, \"model\": \"No-Such-Model\"}\n").unwrap();
-    refused(&d, &["batch", bad.to_str().unwrap()], "No-Such-Model");
+    refused(d, &["batch", bad.to_str().unwrap()], "No-Such-Model");
     std::fs::write(&bad, "{\"command\": \"calibrate\"}\n").unwrap();
-    refused(&d, &["batch", bad.to_str().unwrap()], "command");
+    refused(d, &["batch", bad.to_str().unwrap()], "command");
 }
 
 /// The examples run as written: the Kubernetes Indexed Job's command for each completion index and
@@ -143,8 +143,9 @@ fn batch_writes_results_in_input_order_identical_at_any_thread_count() {
 fn slurm_and_kubernetes_examples_run_their_slices_and_merge() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let scenarios = root.join("examples/scenarios.jsonl");
-    let d = scratch("examples");
-    let whole = ok(&d, &["batch", scenarios.to_str().unwrap()]);
+    let dir = scratch("examples");
+    let d = dir.path();
+    let whole = ok(d, &["batch", scenarios.to_str().unwrap()]);
     let path =
         format!("{}:{}", Path::new(bin()).parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
     let merge = |dir: &Path| {
@@ -154,7 +155,7 @@ fn slurm_and_kubernetes_examples_run_their_slices_and_merge() {
             .filter(|p| p.ends_with(".jsonl"))
             .collect();
         files.sort();
-        ok(&d, &[&["merge"], &files.iter().map(String::as_str).collect::<Vec<_>>()[..]].concat())
+        ok(d, &[&["merge"], &files.iter().map(String::as_str).collect::<Vec<_>>()[..]].concat())
     };
 
     // Kubernetes: an Indexed Job of N completions whose command runs slice $JOB_COMPLETION_INDEX of N.
@@ -180,7 +181,7 @@ fn slurm_and_kubernetes_examples_run_their_slices_and_merge() {
             .args(["-c", &local])
             .env("JOB_COMPLETION_INDEX", i.to_string())
             .env("PATH", &path)
-            .current_dir(&d)
+            .current_dir(d)
             .output()
             .unwrap();
         assert!(o.status.success(), "index {i}: {}", String::from_utf8_lossy(&o.stderr));
@@ -203,7 +204,7 @@ fn slurm_and_kubernetes_examples_run_their_slices_and_merge() {
             .env("SCENARIOS", &scenarios)
             .env("OUT", &results)
             .env("PATH", &path)
-            .current_dir(&d)
+            .current_dir(d)
             .output()
             .unwrap();
         assert!(o.status.success(), "task {i}: {}", String::from_utf8_lossy(&o.stderr));
@@ -213,7 +214,8 @@ fn slurm_and_kubernetes_examples_run_their_slices_and_merge() {
 
 #[test]
 fn sweep_and_capacity_take_workload_files_and_traces() {
-    let d = scratch("workloads");
+    let dir = scratch("workloads");
+    let d = dir.path();
     let trace = d.join("t.csv");
     let mut csv = String::from("arrival_s,input_tokens,output_tokens\n");
     for i in 0..200 {
@@ -223,17 +225,17 @@ fn sweep_and_capacity_take_workload_files_and_traces() {
     let t = trace.to_str().unwrap();
     // Scale 2 in a sweep is the trace replayed twice as fast, as simulate --trace-rate-scale 2 is.
     let v: serde_json::Value =
-        serde_json::from_slice(&ok(&d, &["sweep", "--trace", t, "--scale", "1,2", "--json"])).unwrap();
+        serde_json::from_slice(&ok(d, &["sweep", "--trace", t, "--scale", "1,2", "--json"])).unwrap();
     let pts = v["points"].as_array().unwrap();
     assert_eq!(pts[0]["summary"]["requests_completed"], 200);
     let last_send = |p: &serde_json::Value| p["summary"]["last_send_s"].as_f64().unwrap();
     assert!((last_send(&pts[0]) - 49.75).abs() < 1e-6 && (last_send(&pts[1]) - 49.75 / 2.0).abs() < 1e-6);
     let sim: serde_json::Value =
-        serde_json::from_slice(&ok(&d, &["simulate", "--trace", t, "--trace-rate-scale", "2", "--json"])).unwrap();
+        serde_json::from_slice(&ok(d, &["simulate", "--trace", t, "--trace-rate-scale", "2", "--json"])).unwrap();
     assert_eq!(sim["ttft_s"], pts[1]["summary"]["ttft_s"]);
     // The largest scale of the trace meeting an SLO.
     let c: serde_json::Value =
-        serde_json::from_slice(&ok(&d, &["capacity", "--trace", t, "--slo", "ttft_p95_s=1", "--json"])).unwrap();
+        serde_json::from_slice(&ok(d, &["capacity", "--trace", t, "--slo", "ttft_p95_s=1", "--json"])).unwrap();
     assert_eq!(c["load"], "scale");
     assert!(c["capacity"].as_f64().unwrap() > 1.0, "{}", c["capacity"]);
 
@@ -260,30 +262,30 @@ output = { dist = "fixed", value = 400 }
     .unwrap();
     let f = file.to_str().unwrap();
     let v: serde_json::Value =
-        serde_json::from_slice(&ok(&d, &["sweep", "--workload", f, "--scale", "1,3", "--json"])).unwrap();
+        serde_json::from_slice(&ok(d, &["sweep", "--workload", f, "--scale", "1,3", "--json"])).unwrap();
     let pts = v["points"].as_array().unwrap();
     assert!(last_send(&pts[1]) < last_send(&pts[0]) / 2.0, "three times the rate sends 300 requests sooner");
-    let o = run_in(&d, &["sweep", "--workload", f, "--concurrency", "2,4", "--json"], None);
+    let o = run_in(d, &["sweep", "--workload", f, "--concurrency", "2,4", "--json"], None);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("replaced"), "the replaced arrivals are said");
     let c: serde_json::Value =
-        serde_json::from_slice(&ok(&d, &["capacity", "--workload", f, "--slo", "ttft_p95_s=3", "--json"])).unwrap();
+        serde_json::from_slice(&ok(d, &["capacity", "--workload", f, "--slo", "ttft_p95_s=3", "--json"])).unwrap();
     assert_eq!(c["load"], "scale");
     let c: serde_json::Value = serde_json::from_slice(&ok(
-        &d,
+        d,
         &["capacity", "--workload", f, "--load", "rate", "--slo", "ttft_p95_s=3", "--max-load", "64", "--json"],
     ))
     .unwrap();
     assert_eq!(c["load"], "rate");
 
     // What the file or trace gives is not also taken from a flag, and a scale needs a rate to scale.
-    refused(&d, &["sweep", "--trace", t, "--scale", "1", "--input-len", "100"], "--input-len");
-    refused(&d, &["sweep", "--trace", t, "--rate", "1,2"], "--rate");
-    refused(&d, &["sweep", "--scale", "1,2"], "--scale");
-    refused(&d, &["simulate", "--concurrency", "2", "--trace-rate-scale", "2"], "--trace-rate-scale");
-    refused(&d, &["capacity", "--trace", t, "--trace-rate-scale", "2", "--slo", "ttft_p95_s=1"], "--trace-rate-scale");
-    refused(&d, &["capacity", "--trace", t, "--requests", "10", "--slo", "ttft_p95_s=1"], "--requests");
-    refused(&d, &["capacity", "--workload", f, "--preset", "short-chat"], "--preset");
+    refused(d, &["sweep", "--trace", t, "--scale", "1", "--input-len", "100"], "--input-len");
+    refused(d, &["sweep", "--trace", t, "--rate", "1,2"], "--rate");
+    refused(d, &["sweep", "--scale", "1,2"], "--scale");
+    refused(d, &["simulate", "--concurrency", "2", "--trace-rate-scale", "2"], "--trace-rate-scale");
+    refused(d, &["capacity", "--trace", t, "--trace-rate-scale", "2", "--slo", "ttft_p95_s=1"], "--trace-rate-scale");
+    refused(d, &["capacity", "--trace", t, "--requests", "10", "--slo", "ttft_p95_s=1"], "--requests");
+    refused(d, &["capacity", "--workload", f, "--preset", "short-chat"], "--preset");
 }
 
 fn fleet(rate: f64, per_replica: Option<u64>) -> (u32, u64) {

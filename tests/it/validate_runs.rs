@@ -278,8 +278,7 @@ fn a_closed_loop_of_mean_lengths_is_not_replayed_in_lockstep() {
     v["total_input_tokens"] = (n as f64 * 921.6).into();
     v["total_output_tokens"] = (n as f64 * 921.6).into();
     v.as_object_mut().unwrap().remove("random_range_ratio");
-    let dir = std::env::temp_dir().join(format!("capsim-lockstep-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("lockstep");
     let file = dir.join("c32.json");
     std::fs::write(&file, serde_json::to_string(&v).unwrap()).unwrap();
     let f = file.to_str().unwrap();

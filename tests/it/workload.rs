@@ -223,7 +223,8 @@ fn simulate_of_a_measured_closed_loop_is_not_in_lockstep() {
     assert!((drifting / measured - 1.0).abs() < 0.3, "mean TTFT {drifting} s against {measured} s measured");
     assert!(lockstep > 2.0 * measured, "lockstep mean TTFT {lockstep} s");
     // A workload file's closed loop at its own load (no --concurrency) draws as the flags' does.
-    let file = std::env::temp_dir().join(format!("capsim-closed-loop-{}.toml", std::process::id()));
+    let dir = crate::Scratch::new("closed-loop");
+    let file = dir.join("closed-loop.toml");
     std::fs::write(
         &file,
         "requests = 40\n[arrivals]\nkind = \"closed_loop\"\nclients = 4\n[[classes]]\nweight = 1.0\n\
