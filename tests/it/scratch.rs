@@ -1,6 +1,7 @@
 //! Scratch space for tests that write files: a directory of its own under the system's temporary
-//! folder, removed with everything in it when the guard is dropped (at the end of the test, or as
-//! its panic unwinds), so that runs of the suite leave nothing behind.
+//! folder, removed with everything in it when the guard is dropped at the end of a passing test, so
+//! that runs of the suite leave nothing behind. A failing test keeps it (its panic unwinds through
+//! the drop) and says where, so the files its message names can still be read.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,6 +35,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("scratch files of the failed test kept in {}", self.path.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
@@ -47,4 +52,18 @@ fn a_scratch_folder_is_unique_and_gone_once_dropped() {
     let kept = a.path().to_path_buf();
     drop(a);
     assert!(!kept.exists() && b.path().is_dir());
+}
+
+#[test]
+fn a_failing_test_keeps_its_scratch_folder() {
+    let kept = std::panic::catch_unwind(|| {
+        let dir = Scratch::new("scratch-kept");
+        std::fs::write(dir.join("f.txt"), "x").unwrap();
+        std::panic::panic_any(dir.path().to_path_buf());
+    })
+    .unwrap_err()
+    .downcast::<PathBuf>()
+    .unwrap();
+    assert!(kept.join("f.txt").is_file());
+    std::fs::remove_dir_all(*kept).unwrap();
 }
