@@ -665,3 +665,27 @@ fn steps_scaled_scales_a_one_gpu_step() {
     let fast = p.clone().steps_scaled(1e-3);
     assert_eq!(fast.coefficients.bandwidth_eff_bytes_s, p.gpu.hbm_bandwidth_bytes_s());
 }
+
+/// Two prefill workers hand their requests over when their steps are taken, so the hand-overs
+/// reach the decode worker's link out of time order: one worker's step, taken later, can end
+/// earlier. A KV waits for the link only behind transfers that hold it, never behind another
+/// worker's step still running (the audit of 2026-11-28: DeepSeek-R1 on GB200, 8K prompts, a KV
+/// transfer of 1.3 ms waited up to 186 ms). The wait is bounded by the transfers of every other
+/// request in flight.
+#[test]
+fn a_kv_waits_only_behind_transfers_holding_the_link() {
+    let base = ["--model", "DeepSeek-R1", "--gpu", "GB200", "--precision", "nvfp4", "--kv-dtype", "fp8"];
+    let pools = ["--engine", "sglang", "--prefill-workers", "2", "--prefill-tp", "4", "--prefill-ep", "4"];
+    let dec = ["--prefill-attention-dp", "4", "--decode-workers", "1", "--decode-tp", "16", "--decode-ep", "16"];
+    let mut e = vec!["explain"];
+    e.extend(base.iter().chain(&pools).chain(&dec));
+    e.extend(["--decode-attention-dp", "16", "--decode", "1", "--context", "8192", "--json"]);
+    let one = capsim_json(&e)["kv_transfer"]["transfer_s"].as_f64().unwrap();
+    let mut s = vec!["simulate"];
+    s.extend(base.iter().chain(&pools).chain(&dec));
+    s.extend(["--decode-attention-dp", "16", "--concurrency", "32", "--requests", "128"]);
+    s.extend(["--input-len", "8192", "--output-len", "256", "--json"]);
+    let v = capsim_json(&s);
+    let max = v["kv_transfer_s"]["max"].as_f64().unwrap();
+    assert!(max >= one - 1e-9 && max <= 32.0 * one, "max {max} s, one transfer {one} s");
+}
