@@ -469,6 +469,20 @@ impl ProfileFile {
             return Err(Error::input(source, None, Some(&format!("speculative.{field}")), msg));
         }
         let engine = resolve_engine(source, &self.engine, &self.model, &arch, &gpu, tp, &parallel)?;
+        // TensorRT-LLM is built on CUDA and NVIDIA's kernels: it does not run on AMD GPUs (its
+        // installation guide lists NVIDIA GPUs and CUDA only; AMD's serving stacks are vLLM, SGLang
+        // and ATOM, as the corpus's MI300X, MI325X and MI355X rows run).
+        if engine.kind == EngineKind::Trtllm && crate::hardware::learned::gpu_lineage(&gpu.name).0 == "amd" {
+            return Err(Error::input(
+                source,
+                None,
+                Some("engine.kind"),
+                format!(
+                    "TensorRT-LLM runs on NVIDIA GPUs only and {} is an AMD GPU: use vllm or sglang (--engine)",
+                    gpu.name
+                ),
+            ));
+        }
         Ok(Profile {
             file: self.clone(),
             arch,

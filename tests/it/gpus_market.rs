@@ -213,3 +213,19 @@ fn gpus_lists_fp4_where_the_catalog_has_it() {
     let text = String::from_utf8(capsim(&["gpus"]).stdout).unwrap();
     assert!(text.lines().next().unwrap().contains("fp4_tflops"), "{text}");
 }
+
+/// TensorRT-LLM runs on NVIDIA GPUs only: an AMD GPU under it is refused, naming the engine, not
+/// simulated (the audit of 2026-11-28 found it accepted without a word); vLLM and SGLang run there.
+#[test]
+fn tensorrt_llm_is_refused_on_amd_gpus() {
+    for gpu in ["MI300X", "MI325X", "MI355X"] {
+        let o =
+            capsim(&["simulate", "--model", "gpt-oss-120b", "--gpu", gpu, "--engine", "trtllm", "--concurrency", "2"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("TensorRT-LLM runs on NVIDIA GPUs only"), "{gpu}: {err}");
+        assert!(err.contains(gpu) && err.contains("--engine"), "{err}");
+        let o =
+            capsim(&["simulate", "--model", "gpt-oss-120b", "--gpu", gpu, "--engine", "sglang", "--concurrency", "2"]);
+        assert!(o.status.success(), "{gpu}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
