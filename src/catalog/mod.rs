@@ -138,14 +138,15 @@ impl Catalog {
         Ok(())
     }
 
+    /// A GPU by catalog name or alias. A family name that is no alias ("H100": SXM, PCIe and NVL
+    /// differ in clocks, power and links) is refused with the family's members as the choices.
     pub fn gpu(&self, name: &str) -> Result<&GpuSpec> {
         let n = norm(name);
         self.gpus.iter().find(|g| norm(&g.name) == n || g.aliases.iter().any(|a| norm(a) == n)).ok_or_else(|| {
-            Error::Unknown {
-                kind: "GPU",
-                name: name.to_string(),
-                known: self.gpus.iter().map(|g| g.name.clone()).collect(),
-            }
+            let family: Vec<String> =
+                self.gpus.iter().filter(|g| norm(&g.family) == n).map(|g| g.name.clone()).collect();
+            let known = if family.is_empty() { self.gpus.iter().map(|g| g.name.clone()).collect() } else { family };
+            Error::Unknown { kind: "GPU", name: name.to_string(), known }
         })
     }
 

@@ -107,6 +107,9 @@ fn unknown_gpu_and_model_name_the_catalog() {
     let c = Catalog::builtin();
     let e = c.gpu("H900").unwrap_err().to_string();
     assert!(e.contains("unknown GPU `H900`") && e.contains("H200 SXM"), "{e}");
+    // A family that is no alias names its members as the choices, and only them.
+    let e = c.gpu("H100").unwrap_err().to_string();
+    assert!(e.ends_with("known: H100 SXM, H100 PCIe, H100 NVL"), "{e}");
     let e = c.model("no-such-model").unwrap_err().to_string();
     assert!(e.contains("unknown model"), "{e}");
 }
