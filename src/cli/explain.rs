@@ -68,6 +68,24 @@ pub fn run(a: ExplainArgs) -> Result<()> {
         Some(d) => (d.decode.clone(), Some("decode")),
         None => (a.deployment.resolve(&catalog)?, None),
     };
+    // A decode worker of a disaggregated deployment takes its requests' KV from the prefill pool and
+    // computes no prompt chunk (sim/disagg.rs): a step of both is no step of this deployment.
+    if pool == Some("decode") && a.prefill > 0 {
+        return Err(Error::flag(
+            "--prefill",
+            format!(
+                "a decode worker of a disaggregated deployment computes no prompt chunk (its prompts' KV comes from the prefill pool); ask about the prefill worker's step with --decode 0 --prefill {}, or about the decode worker's with --prefill 0",
+                a.prefill
+            ),
+        ));
+    }
+    // --prefill-start places a chunk, or the cached prefix a host KV tier loads; alone it says nothing.
+    if a.prefill_start > 0 && a.prefill == 0 && p.engine.kv_offload.is_none() {
+        return Err(Error::flag(
+            "--prefill-start",
+            "places a prompt chunk (--prefill N) or the prefix a host KV tier loads (--kv-offload-gb); with neither it changes nothing",
+        ));
+    }
     // A step holds at most the engine's running-sequence cap and contexts within the model's window
     // (counted in 64 bits: --decode 4294967295 plus a prefill is not 0 sequences).
     let seqs = a.decode as u64 + u64::from(a.prefill > 0);

@@ -689,3 +689,33 @@ fn a_kv_waits_only_behind_transfers_holding_the_link() {
     let max = v["kv_transfer_s"]["max"].as_f64().unwrap();
     assert!(max >= one - 1e-9 && max <= 32.0 * one, "max {max} s, one transfer {one} s");
 }
+
+/// explain refuses a step no deployment runs, naming the flag: a prompt chunk on a decode worker
+/// of a disaggregated deployment, and --prefill-start with neither a chunk nor a host KV tier (it
+/// was ignored; the audit of 2026-11-28).
+#[test]
+fn explain_refuses_steps_that_do_not_happen() {
+    let o = capsim(&[
+        "explain",
+        "--prefill-workers",
+        "2",
+        "--decode-workers",
+        "1",
+        "--decode",
+        "64",
+        "--context",
+        "2000",
+        "--prefill",
+        "4096",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("`--prefill`") && err.contains("computes no prompt chunk"), "{err}");
+    let o =
+        capsim(&["explain", "--prefill-workers", "2", "--decode-workers", "1", "--decode", "0", "--prefill", "4096"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = capsim(&["explain", "--decode", "4", "--prefill-start", "100"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("`--prefill-start`"), "{err}");
+    let o = capsim(&["explain", "--decode", "4", "--prefill", "512", "--prefill-start", "100"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
