@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{pool_summary, summarize, RequestSlo};
 use crate::profile::disagg::{worker_gpus, Disaggregated};
 use crate::sim::{simulate_disaggregated, SimOptions};
-use crate::workload::LoadAxis;
+use crate::workload::{LoadAxis, MAX_REQUESTS};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -32,6 +32,8 @@ pub struct PdCandidate {
     pub decode_utilization: f64,
     /// Requests unfinished at the run's horizon (an overloaded split).
     pub unfinished: u64,
+    /// Requests the split's run sent.
+    pub run_requests: u64,
 }
 
 /// The answer: the cheapest split meeting the SLOs, the splits one worker smaller (which do not,
@@ -44,20 +46,30 @@ pub struct PdAnswer {
     pub tried: Vec<PdCandidate>,
 }
 
-/// Requests of one candidate's run unless the template fixes a count or a duration: 200 per worker,
-/// at least 1,000 and at most 20,000.
-fn requests_for(workers: u32) -> u64 {
-    (200 * workers as u64).clamp(1000, 20_000)
+/// Requests of one candidate's run unless the template fixes a count or a duration: `per_worker`
+/// for each of its workers (`--requests-per-replica`), else 200 per worker, at least 1,000 and at
+/// most 20,000.
+fn requests_for(workers: u32, per_worker: Option<u64>) -> u64 {
+    match per_worker {
+        Some(n) => n.saturating_mul(workers as u64).min(MAX_REQUESTS),
+        None => (200 * workers as u64).clamp(1000, 20_000),
+    }
 }
 
 /// Size the pools of `base` (its pools' profiles; its worker counts are ignored) for `rate`.
+/// `requests_per_worker`: a candidate of P + D workers runs that many requests per worker, unless
+/// the question's template fixes a request count or a duration (None: [`requests_for`]'s default).
 pub fn size_disaggregated(
     base: &Disaggregated,
     q: &Question,
     rate: f64,
     max_workers: u32,
+    requests_per_worker: Option<u64>,
     tick: &(dyn Fn() + Sync),
 ) -> Result<PdAnswer> {
+    if requests_per_worker == Some(0) {
+        return Err(Error::flag("--requests-per-replica", "must be at least 1"));
+    }
     if q.slos.is_empty() {
         return Err(Error::flag("--slo", "give at least one SLO"));
     }
@@ -69,7 +81,7 @@ pub fn size_disaggregated(
         let dep = Disaggregated::new(base.prefill.clone(), base.decode.clone(), p, d).with_routing(base.routing);
         let mut t = q.template.clone();
         if t.requests.is_none() && t.duration_s.is_none() {
-            t.requests = Some(requests_for(p + d));
+            t.requests = Some(requests_for(p + d, requests_per_worker));
         }
         let w = t.at(LoadAxis::Rate, rate)?;
         crate::memory::check(&crate::sim::memory_estimate(&dep.decode, &w, p + d), 1, "a disaggregated candidate")?;
@@ -90,6 +102,7 @@ pub fn size_disaggregated(
             prefill_utilization: pre.utilization,
             decode_utilization: dec.utilization,
             unfinished: s.requests_unfinished,
+            run_requests: s.requests_sent,
         };
         tried.insert((p, d), c.clone());
         Ok(c)

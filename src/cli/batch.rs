@@ -12,7 +12,7 @@
 //! stops the batch at once with its file, line and key, not hours later.
 
 use super::shard::{line, Shard};
-use super::{capacity, simulate, sweep, Cli, Cmd};
+use super::{capacity, disagg, simulate, sweep, Cli, Cmd};
 use capsim::error::{Error, Location, Result};
 use clap::{Args, CommandFactory, FromArgMatches};
 use rayon::prelude::*;
@@ -43,6 +43,8 @@ enum Prepared {
     Simulate(simulate::Prepared),
     Sweep(sweep::Prepared),
     Capacity(capacity::Prepared),
+    /// `capacity` with `"disaggregated": true`: the P:D split search.
+    Disaggregated(Box<disagg::PdPrepared>),
 }
 
 struct Scenario {
@@ -97,6 +99,9 @@ fn parse(path: &std::path::Path) -> Result<Vec<Scenario>> {
         let prepared = match cli.cmd {
             Cmd::Simulate(a) => Prepared::Simulate(simulate::prepare(&a).map_err(locate)?),
             Cmd::Sweep(a) => Prepared::Sweep(sweep::prepare(&a).map_err(locate)?),
+            Cmd::Capacity(a) if a.disaggregated => {
+                Prepared::Disaggregated(Box::new(disagg::prepare_capacity(&a).map_err(locate)?))
+            }
             Cmd::Capacity(a) => Prepared::Capacity(capacity::prepare(&a).map_err(locate)?),
             _ => unreachable!("only the listed commands are parsed"),
         };
@@ -132,6 +137,11 @@ fn run_one(s: &Scenario) -> Result<(Value, bool)> {
                 outcomes.iter().any(capacity::Prepared::answered)
             };
             (p.json(&outcomes), answered)
+        }
+        Prepared::Disaggregated(p) => {
+            let ans = p.run(&|| {})?;
+            let answered = ans.best.is_some();
+            (p.json(&ans), answered)
         }
     })
 }

@@ -56,18 +56,19 @@ pub struct CapacityArgs {
     /// Seed of the simulations: the same seed gives the same bytes, at any thread count.
     #[arg(long, default_value_t = 0, help_heading = "Question")]
     pub seed: u64,
-    /// Relative resolution of a rate search, in [1e-12, 0.5).
-    #[arg(long, default_value_t = 0.02, help_heading = "Question")]
-    pub rate_tol: f64,
+    /// Relative resolution of a rate search, in [1e-12, 0.5) [default: 0.02].
+    #[arg(long, help_heading = "Question")]
+    pub rate_tol: Option<f64>,
     /// Answer the same question on each of these GPUs (comma-separated catalog names), side by side.
     #[arg(long, value_delimiter = ',', help_heading = "Deployment")]
     pub gpus: Option<Vec<String>>,
     /// Fleet sizing: the total request rate the fleet must serve within the SLOs (open loop).
     #[arg(long, help_heading = "Fleet")]
     pub target_rate: Option<f64>,
-    /// Fleet sizing: how the router spreads requests over replicas.
-    #[arg(long, value_enum, default_value = "round-robin", help_heading = "Fleet")]
-    pub routing: RoutingArg,
+    /// Fleet sizing: how the router spreads requests over replicas [default: round-robin] (with
+    /// --disaggregated: --pd-routing).
+    #[arg(long, value_enum, help_heading = "Fleet")]
+    pub routing: Option<RoutingArg>,
     /// Disaggregated prefill/decode: the cheapest prefill:decode worker split (fewest GPUs) serving
     /// --target-rate within the SLOs, each pool shaped by --prefill-*/--decode-* (workers searched).
     #[arg(long, help_heading = "Fleet")]
@@ -77,7 +78,8 @@ pub struct CapacityArgs {
     pub max_replicas: u32,
     /// Fleet sizing: requests each replica receives in a candidate's run (the run grows with the fleet
     /// unless --requests or --duration fix it); default: eight running batches of the engine for the
-    /// mean request, 1,000 to 20,000.
+    /// mean request, 1,000 to 20,000 (with --disaggregated: per worker of a split, default 200 per
+    /// worker, 1,000 to 20,000 in all).
     #[arg(long, help_heading = "Fleet")]
     pub requests_per_replica: Option<u64>,
     /// Price of one GPU-hour (any currency), for cost per hour and per million output tokens.
@@ -176,20 +178,21 @@ pub(super) fn question(a: &CapacityArgs) -> Result<Question> {
             format!("must be in 1..={bound:e}, got {}", capsim::error::fmt_num(max_load)),
         ));
     }
-    if !(a.rate_tol.is_finite() && a.rate_tol > 0.0 && a.rate_tol < 0.5) {
+    let rate_tol = a.rate_tol.unwrap_or(DEFAULT_RATE_TOL);
+    if !(rate_tol.is_finite() && rate_tol > 0.0 && rate_tol < 0.5) {
         return Err(Error::flag(
             "--rate-tol",
-            format!("must be in [{MIN_RATE_TOL:e}, 0.5), got {}", capsim::error::fmt_num(a.rate_tol)),
+            format!("must be in [{MIN_RATE_TOL:e}, 0.5), got {}", capsim::error::fmt_num(rate_tol)),
         ));
     }
-    if a.rate_tol < MIN_RATE_TOL {
+    if rate_tol < MIN_RATE_TOL {
         return Err(Error::flag(
             "--rate-tol",
             format!(
                 "{} is finer than the search resolves: a rate is a 64-bit float (about 16 significant digits), \
                  so the bracket stops shrinking near 1e-16 of the rate; give at least {MIN_RATE_TOL:e} (a \
                  simulation's run-to-run noise is far larger anyway)",
-                capsim::error::fmt_num(a.rate_tol)
+                capsim::error::fmt_num(rate_tol)
             ),
         ));
     }
@@ -197,7 +200,7 @@ pub(super) fn question(a: &CapacityArgs) -> Result<Question> {
     if seeds == 0 || seeds > 64 {
         return Err(Error::flag("--seeds", "must be in 1..=64"));
     }
-    Ok(Question { axis, template, slos, max_load, seeds, seed: a.seed, rate_rel_tol: a.rate_tol })
+    Ok(Question { axis, template, slos, max_load, seeds, seed: a.seed, rate_rel_tol: rate_tol })
 }
 
 /// The profile on `gpu` at the tensor-parallel degree asked for (`--tp`, else the profile's own), the
@@ -241,6 +244,9 @@ fn points_rows(points: &[TriedPoint]) -> (Vec<String>, Vec<Vec<String>>) {
         .collect();
     (headers, rows)
 }
+
+/// `--rate-tol` when not given.
+pub const DEFAULT_RATE_TOL: f64 = 0.02;
 
 /// The finest `--rate-tol`: well above the 2.2e-16 relative spacing of 64-bit floats, so that the
 /// bracket's quarter points stay distinct from its ends.
@@ -311,7 +317,44 @@ pub enum Outcome {
     Fleet(Box<capacity::FleetAnswer>),
 }
 
+/// `--requests-per-replica` in its range (fleet sizing and the disaggregated split alike).
+pub(super) fn check_requests_per_replica(a: &CapacityArgs) -> Result<()> {
+    match a.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
+        Some(n) => Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}"))),
+        None => Ok(()),
+    }
+}
+
+/// `--gpu-price-per-hour` a non-negative number (fleet sizing and the disaggregated split alike).
+pub(super) fn check_price(a: &CapacityArgs) -> Result<()> {
+    match a.gpu_price_per_hour {
+        Some(pr) if !(pr.is_finite() && pr >= 0.0) => {
+            Err(Error::flag("--gpu-price-per-hour", "must be a non-negative number"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Output tokens per second a deployment serves at `rate` requests/s (sessions/s with
+/// conversations, each of mean-turns requests) when it meets its SLOs in a steady state.
+pub(super) fn served_output_tok_s(q: &Question, rate: f64) -> f64 {
+    let turns = q.template.conversation.as_ref().map_or(1.0, |c| c.turns.mean());
+    rate * turns * q.template.at(LoadAxis::Rate, rate).map_or(0.0, |w| w.mean_output_tokens())
+}
+
+/// Cost per hour of `gpus` GPUs at `price` per GPU-hour, and per million of `output_tok_s`
+/// (the keys `capacity --json` reports them under; null without a price).
+pub(super) fn cost_json(price: Option<f64>, gpus: u64, output_tok_s: f64) -> (Option<f64>, Option<f64>) {
+    let cost_h = price.map(|pr| pr * gpus as f64);
+    let tok_h = output_tok_s * 3600.0;
+    (cost_h, cost_h.map(|c| if tok_h > 0.0 { c / (tok_h / 1e6) } else { f64::NAN }))
+}
+
 pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
+    if a.disaggregated {
+        // Batch and plan route a disaggregated question to its own search (super::disagg).
+        return Err(Error::flag("--disaggregated", "sizes its pools with capacity --disaggregated's own search"));
+    }
     if let Some(path) = &a.svg {
         super::check_output_file("--svg", path)?;
     }
@@ -329,10 +372,8 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
             if a.max_replicas == 0 || a.max_replicas > 100_000 {
                 return Err(Error::flag("--max-replicas", format!("must be in 1..=100000, got {}", a.max_replicas)));
             }
-            if let Some(n) = a.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
-                return Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}")));
-            }
-            let routing = match a.routing {
+            check_requests_per_replica(a)?;
+            let routing = match a.routing.unwrap_or(RoutingArg::RoundRobin) {
                 RoutingArg::RoundRobin => Routing::RoundRobin,
                 RoutingArg::LeastOutstanding => Routing::LeastOutstanding,
                 RoutingArg::PrefixAware => Routing::PrefixAware,
@@ -348,11 +389,7 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
     if a.target_rate.is_none() && a.requests_per_replica.is_some() {
         return Err(Error::flag("--requests-per-replica", "applies to fleet sizing: give --target-rate"));
     }
-    if let Some(pr) = a.gpu_price_per_hour {
-        if !(pr.is_finite() && pr >= 0.0) {
-            return Err(Error::flag("--gpu-price-per-hour", "must be a non-negative number"));
-        }
-    }
+    check_price(a)?;
     let gpus: Vec<Option<String>> = match &a.gpus {
         Some(g) => g.iter().map(|x| Some(x.clone())).collect(),
         None => vec![None],
@@ -415,20 +452,16 @@ impl Prepared {
         };
         let at = ans.candidates.iter().find(|c| c.replicas == k).expect("the answer was tried");
         let gpus_n = k * tp;
-        let cost_h = self.gpu_price_per_hour.map(|pr| pr * gpus_n as f64);
         // A fleet that meets its SLOs in a steady state serves what it is offered.
-        // With conversations the rate counts sessions, each of mean-turns requests.
-        let turns = q.template.conversation.as_ref().map_or(1.0, |c| c.turns.mean());
-        let served_tok_s =
-            fq.rate * turns * q.template.at(LoadAxis::Rate, fq.rate).map_or(0.0, |w| w.mean_output_tokens());
-        let tok_h = served_tok_s * 3600.0;
+        let served_tok_s = served_output_tok_s(q, fq.rate);
+        let (cost_h, cost_m) = cost_json(self.gpu_price_per_hour, gpus_n as u64, served_tok_s);
         json!({
             "gpu": p.gpu.name, "tensor_parallel": tp, "replicas": k, "gpus": gpus_n,
             "extrapolation": p.retargeted_from.is_some(), "retargeted_from": p.retargeted_from,
             "routing": fq.routing, "target_rate": fq.rate,
             "slo_values": q.slos.iter().map(|x| json!({"name": x.name(), "value": x.value(s), "limit": x.limit})).collect::<Vec<_>>(),
             "output_tok_s": served_tok_s, "power_kw_at_tdp": gpus_n as f64 * p.gpu.tdp_w / 1000.0,
-            "cost_per_hour": cost_h, "cost_per_million_output_tokens": cost_h.map(|c| if tok_h > 0.0 { c / (tok_h / 1e6) } else { f64::NAN }),
+            "cost_per_hour": cost_h, "cost_per_million_output_tokens": cost_m,
             "stability": at.stability, "run_requests": at.run_requests, "run_s": at.run_s,
             "verdict": "found", "search": search,
         })

@@ -417,10 +417,22 @@ pub fn pools_text(d: &Disaggregated, r: &capsim::sim::DisaggReport, cache: bool)
     out
 }
 
-/// `capacity --disaggregated`: the cheapest split meeting the SLOs at --target-rate, its neighbours
-/// and every split tried. True when a split meets them.
-pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
-    use capsim::report::{num, table};
+/// A `capacity --disaggregated` question ready to run: every input checked, the pools' shapes
+/// resolved (the command line's and a batch line's alike).
+pub struct PdPrepared {
+    pub q: capsim::capacity::Question,
+    /// The pools' profiles and router (worker counts 1: they are searched).
+    pub base: Disaggregated,
+    pub rate: f64,
+    pub max_workers: u32,
+    /// `--requests-per-replica`: requests per worker of a split's run.
+    pub requests_per_worker: Option<u64>,
+    pub gpu_price_per_hour: Option<f64>,
+}
+
+/// Check a `capacity --disaggregated` question. Flags of the aggregated search that this one has no
+/// use for are refused, naming them, rather than ignored.
+pub fn prepare_capacity(a: &super::capacity::CapacityArgs) -> Result<PdPrepared> {
     let rate = a.target_rate.ok_or_else(|| {
         Error::flag("--disaggregated", "sizes the pools for an open-loop rate: give --target-rate R (requests/s)")
     })?;
@@ -430,11 +442,25 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
             format!("must be a positive rate up to 1e6, got {}", capsim::error::fmt_num(rate)),
         ));
     }
-    for (flag, given) in
-        [("--gpus", a.gpus.is_some()), ("--svg", a.svg.is_some()), ("--csv", a.csv), ("--jsonl", a.scale_out.jsonl)]
-    {
+    let not_searched = "not with --disaggregated: the split search simulates each split at --target-rate \
+        (one run of --seed), searching worker counts up to --max-replicas per pool, not a load";
+    for (flag, given, why) in [
+        ("--gpus", a.gpus.is_some(), "not with --disaggregated"),
+        ("--svg", a.svg.is_some(), "not with --disaggregated"),
+        ("--csv", a.csv, "not with --disaggregated"),
+        ("--jsonl", a.scale_out.jsonl, "not with --disaggregated"),
+        ("--shard", a.scale_out.shard.is_some(), "not with --disaggregated"),
+        (
+            "--routing",
+            a.routing.is_some(),
+            "not with --disaggregated: the router over the pools' workers is --pd-routing (round-robin, least-outstanding, prefix-aware)",
+        ),
+        ("--max-load", a.max_load.is_some(), not_searched),
+        ("--rate-tol", a.rate_tol.is_some(), not_searched),
+        ("--seeds", a.seeds.is_some(), not_searched),
+    ] {
         if given {
-            return Err(Error::flag(flag, "not with --disaggregated"));
+            return Err(Error::flag(flag, why));
         }
     }
     // The worker counts are what is searched: given ones would be ignored, so they are refused.
@@ -456,7 +482,15 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
             format!("with --disaggregated: workers per pool, in 1..={MAX_WORKERS}"),
         ));
     }
+    super::capacity::check_requests_per_replica(a)?;
+    super::capacity::check_price(a)?;
     let q = super::capacity::question(a)?;
+    if a.requests_per_replica.is_some() && (q.template.requests.is_some() || q.template.duration_s.is_some()) {
+        return Err(Error::flag(
+            "--requests-per-replica",
+            "sets the length of each split's run, which --requests or --duration (or the workload file) already fix: give one or the other",
+        ));
+    }
     let catalog = a.profile.catalog()?;
     let mut pa = a.profile.clone();
     // The pools' shapes alone matter here (the worker counts, refused above, are searched).
@@ -466,21 +500,76 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     let w = q.template.at(capsim::workload::LoadAxis::Rate, rate)?;
     w.check_context(base.decode.arch.max_context, &base.decode.arch.name)?;
     check_pools_fit(&base, &w)?;
+    Ok(PdPrepared {
+        q,
+        base,
+        rate,
+        max_workers: a.max_replicas,
+        requests_per_worker: a.requests_per_replica,
+        gpu_price_per_hour: a.gpu_price_per_hour,
+    })
+}
+
+impl PdPrepared {
+    /// The search; `tick` once per simulation.
+    pub fn run(&self, tick: &(dyn Fn() + Sync)) -> Result<capsim::capacity::disagg::PdAnswer> {
+        capsim::capacity::disagg::size_disaggregated(
+            &self.base,
+            &self.q,
+            self.rate,
+            self.max_workers,
+            self.requests_per_worker,
+            tick,
+        )
+    }
+    /// The cheapest split's served output tokens/s, power at TDP and cost (null without a split;
+    /// costs null without --gpu-price-per-hour), under `capacity --json`'s fleet keys.
+    fn plan_json(&self, ans: &capsim::capacity::disagg::PdAnswer) -> serde_json::Value {
+        let Some(b) = &ans.best else {
+            return serde_json::json!({"output_tok_s": null, "power_kw_at_tdp": null, "cost_per_hour": null, "cost_per_million_output_tokens": null});
+        };
+        let tok_s = super::capacity::served_output_tok_s(&self.q, self.rate);
+        let (cost_h, cost_m) = super::capacity::cost_json(self.gpu_price_per_hour, b.gpus, tok_s);
+        let (d, pg, dg) = (&self.base, worker_gpus(&self.base.prefill), worker_gpus(&self.base.decode));
+        let watts = b.prefill_workers as f64 * pg as f64 * d.prefill.gpu.tdp_w
+            + b.decode_workers as f64 * dg as f64 * d.decode.gpu.tdp_w;
+        serde_json::json!({
+            "output_tok_s": tok_s, "power_kw_at_tdp": watts / 1000.0,
+            "cost_per_hour": cost_h, "cost_per_million_output_tokens": cost_m,
+        })
+    }
+    /// What `capacity --disaggregated --json` prints (a batch line's result).
+    pub fn json(&self, ans: &capsim::capacity::disagg::PdAnswer) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "disaggregated": ans,
+            "prefill": pool_layout(&self.base.prefill),
+            "decode": pool_layout(&self.base.decode),
+            "routing": self.base.routing.as_str(),
+            "slos": self.q.slos.iter().map(|s| serde_json::json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
+            "seed": self.q.seed,
+            "requests_per_replica": self.requests_per_worker,
+        });
+        if let (Some(obj), serde_json::Value::Object(plan)) = (v.as_object_mut(), self.plan_json(ans)) {
+            obj.extend(plan);
+        }
+        v
+    }
+}
+
+/// `capacity --disaggregated`: the cheapest split meeting the SLOs at --target-rate, its neighbours
+/// and every split tried. True when a split meets them.
+pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
+    use capsim::report::{num, table};
+    let prep = prepare_capacity(a)?;
     let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);
-    let ans = capsim::capacity::disagg::size_disaggregated(&base, &q, rate, a.max_replicas, &tick)?;
+    let ans = prep.run(&tick)?;
     pb.finish_and_clear();
     if a.json {
-        let v = serde_json::json!({
-            "disaggregated": ans,
-            "prefill": pool_layout(&base.prefill),
-            "decode": pool_layout(&base.decode),
-            "slos": q.slos.iter().map(|s| serde_json::json!({"name": s.name(), "limit": s.limit})).collect::<Vec<_>>(),
-            "seed": q.seed,
-        });
-        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
+        outln!("{}", serde_json::to_string_pretty(&prep.json(&ans)).expect("json"))?;
         return Ok(ans.best.is_some());
     }
+    let (q, base, rate) = (&prep.q, &prep.base, prep.rate);
     let row = |c: &capsim::capacity::disagg::PdCandidate| {
         let mut r = vec![
             c.prefill_workers.to_string(),
@@ -501,7 +590,7 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
     headers.extend(["prefill_busy", "decode_busy", "unfinished"].map(String::from));
     let h: Vec<&str> = headers.iter().map(String::as_str).collect();
     outln!(
-        "disaggregated at {} requests/s: prefill workers of {} x {} ({}), decode workers of {} x {} ({}); KV link {}",
+        "disaggregated at {} requests/s: prefill workers of {} x {} ({}), decode workers of {} x {} ({}); {} routing; KV link {}",
         num(rate, 4),
         worker_gpus(&base.prefill),
         base.prefill.gpu.name,
@@ -509,16 +598,30 @@ pub fn capacity(a: &super::capacity::CapacityArgs) -> Result<bool> {
         worker_gpus(&base.decode),
         base.decode.gpu.name,
         layout(&base.decode),
+        base.routing.as_str(),
         base.link.source
     )?;
     match &ans.best {
         Some(b) => {
             outln!("cheapest: {} prefill + {} decode workers = {} GPUs", b.prefill_workers, b.decode_workers, b.gpus)?;
+            let plan = prep.plan_json(&ans);
+            let f = |k: &str| plan[k].as_f64().map_or("-".into(), |v| num(v, 4));
+            let cost = match prep.gpu_price_per_hour {
+                Some(_) => {
+                    format!(
+                        "; cost {} per hour, {} per million output tokens",
+                        f("cost_per_hour"),
+                        f("cost_per_million_output_tokens")
+                    )
+                }
+                None => String::new(),
+            };
+            outln!("serves {} output tokens/s; {} kW at TDP{cost}", f("output_tok_s"), f("power_kw_at_tdp"))?;
             outln!("\nit and its neighbours (one worker fewer or more in a pool):")?;
             let rows: Vec<Vec<String>> = std::iter::once(b).chain(ans.neighbours.iter()).map(row).collect();
             out!("{}", table(&h, &rows))?;
         }
-        None => outln!("no split up to {} workers per pool meets the SLOs", a.max_replicas)?,
+        None => outln!("no split up to {} workers per pool meets the SLOs", prep.max_workers)?,
     }
     outln!("\nevery split tried:")?;
     out!("{}", table(&h, &ans.tried.iter().map(row).collect::<Vec<_>>()))?;

@@ -50,7 +50,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
             "a preset sets the request lengths, which the curve's file gives; use --slo",
         ));
     }
-    if matches!(c.routing, super::capacity::RoutingArg::PrefixAware) {
+    if matches!(c.routing, Some(super::capacity::RoutingArg::PrefixAware)) {
         return Err(Error::flag(
             "--routing",
             "a plan over a curve routes to the least-outstanding replica (the autoscaled fleet's router)",
@@ -105,7 +105,7 @@ pub fn run(a: &PlanArgs, catalog: &Catalog, prices: &PriceTable, gpus: &[String]
         max_load: peak,
         seeds,
         seed: c.seed,
-        rate_rel_tol: c.rate_tol,
+        rate_rel_tol: c.rate_tol.unwrap_or(super::capacity::DEFAULT_RATE_TOL),
     };
     let pb = super::progress_bar(0, "simulations");
     let tick = || pb.inc(1);

@@ -7,6 +7,7 @@ mod catalog;
 mod cli;
 mod corpus;
 mod data;
+mod disagg_cli_audit;
 mod embed;
 mod engines;
 mod fuzz;
