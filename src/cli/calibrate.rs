@@ -361,9 +361,17 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         for s in &skipped {
             eprintln!("skipped {s}");
         }
+        // What a file lacks (a latency the tool always writes, a count InferenceX drops): said
+        // here and in the fit report, as validate --runs lists it under the run.
+        let absent: Vec<String> =
+            runs.iter().flat_map(|r| r.absent_notes().map(move |n| format!("{}: {n}", r.label()))).collect();
+        for n in &absent {
+            eprintln!("note: {n}");
+        }
         let (dep, notes) = deployment_of(&a.deployment, &runs, &catalog)?;
         let mut t = target_for_runs(&name, &dep, &runs, &files, &catalog)?;
         t.assumptions.extend(notes);
+        t.assumptions.extend(absent);
         let points: Vec<Point> = runs.iter().flat_map(|r| r.points(&name)).collect();
         let all_sha: String = files.iter().map(|f| f.sha256.as_str()).collect::<Vec<_>>().join("");
         let command = format!(

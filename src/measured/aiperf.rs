@@ -26,8 +26,26 @@ fn is_metric(v: &Value) -> bool {
     v.get("unit").is_some() && (v.get("avg").is_some() || v.get("p50").is_some())
 }
 
+/// The metrics AIPerf and GenAI-Perf write for every run, each an object `{unit, avg, ...}`.
+const SIGNATURE: &[&str] = &[
+    "request_latency",
+    "time_to_first_token",
+    "inter_token_latency",
+    "request_throughput",
+    "output_token_throughput",
+    "output_sequence_length",
+    "input_sequence_length",
+    "request_count",
+];
+
+/// An aggregate export: its settings and a metric, or (the settings missing, for the reader to name)
+/// the tool's version key or three of the metrics it always writes.
 pub fn recognizes_aggregate(v: &Value) -> bool {
-    v.get("input_config").is_some() && v.as_object().is_some_and(|o| o.values().any(is_metric))
+    let Some(o) = v.as_object() else { return false };
+    let metrics = SIGNATURE.iter().filter(|k| o.get(**k).is_some_and(is_metric)).count();
+    (v.get("input_config").is_some() && o.values().any(is_metric))
+        || ((v.get("aiperf_version").is_some() || v.get("genai_perf_version").is_some()) && metrics >= 1)
+        || metrics >= 3
 }
 
 pub fn recognizes_records(v: &Value) -> bool {
@@ -35,7 +53,7 @@ pub fn recognizes_records(v: &Value) -> bool {
 }
 
 /// The per-request export that goes with an aggregate file: X_aiperf.json -> X.jsonl.
-fn records_sibling(aggregate: &Path) -> Option<PathBuf> {
+pub(crate) fn records_sibling(aggregate: &Path) -> Option<PathBuf> {
     let name = aggregate.file_name()?.to_str()?;
     let stem = name.strip_suffix("_aiperf.json")?;
     let p = aggregate.with_file_name(format!("{stem}.jsonl"));
@@ -77,7 +95,9 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
         Tool::GenaiPerf
     };
     let version = d.opt_str("aiperf_version").or_else(|| d.opt_str("genai_perf_version"));
-    let cfg = d.get("input_config").expect("recognized");
+    let cfg = d.get("input_config").ok_or_else(|| {
+        d.err("input_config", "missing: the run's settings (its concurrency or request rate) are under it")
+    })?;
     let c = Doc { src, line: 1, v: cfg };
     // The profiling phase (AIPerf 0.13), else the older layouts.
     let phase = cfg
@@ -208,7 +228,29 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
     let mut stats = Vec::new();
     let mut not_compared = Vec::new();
     for &(key, name, factor) in METRICS {
-        let Some(m) = d.get(key) else { continue };
+        // The tools write these for every streamed run: one the file lacks is said, not dropped
+        // (a run without streaming has no TTFT or inter-token latency).
+        let quantity = match name {
+            "ttft_s" => Some("TTFT"),
+            "tpot_ms" => Some("inter-token latency"),
+            "e2e_ms" => Some("request latency"),
+            _ => None,
+        };
+        let Some(m) = d.get(key) else {
+            if let Some(q) = quantity {
+                not_compared.push(super::absent_note(key, q, &[], false));
+            }
+            continue;
+        };
+        if let Some(q) = quantity.filter(|_| m.get("avg").is_none_or(Value::is_null)) {
+            let stated: Vec<StatKind> =
+                [("p50", StatKind::P50), ("p90", StatKind::P90), ("p95", StatKind::P95), ("p99", StatKind::P99)]
+                    .iter()
+                    .filter(|(k, _)| m.get(k).is_some_and(|x| !x.is_null()))
+                    .map(|(_, s)| *s)
+                    .collect();
+            not_compared.push(super::absent_note(&format!("{key}.avg"), q, &stated, true));
+        }
         let md = Doc { src, line: 1, v: m };
         let unit = md.opt_str("unit").unwrap_or_else(|| "ms".into());
         let to_ms =

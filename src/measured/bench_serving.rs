@@ -12,28 +12,69 @@
 //! `queue_times` (vLLM) are the client's semaphore wait, not the server's queue: not
 //! compared. Failed requests stay in the arrays with an error string and empty values.
 
-use super::json::{tokens, Doc};
+use super::json::{num, tokens, Doc};
 use super::{checked, mean, LengthRanges, MeasuredStat, RateProcess, RequestObs, Run, RunLoad, RunSource, Tool};
 use crate::error::Result;
 use crate::metrics::StatKind;
 use crate::workload::MAX_REQUEST_TOKENS;
 use serde_json::Value;
 
-/// Which of the two tools wrote this object, if either.
+/// The scalar keys `vllm bench serve` (vllm/benchmarks/serve.py) and SGLang's `bench_serving` write
+/// for every run: the signature that recognizes a result with a key or two missing, so the reader
+/// can name what is missing instead of "no reader recognizes this file".
+const SIGNATURE: &[&str] = &[
+    "request_rate",
+    "completed",
+    "num_prompts",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "max_concurrency",
+    "burstiness",
+    "endpoint_type",
+    "dataset_name",
+];
+
+/// Whether `key` is one of the tools' latency statistics (`mean_ttft_ms`, `p99_e2e_latency_ms`,
+/// `std_itl_ms`, InferenceX's unit-less `median_tpot`), and of which metric (the file's name).
+fn latency_metric(key: &str) -> Option<&'static str> {
+    let body = key.strip_suffix("_ms").or_else(|| key.strip_suffix("_s")).unwrap_or(key);
+    let (prefix, metric) = body.split_once('_')?;
+    if !(prefix == "std" || stat_of(prefix).is_some()) {
+        return None;
+    }
+    METRICS.iter().find(|(m, ..)| *m == metric).map(|(m, ..)| *m)
+}
+
+/// Which of the two tools wrote this object, if either. Recognized by its signature: the old rule
+/// (`request_rate` and `completed`), or three of the keys both tools write for every run (their
+/// latency statistics counting as one), each a scalar, so a result missing `completed`,
+/// `num_prompts` or `request_rate` is still read as one and the missing key named.
 pub fn recognizes(v: &Value) -> Option<Tool> {
+    let obj = v.as_object()?;
     let has = |k: &str| v.get(k).is_some();
     if is_inferencex_point(v) {
         return Some(Tool::VllmBenchServe);
     }
-    if !(v.is_object() && has("request_rate") && has("completed")) {
+    let scalar = |k: &str| obj.get(k).is_some_and(|x| !(x.is_object() || x.is_array()));
+    let latency = obj.keys().any(|k| latency_metric(k).is_some() && scalar(k));
+    let signature = SIGNATURE.iter().filter(|k| scalar(k)).count() + usize::from(latency);
+    if !((has("request_rate") && has("completed")) || signature >= 3) {
         return None;
     }
+    let sglang = ["dataset_name", "random_input_len", "server_info", "sharegpt_output_len"].iter().any(|k| has(k))
+        || obj.keys().any(|k| latency_metric(k) == Some("e2e_latency"));
     if has("num_prompts") && (has("endpoint_type") || has("backend") || has("model_id")) {
         Some(Tool::VllmBenchServe)
-    } else if has("dataset_name") || has("random_input_len") || has("server_info") {
+    } else if sglang {
         Some(Tool::SglangBenchServing)
     } else {
-        None
+        // vLLM's own keys (`endpoint_type`, `tokenizer_id`, `*_e2el_ms`), or none of SGLang's (it
+        // always writes `dataset_name` and `*_e2e_latency_ms`): vLLM's layout, whose reader names
+        // what is missing.
+        Some(Tool::VllmBenchServe)
     }
 }
 
@@ -77,14 +118,33 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     let tool = recognizes(v).ok_or_else(|| {
         d.err(
             "request_rate",
-            "this line is not a vllm bench serve or SGLang bench_serving result (needs request_rate, completed and num_prompts or dataset_name)",
+            format!(
+                "this line is not a vllm bench serve or SGLang bench_serving result (needs request_rate and completed, or three of {})",
+                SIGNATURE.join(", ")
+            ),
         )
     })?;
+    let what = tool.as_str();
+    let ix = is_inferencex_point(v);
+    let mut ix_notes = Vec::new();
     let rate = match d.get("request_rate") {
         Some(Value::String(s)) if s == "trace" => {
             return Err(d.err("request_rate", "a trace-timestamp run (`trace`) has no recorded send times to replay"))
         }
-        _ => d.opt_num("request_rate")?.unwrap_or(f64::INFINITY),
+        None if ix => {
+            ix_notes.push(
+                "request_rate (absent: InferenceX's client sends at an unlimited rate, max_concurrency the cap)"
+                    .to_string(),
+            );
+            f64::INFINITY
+        }
+        None => {
+            return Err(d.err(
+                "request_rate",
+                format!("missing: every {what} result states the rate it sent at (`inf` where unlimited)"),
+            ))
+        }
+        Some(_) => d.num("request_rate")?,
     };
     // `inf` (the tools' unlimited rate) or a rate the replay can run: at least one request in the
     // longest run capsim simulates, at most its rate bound (crate::workload). -inf, NaN, 0 and
@@ -124,8 +184,6 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
             RunLoad::Rate { rate_per_s: rate, process: RateProcess::Gamma { burstiness }, max_concurrency: cap }
         }
     };
-    let ix = is_inferencex_point(v);
-    let mut ix_notes = Vec::new();
     let completed = match d.requests("completed")? {
         Some(n) => n,
         None if ix => {
@@ -139,8 +197,14 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
             ));
             n
         }
-        None => return Err(d.err("completed", "missing")),
+        None => {
+            return Err(d.err("completed", format!("missing: every {what} result states how many requests completed")))
+        }
     };
+    let num_prompts = d.requests("num_prompts")?;
+    if tool == Tool::VllmBenchServe && !ix && num_prompts.is_none() {
+        return Err(d.err("num_prompts", "missing: every vllm bench serve result states the requests it sent"));
+    }
     if ix {
         if let Some(f) = d.opt_str("ix_framework") {
             if f.starts_with("dynamo") || f.contains('-') {
@@ -152,6 +216,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     }
 
     // Per-request arrays (--save-detailed / --output-details).
+    check_per_request(&d, num_prompts, completed)?;
     let inputs = d.num_array("input_lens")?;
     let outputs = d.num_array("output_lens")?;
     let starts = d.num_array("start_times")?;
@@ -202,7 +267,7 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         failed_listed = Some(failed);
     }
     let requests = match tool {
-        Tool::VllmBenchServe => d.requests("num_prompts")?,
+        Tool::VllmBenchServe => num_prompts,
         _ => None,
     }
     .or(inputs.as_ref().map(|i| i.len() as u64))
@@ -321,6 +386,29 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
     if d.get("queue_times").is_some() {
         not_compared.push("queue_times (the client's semaphore wait, not the server's queue)".into());
     }
+    // The latencies the tool writes for every run by default (vLLM's `--percentile-metrics`
+    // ttft,tpot,itl; SGLang's all four): one the file lacks is said, not dropped without a word.
+    // InferenceX's dashboard rows keep medians and p99 only, so only a metric with no statistic
+    // at all is said there.
+    let expected: &[(&str, &str)] = match tool {
+        Tool::SglangBenchServing => {
+            &[("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e_latency", "E2E latency")]
+        }
+        _ => &[("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL")],
+    };
+    for &(metric, quantity) in expected {
+        let name = METRICS.iter().find(|(m, ..)| *m == metric).map_or("", |x| x.1);
+        if stats.iter().any(|s| s.metric == name && s.stat == StatKind::Mean) {
+            continue;
+        }
+        let keys: Vec<&String> = obj.keys().filter(|k| latency_metric(k) == Some(metric)).collect();
+        // A mean stated but not compared (null, no unit) is listed above with why.
+        if keys.iter().any(|k| k.starts_with("mean_")) || (ix && !keys.is_empty()) {
+            continue;
+        }
+        let stated: Vec<StatKind> = stats.iter().filter(|s| s.metric == name).map(|s| s.stat).collect();
+        not_compared.push(super::absent_note(&format!("mean_{metric}_ms"), quantity, &stated, !keys.is_empty()));
+    }
     // serde_json keeps keys sorted; order the statistics by metric, then statistic.
     stats.sort_by_key(|s| (super::RUN_METRICS.iter().position(|m| *m == s.metric), s.stat as u8));
     // A model_id of another type than a string is refused, not read as absent (it would be
@@ -352,6 +440,118 @@ pub fn read(src: &str, index: usize, line: usize, v: &Value, many: bool) -> Resu
         uniform_lengths,
         length_percentiles: Default::default(),
     })
+}
+
+/// The per-request arrays of a detailed result (`--save-detailed`, `--output-details`): one entry
+/// per request sent, in the same order. (`latencies` and `queue_times`, which vLLM keeps without
+/// `--save-detailed` too, are not compared or replayed: their entries are checked, not counted.)
+const PER_REQUEST: &[&str] =
+    &["input_lens", "output_lens", "ttfts", "itls", "start_times", "errors", "generated_texts"];
+
+/// Check the per-request arrays: each an array, all of one length, the requests sent (`num_prompts`
+/// where the file states it) and no fewer than the completed; times in seconds (`ttfts`, `itls`,
+/// `latencies`, `queue_times`) finite, at least 0 (a failed request's TTFT is 0) and at most
+/// [`crate::workload::MAX_TIME_S`]; send times finite and within that span; errors strings. Errors
+/// name the array and the entry.
+fn check_per_request(d: &Doc, num_prompts: Option<u64>, completed: u64) -> Result<()> {
+    let mut first: Option<(&str, usize)> = None;
+    for &key in PER_REQUEST {
+        let Some(x) = d.get(key) else { continue };
+        let Some(a) = x.as_array() else {
+            return Err(d.err(key, "must be an array, one entry per request sent"));
+        };
+        match first {
+            None => first = Some((key, a.len())),
+            Some((k0, n0)) if a.len() != n0 => {
+                return Err(d.err(
+                    key,
+                    format!(
+                        "has {} entries, {k0} {n0}: the per-request arrays list one entry per request sent",
+                        a.len()
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some((k0, n)) = first {
+        if let Some(sent) = num_prompts.filter(|&sent| sent != n as u64) {
+            return Err(d.err(k0, format!("has {n} entries, num_prompts {sent}: one entry per request sent")));
+        }
+        if (n as u64) < completed {
+            return Err(d.err(k0, format!("lists {n} requests, fewer than the {completed} completed")));
+        }
+    }
+    let max = crate::workload::MAX_TIME_S;
+    let time = |field: String, t: f64| -> Result<()> {
+        if t.is_finite() && (0.0..=max).contains(&t) {
+            Ok(())
+        } else {
+            Err(d.err(&field, format!("must be a time in seconds from 0 to {max:e}, got {}", crate::error::fmt_num(t))))
+        }
+    };
+    for key in ["ttfts", "latencies", "queue_times"] {
+        for (i, t) in d.num_array(key)?.unwrap_or_default().into_iter().enumerate() {
+            if let Some(t) = t {
+                time(format!("{key}[{i}]"), t)?;
+            }
+        }
+    }
+    if let Some(Value::Array(requests)) = d.get("itls") {
+        for (i, r) in requests.iter().enumerate() {
+            match r {
+                Value::Null => {}
+                Value::Array(gaps) => {
+                    for (j, g) in gaps.iter().enumerate() {
+                        let field = format!("itls[{i}][{j}]");
+                        match g {
+                            Value::Null => {}
+                            g => {
+                                time(field.clone(), num(g).ok_or_else(|| d.err(&field, format!("not a number: {g}")))?)?
+                            }
+                        }
+                    }
+                }
+                other => {
+                    return Err(d.err(
+                        &format!("itls[{i}]"),
+                        format!("must be the request's list of gaps between chunks, in seconds, got {other}"),
+                    ))
+                }
+            }
+        }
+    }
+    let starts: Vec<(usize, f64)> = d
+        .num_array("start_times")?
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.map(|t| (i, t)))
+        .collect();
+    if let Some(&(i, t)) = starts.iter().find(|(_, t)| !t.is_finite()) {
+        return Err(d.err(&format!("start_times[{i}]"), format!("must be a finite time, got {t}")));
+    }
+    if let (Some(lo), Some(&(i, hi))) =
+        (starts.iter().map(|s| s.1).reduce(f64::min), starts.iter().max_by(|a, b| a.1.total_cmp(&b.1)))
+    {
+        if hi - lo > max {
+            return Err(d.err(
+                &format!("start_times[{i}]"),
+                format!(
+                    "{} s after the first send, beyond the longest run capsim simulates ({max:e} s)",
+                    crate::error::fmt_num(hi - lo)
+                ),
+            ));
+        }
+    }
+    if let Some(Value::Array(errors)) = d.get("errors") {
+        if let Some((i, e)) = errors.iter().enumerate().find(|(_, e)| !(e.is_string() || e.is_null())) {
+            return Err(
+                d.err(&format!("errors[{i}]"), format!("must be the request's error message (a string), got {e}"))
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The engine a result names: SGLang's bench_serving fetches the server's `/get_server_info` into

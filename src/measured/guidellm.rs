@@ -22,6 +22,18 @@ pub fn recognizes(v: &Value) -> bool {
             || v["benchmarks"].get(0).is_some_and(|b| b.get("metrics").is_some() && b.get("requests").is_some()))
 }
 
+/// A request's times in GuideLLM's per-request stats (`requests.successful[]`), with the factor to
+/// seconds.
+const REQUEST_TIMES: &[(&str, f64)] = &[
+    ("time_to_first_token_ms", 1e-3),
+    ("time_to_first_output_token_ms", 1e-3),
+    ("inter_token_latency_ms", 1e-3),
+    ("time_per_output_token_ms", 1e-3),
+    ("time_to_last_round_trip_ms", 1e-3),
+    ("avg_round_trip_time_ms", 1e-3),
+    ("request_latency", 1.0),
+];
+
 /// (file key, capsim metric, factor to capsim's unit)
 const METRICS: &[(&str, &str, f64)] = &[
     ("time_to_first_token_ms", "ttft_s", 1e-3),
@@ -96,6 +108,39 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
             tokens(&rd, &field(k), x, 0)
         };
         let start = r.get("request_start_time").or(r.get("start_time")).and_then(Value::as_f64);
+        // The request's own times: not replayed, but a negative or impossible one is no
+        // measurement, so the file is refused naming it rather than read past.
+        for (k, to_s) in REQUEST_TIMES {
+            let Some(x) = rd.opt_num(k).map_err(|e| under(e, &at(&format!("requests.successful[{j}]"))))? else {
+                continue;
+            };
+            let max = crate::workload::MAX_TIME_S;
+            if !(x.is_finite() && x >= 0.0 && x * to_s <= max) {
+                let unit = if *to_s == 1.0 { "s" } else { "ms" };
+                return Err(Error::input(
+                    src,
+                    None,
+                    Some(&field(k)),
+                    format!(
+                        "must be a time from 0 to {} {unit}, got {}",
+                        crate::error::fmt_num(max / to_s),
+                        crate::error::fmt_num(x)
+                    ),
+                ));
+            }
+        }
+        for k in ["request_start_time", "start_time", "request_end_time", "end_time"] {
+            if let Some(x) = r.get(k).filter(|x| !x.is_null()) {
+                if !x.as_f64().is_some_and(f64::is_finite) {
+                    return Err(Error::input(
+                        src,
+                        None,
+                        Some(&field(k)),
+                        format!("must be a time in seconds, got {x}"),
+                    ));
+                }
+            }
+        }
         per_request.push(RequestObs {
             input_tokens: tokens("prompt_tokens")?.max(1),
             output_tokens: tokens("output_tokens")?,
@@ -134,10 +179,28 @@ fn read_one(src: &str, index: usize, b: &Value, version: Option<String>) -> Resu
     }
 
     let mut stats = Vec::new();
-    let not_compared = vec!["time_per_output_token_ms (latency / output tokens, TTFT included)".to_string()];
+    let mut not_compared = vec!["time_per_output_token_ms (latency / output tokens, TTFT included)".to_string()];
     for &(key, name, factor) in METRICS {
         let base = format!("metrics.{key}.successful");
-        let Some(dist) = d.get(&base) else { continue };
+        // GuideLLM writes each for every benchmark: one the file lacks is said, not dropped.
+        let quantity = match name {
+            "ttft_s" => "TTFT",
+            "tpot_ms" => "inter-token latency",
+            _ => "request latency",
+        };
+        let Some(dist) = d.get(&base) else {
+            not_compared.push(super::absent_note(&format!("metrics.{key}"), quantity, &[], false));
+            continue;
+        };
+        if dist.get("mean").is_none_or(Value::is_null) {
+            let stated: Vec<StatKind> = ["median", "percentiles.p90", "percentiles.p95", "percentiles.p99"]
+                .iter()
+                .zip([StatKind::P50, StatKind::P90, StatKind::P95, StatKind::P99])
+                .filter(|(k, _)| Doc { src, line: 1, v: dist }.get(k).is_some())
+                .map(|(_, s)| s)
+                .collect();
+            not_compared.push(super::absent_note(&format!("{key}.successful.mean"), quantity, &stated, true));
+        }
         let dd = Doc { src, line: 1, v: dist };
         for (k, stat) in [("mean", StatKind::Mean), ("median", StatKind::P50)] {
             if let Some(x) = dd.opt_num(k)? {

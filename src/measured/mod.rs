@@ -13,7 +13,15 @@
 //! - AIPerf `profile_export_aiperf.json` (+ `profile_export.jsonl` beside it) and GenAI-Perf
 //!   `profile_export_genai_perf.json` ([`aiperf`]).
 //!
-//! A directory is read file by file in name order (as `vllm bench sweep` writes one per point).
+//! A directory is read file by file in name order (as `vllm bench sweep` writes one per point). A
+//! file reached twice (a link, a folder given twice) or a copy of one already read (the same bytes
+//! under another name; an AIPerf summary with the records beside it) is read once, the other
+//! listed as skipped naming both paths.
+//!
+//! A file a reader recognizes by its signature (the keys its tool always writes) but that lacks a
+//! key the replay needs is refused naming that key; a latency the tool always writes that the file
+//! lacks is read without, and said (an `(absent` entry of [`Run::not_compared`],
+//! [`Run::absent_notes`]).
 
 pub mod aiperf;
 pub mod bench_serving;
@@ -201,6 +209,13 @@ impl Run {
         }
     }
 
+    /// What the file lacks and the run was read without, or took a stated assumption for: the
+    /// `(absent` entries of [`Run::not_compared`] (a latency the tool always writes, InferenceX's
+    /// counts and range ratio), for the commands to print as notes.
+    pub fn absent_notes(&self) -> impl Iterator<Item = &str> {
+        self.not_compared.iter().map(String::as_str).filter(|n| n.contains(" (absent"))
+    }
+
     /// Concurrency of the load where it has one (closed loops); a burst counts its requests.
     pub fn concurrency(&self) -> Option<u32> {
         match self.load {
@@ -280,10 +295,12 @@ pub fn read_paths<P: AsRef<Path>>(paths: &[P]) -> Result<(Vec<Run>, Vec<String>)
                 ));
             }
         } else if meta.is_file() {
-            if walk.first_visit(path, false)? {
-                walk.runs.extend(read_file(path)?);
-            } else {
+            if !walk.first_visit(path, false)? {
                 walk.skipped.push(format!("{}: the same file as one already read (read once)", path.display()));
+            } else if let Some(first) = walk.first_content(path)? {
+                walk.skipped.push(same_content(path, &first));
+            } else {
+                walk.runs.extend(read_file(path)?);
             }
         } else {
             return Err(Error::input(
@@ -304,8 +321,11 @@ struct Walk {
     runs: Vec<Run>,
     skipped: Vec<String>,
     seen: std::collections::HashSet<(bool, std::path::PathBuf)>,
-    /// Result files reached again (already read through another path).
+    /// Result files reached again (already read through another path, or a copy of one read).
     duplicates: usize,
+    /// SHA-256 of each result file's content read (with the AIPerf records merged into it) and the
+    /// path it was first read from: a copy of a file under another name is the same run.
+    contents: std::collections::HashMap<String, String>,
 }
 
 impl Walk {
@@ -317,6 +337,36 @@ impl Walk {
         self.duplicates += usize::from(!first && !dir);
         Ok(first)
     }
+
+    /// None the first time the walk reads this content; else the path it was first read from
+    /// (counted as a duplicate). An AIPerf summary's content includes the records beside it, which
+    /// are read with it.
+    fn first_content(&mut self, path: &Path) -> Result<Option<String>> {
+        use sha2::{Digest, Sha256};
+        let read = |p: &Path| std::fs::read(p).map_err(|err| Error::Io { path: p.display().to_string(), err });
+        let mut h = Sha256::new();
+        h.update(read(path)?);
+        if let Some(records) = aiperf::records_sibling(path) {
+            h.update(b"\0profile_export.jsonl\0");
+            h.update(read(&records)?);
+        }
+        let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        match self.contents.entry(digest) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                self.duplicates += 1;
+                Ok(Some(e.get().clone()))
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(path.display().to_string());
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The note for a file skipped as a copy of one already read.
+fn same_content(path: &Path, first: &str) -> String {
+    format!("{}: the same content as {first}, already read (identical bytes: read once)", path.display())
 }
 
 fn read_dir(dir: &Path, walk: &mut Walk) -> Result<()> {
@@ -358,6 +408,10 @@ fn read_dir(dir: &Path, walk: &mut Walk) -> Result<()> {
         }
         if !walk.first_visit(&p, false)? {
             walk.skipped.push(format!("{}: the same file as one already read (read once)", p.display()));
+            continue;
+        }
+        if let Some(first) = walk.first_content(&p)? {
+            walk.skipped.push(same_content(&p, &first));
             continue;
         }
         let (src, docs) = documents(&p)?;
@@ -460,6 +514,21 @@ fn read_runs_of(path: &Path, src: &str, docs: &[(usize, serde_json::Value)]) -> 
     Err(Error::input(src, None, None, format!("no reader recognizes this file; formats tried: {FORMATS}")))
 }
 
+/// The note for a latency a tool writes for every run that a file lacks, in [`Run::not_compared`]
+/// (read by [`Run::absent_notes`]): its mean `mean_key`, with `stated` the statistics of it the run
+/// compares, and `others` whether the file has other keys of it at all. A run without a quantity is
+/// read, and says so, rather than losing it without a word.
+pub(crate) fn absent_note(mean_key: &str, quantity: &str, stated: &[StatKind], others: bool) -> String {
+    if !others {
+        format!("{mean_key} (absent, as is every other {quantity} statistic: the run carries no {quantity}; none is compared)")
+    } else if stated.is_empty() {
+        format!("{mean_key} (absent: no {quantity} statistic is compared; the file's others are listed with why)")
+    } else {
+        let names: Vec<&str> = stated.iter().map(|s| crate::metrics::stat_name(*s)).collect();
+        format!("{mean_key} (absent: {quantity} compared at the file's {} only)", names.join(", "))
+    }
+}
+
 /// The mean of positive values (None when there are none).
 fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
     let (n, s) = xs.fold((0u64, 0.0), |(n, s), x| (n + 1, s + x));
@@ -487,14 +556,43 @@ fn checked(run: Run) -> Result<Run> {
         return Err(Error::input(src, line, Some("concurrency"), "must be at least 1"));
     }
     for s in &run.stats {
+        // The value as the file wrote it: a TTFT is kept in seconds, the files write milliseconds.
+        let stated = if s.metric == "ttft_s" && s.key.ends_with("_ms") { s.value * 1e3 } else { s.value };
         if !(s.value.is_finite() && s.value >= 0.0) {
-            // The value as the file wrote it: a TTFT is kept in seconds, the files write milliseconds.
-            let stated = if s.metric == "ttft_s" && s.key.ends_with("_ms") { s.value * 1e3 } else { s.value };
             return Err(Error::input(
                 src,
                 line,
                 Some(&s.key),
                 format!("must be a finite non-negative number, got {stated}"),
+            ));
+        }
+        // A latency beyond the longest run capsim simulates is no measurement (`mean_ttft_ms: 1e300`
+        // was read as one); nor is a request rate beyond the rates it replays.
+        let seconds = match s.metric {
+            "ttft_s" => Some(s.value),
+            "tpot_ms" | "itl_ms" | "e2e_ms" => Some(s.value * 1e-3),
+            _ => None,
+        };
+        let max_t = crate::workload::MAX_TIME_S;
+        if let Some(t) = seconds.filter(|&t| t > max_t) {
+            return Err(Error::input(
+                src,
+                line,
+                Some(&s.key),
+                format!(
+                    "must be a time of at most {max_t:e} s (the longest run capsim simulates), got {} ({} s)",
+                    crate::error::fmt_num(stated),
+                    crate::error::fmt_num(t)
+                ),
+            ));
+        }
+        let max_rate = crate::workload::MAX_RATE_PER_S;
+        if s.metric == "request_per_s" && s.value > max_rate {
+            return Err(Error::input(
+                src,
+                line,
+                Some(&s.key),
+                format!("must be at most {max_rate:e} requests/s, got {}", crate::error::fmt_num(s.value)),
             ));
         }
     }

@@ -27,6 +27,7 @@ mod models_corpus;
 mod physics;
 mod plan;
 mod prefix;
+mod readers_audit;
 mod report;
 mod reproduce;
 mod scaleout;
