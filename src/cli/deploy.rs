@@ -432,6 +432,27 @@ impl ProfileArgs {
         let mut r = f.resolve("command line", catalog).map_err(layout_error)?;
         r.retargeted_from = p.retargeted_from.clone();
         r.retarget_method = p.retarget_method.clone();
+        // A layout other than the one the profile's step costs were measured on (a calibrated one
+        // GPU run as two pipeline stages) is an extrapolation, said as such, as --tp's is.
+        if r.parallel != p.parallel {
+            let (a, b) = (&p.parallel, &r.parallel);
+            let what = format!(
+                "layout moved from the profile's (attention DP {}, EP {}, PP {}, redundant experts {}) to attention DP {}, EP {}, PP {}, redundant experts {}: its step costs, measured on the former, run on the latter",
+                a.attention_dp,
+                a.expert_parallel_size,
+                a.pipeline_parallel,
+                a.redundant_experts,
+                b.attention_dp,
+                b.expert_parallel_size,
+                b.pipeline_parallel,
+                b.redundant_experts
+            );
+            r.retarget_method = Some(match r.retarget_method.take() {
+                Some(m) => format!("{m}; {what}"),
+                None => what,
+            });
+            r.retargeted_from.get_or_insert_with(|| p.file.name.clone());
+        }
         Ok(r)
     }
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog

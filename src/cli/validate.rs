@@ -237,11 +237,26 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
 fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::LearnedModel>) -> Vec<String> {
     let f = &p.file;
     let mut out = vec![format!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p))];
+    // The layout beyond TP, and speculation, where there is any: both change every prediction.
+    let par = &p.parallel;
+    let mut layout = String::new();
+    if par.pipeline_parallel > 1 {
+        let _ = write!(layout, " ({} pipeline stages of TP {})", par.pipeline_parallel, p.tensor_parallel);
+    }
+    if par.attention_dp > 1 {
+        let _ = write!(layout, " (attention DP {})", par.attention_dp);
+    }
+    if par.expert_parallel_size > 1 && !p.expert_parallel {
+        let _ = write!(layout, " (EP {})", par.expert_parallel_size);
+    }
+    if let Some(s) = p.speculative() {
+        let _ = write!(layout, " ({} with {} drafted tokens)", s.method.as_str(), s.tokens);
+    }
     out.push(format!(
-        "deployment: {} on {} x{}{}, {} {}, {} weights, {} KV, KV capacity {} tokens",
+        "deployment: {} on {} x{}{}{layout}, {} {}, {} weights, {} KV, KV capacity {} tokens",
         p.arch.name,
         p.gpu.name,
-        p.tensor_parallel,
+        par.gpus(p.tensor_parallel),
         if p.expert_parallel { " (expert parallel)" } else { "" },
         p.engine.kind.as_str(),
         p.engine.version,
@@ -376,7 +391,8 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
                            "retargeted_from": p.retargeted_from, "retarget_method": p.retarget_method,
                            "extrapolation": p.retargeted_from.is_some(), "caveats": p.caveats(), "notes": notes,
                            "model": p.arch.name, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
-                           "expert_parallel": p.expert_parallel, "weight_dtype": p.file.model.weight_dtype,
+                           "expert_parallel": p.expert_parallel, "parallel": p.parallel,
+                           "speculative": p.speculative(), "weight_dtype": p.file.model.weight_dtype,
                            "kv_dtype": p.file.model.kv_dtype, "engine": p.engine,
                            "source_report": p.file.provenance.source_report})
             )

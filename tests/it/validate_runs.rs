@@ -405,3 +405,19 @@ fn inferencex_point_files_replay_as_their_client_ran() {
     let p = predicted(&v);
     assert!(!p.is_empty() && p.iter().all(Option::is_some));
 }
+
+/// A layout other than the profile's (here two pipeline stages of the one-GPU default profile) is
+/// an extrapolation, and the deployment line and JSON say the layout and the GPU count (they said
+/// "x1" and `extrapolation: false`; the audit of 2026-11-28).
+#[test]
+fn a_layout_flag_is_an_extrapolation_and_shown() {
+    let args = ["--gpu", "H200 SXM", "--pp", "2"];
+    let v = json("vllm/sweep/high/c32_in1024.json", &args);
+    assert_eq!(v["extrapolation"], true, "{}", v["retarget_method"]);
+    assert_eq!(v["parallel"]["pipeline_parallel"], 2);
+    assert!(v["retarget_method"].as_str().unwrap().contains("PP 2"), "{}", v["retarget_method"]);
+    let f = fixture("vllm/sweep/high/c32_in1024.json");
+    let o = capsim(&["validate", "--runs", &f, "--gpu", "H200 SXM", "--pp", "2"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("on H200 SXM x2 (2 pipeline stages of TP 1)"), "{out}{}", stderr(&o));
+}
