@@ -323,19 +323,8 @@ impl DraftModel {
         if d.seqs == 0 {
             return 0.0;
         }
-        let n = d.seqs as f64;
-        let experts =
-            if self.expert_bytes > 0.0 { self.arch.experts_touched_spread(n, self.expert_spread) } else { 0.0 };
-        let memory = (self.dense_bytes + experts * self.expert_bytes + self.kv_bytes_per_ctx * d.ctx_tokens as f64)
-            * self.inv_bw;
-        let compute = n * (self.dense_s_per_token + self.expert_s_per_token + self.lm_head_s_per_seq)
-            + d.ctx_tokens as f64 * self.attn_s_per_ctx;
-        let comm = self.coll.as_ref().map_or(0.0, |c| {
-            self.all_reduces * c.all_reduce_s(n * self.token_bytes)
-                + self.all_to_alls * (c.all_to_all_s(n * self.a2a_bytes_per_token) + self.exchange_latency_s)
-                + c.all_gather_s(n * self.logits_bytes_per_seq)
-        });
-        self.overhead_s + memory.max(compute) + self.exposed * memory.min(compute) + comm
+        let kv_bytes = self.kv_bytes_per_ctx * d.ctx_tokens as f64;
+        self.pass(d.seqs as f64, kv_bytes, d.ctx_tokens as f64 * self.attn_s_per_ctx, true)
     }
 
     /// The draft's one pass over the step's prompt tokens ([`add_draft_prompt`]) (s): the layer's
@@ -346,14 +335,22 @@ impl DraftModel {
         if d.prompt_tokens == 0 {
             return 0.0;
         }
-        let n = d.prompt_tokens as f64;
+        self.pass(d.prompt_tokens as f64, 0.0, d.prompt_pairs * self.attn_s_per_ctx, false)
+    }
+
+    /// A pass of the draft layer over `n` tokens (s): its weights and the experts the tokens touch
+    /// read once with `kv_bytes` of KV, their FLOPs and `attn_s` of attention, the layer's
+    /// collectives, and the LM head with its logits' all-gather for each token when `lm_head`.
+    fn pass(&self, n: f64, kv_bytes: f64, attn_s: f64, lm_head: bool) -> f64 {
         let experts =
             if self.expert_bytes > 0.0 { self.arch.experts_touched_spread(n, self.expert_spread) } else { 0.0 };
-        let memory = (self.dense_bytes + experts * self.expert_bytes) * self.inv_bw;
-        let compute = n * (self.dense_s_per_token + self.expert_s_per_token) + d.prompt_pairs * self.attn_s_per_ctx;
+        let memory = (self.dense_bytes + experts * self.expert_bytes + kv_bytes) * self.inv_bw;
+        let head = if lm_head { self.lm_head_s_per_seq } else { 0.0 };
+        let compute = n * (self.dense_s_per_token + self.expert_s_per_token + head) + attn_s;
         let comm = self.coll.as_ref().map_or(0.0, |c| {
             self.all_reduces * c.all_reduce_s(n * self.token_bytes)
                 + self.all_to_alls * (c.all_to_all_s(n * self.a2a_bytes_per_token) + self.exchange_latency_s)
+                + if lm_head { c.all_gather_s(n * self.logits_bytes_per_seq) } else { 0.0 }
         });
         self.overhead_s + memory.max(compute) + self.exposed * memory.min(compute) + comm
     }

@@ -24,6 +24,11 @@ fn scratch(name: &str) -> Scratch {
 /// Run capsim; (exit code, stdout, stderr). Fails the test if it panics or runs past 20 s (killed
 /// then, so a blocking read fails the test instead of hanging it).
 fn capsim(args: &[&str]) -> (i32, String, String) {
+    capsim_within(args, 20)
+}
+
+/// [`capsim`] with a limit of `secs` seconds.
+pub(crate) fn capsim_within(args: &[&str], secs: u64) -> (i32, String, String) {
     let start = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_capsim"))
         .args(args)
@@ -33,9 +38,9 @@ fn capsim(args: &[&str]) -> (i32, String, String) {
         .spawn()
         .unwrap();
     while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
+        if start.elapsed() > Duration::from_secs(secs) {
             child.kill().unwrap();
-            panic!("{args:?} ran past 20 s");
+            panic!("{args:?} ran past {secs} s");
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -7,8 +7,6 @@
 use capsim::measured::{read_file, read_path, read_paths, Run};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use crate::Scratch;
 
@@ -53,25 +51,7 @@ fn read_one(dir: &Path, name: &str, v: &Value) -> Vec<Run> {
 
 /// Run capsim; (exit code, stdout, stderr). Fails the test on a panic or past 60 s.
 fn capsim(args: &[&str]) -> (i32, String, String) {
-    let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_capsim"))
-        .args(args)
-        .current_dir(std::env::temp_dir())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            panic!("{args:?} ran past 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().unwrap();
-    let (out, err) = (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string());
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    (o.status.code().unwrap_or(-1), out, err)
+    crate::hardening3_readers::capsim_within(args, 60)
 }
 
 const VALIDATE: &[&str] = &["--gpu", "H200 SXM", "--model", "Qwen3-Coder-30B-A3B-Instruct", "--engine", "vllm"];
