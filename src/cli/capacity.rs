@@ -389,6 +389,29 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
     if a.target_rate.is_none() && a.requests_per_replica.is_some() {
         return Err(Error::flag("--requests-per-replica", "applies to fleet sizing: give --target-rate"));
     }
+    // Flags one mode takes and the other would ignore (the audit of 2026-11-28): a fleet's cost and
+    // routing belong to fleet sizing; fleet sizing runs each candidate fleet at the target rate with
+    // --seed, and its one-replica estimate its own bounds, so no load search's bounds apply to it.
+    if a.target_rate.is_none() {
+        for (flag, given) in
+            [("--routing", a.routing.is_some()), ("--gpu-price-per-hour", a.gpu_price_per_hour.is_some())]
+        {
+            if given {
+                return Err(Error::flag(flag, "applies to fleet sizing: give --target-rate"));
+            }
+        }
+    } else {
+        for (flag, given) in
+            [("--max-load", a.max_load.is_some()), ("--rate-tol", a.rate_tol.is_some()), ("--seeds", a.seeds.is_some())]
+        {
+            if given {
+                return Err(Error::flag(
+                    flag,
+                    "bounds a load search; fleet sizing (--target-rate) runs each candidate fleet at the target rate (seed: --seed)",
+                ));
+            }
+        }
+    }
     check_price(a)?;
     let gpus: Vec<Option<String>> = match &a.gpus {
         Some(g) => g.iter().map(|x| Some(x.clone())).collect(),

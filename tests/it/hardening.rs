@@ -308,3 +308,20 @@ fn a_trace_at_rate_scale_2_has_half_the_gaps_and_a_window_cuts_it() {
     assert_eq!(arrivals(&["--trace-window", "2:5"]), [0.0, 2.0]);
     refused(&["simulate", "--trace", trace.to_str().unwrap(), "--trace-window", "9:10"], "--trace-window");
 }
+
+/// capacity refuses a flag its mode would ignore, naming it (the audit of 2026-11-28): a fleet's
+/// routing and price without --target-rate, a load search's bounds with it.
+#[test]
+fn capacity_refuses_flags_its_mode_ignores() {
+    let base = ["capacity", "--slo", "ttft_p95_s=2", "--input-len", "512", "--output-len", "64"];
+    for (extra, flag) in [
+        (&["--routing", "least-outstanding"][..], "`--routing`"),
+        (&["--gpu-price-per-hour", "3"][..], "`--gpu-price-per-hour`"),
+        (&["--target-rate", "5", "--max-load", "40"][..], "`--max-load`"),
+        (&["--target-rate", "5", "--rate-tol", "0.1"][..], "`--rate-tol`"),
+        (&["--target-rate", "5", "--seeds", "2"][..], "`--seeds`"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        refused(&args, flag);
+    }
+}

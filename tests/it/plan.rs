@@ -25,9 +25,16 @@ const Q: &[&str] = &[
     "1",
 ];
 
+/// [`Q`] without `--seeds`: a fleet plan at a target rate runs each candidate fleet at that rate,
+/// and a load search's seeds are refused there (the day plans' rate searches take them).
+fn fleet_q() -> &'static [&'static str] {
+    assert_eq!(Q[Q.len() - 2..], ["--seeds", "1"]);
+    &Q[..Q.len() - 2]
+}
+
 #[test]
 fn the_cheapest_plan_meets_the_slo_and_one_replica_fewer_does_not() {
-    let args: Vec<&str> = Q
+    let args: Vec<&str> = fleet_q()
         .iter()
         .copied()
         .chain(["--gpus", "H100 SXM,H200 SXM", "--tps", "1", "--target-rate", "40", "--json"])
@@ -100,7 +107,7 @@ fn a_price_file_without_a_gpu_the_plan_needs_is_refused_by_name() {
 
 #[test]
 fn no_plan_within_max_gpus_exits_3() {
-    let args: Vec<&str> = Q
+    let args: Vec<&str> = fleet_q()
         .iter()
         .copied()
         .chain(["--gpus", "H100 SXM", "--tps", "1", "--target-rate", "200", "--max-gpus", "2"])
