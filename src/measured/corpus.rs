@@ -270,8 +270,17 @@ pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
                 Some(1),
             )?)
         } else {
-            count("tp_size", &r.tp_size, None)?
+            match count("tp_size", &r.tp_size, None)? {
+                // A deployment on no GPUs: refused, not read as one (the audit of 2026-11-28). No
+                // row of the corpus states 0; its attention-DP and MoE columns do (15, 18 and 25
+                // rows), meaning "not split", and are read as 1 below.
+                0 => return Err(err("tp_size", "must be at least 1 GPU, got 0".into())),
+                n => n,
+            }
         };
+        if r.pp_size.trim() == "0" {
+            return Err(err("pp_size", "must be at least 1 stage, got 0".into()));
+        }
         let pools = if disaggregated {
             let pool = |side: &str, cols: [&str; 6]| -> Result<PoolLayout> {
                 let c = |i: usize, default: Option<u32>| {

@@ -184,6 +184,14 @@ fn bad_corpus_rows_name_the_file_line_and_field() {
         let e = read_aic_e2e("m.csv", &format!("{HEADER}\n{}\n{bad}\n", row("1024", "9.5"))).unwrap_err().to_string();
         assert!(e.contains("m.csv") && e.contains("line 3") && e.contains(field), "{e}");
     }
+    // A deployment on no GPUs or no stages is refused, not read as one (its tp_size was).
+    for (from, to, field) in
+        [(",8,4,1,1,4,1,", ",8,0,1,1,4,1,", "tp_size"), (",8,4,1,1,4,1,", ",8,4,0,1,4,1,", "pp_size")]
+    {
+        let bad = row("1024", "9.5").replace(from, to);
+        let e = read_aic_e2e("m.csv", &format!("{HEADER}\n{bad}\n")).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains(field) && e.contains("got 0"), "{e}");
+    }
     // A folder that is no corpus, and an InferenceX metadata file without its GPU.
     let tmp = Scratch::new("corpus");
     let dir = tmp.path();
