@@ -758,8 +758,5 @@ fn calibrate_variant(
     Ok((pf, report))
 }
 
-/// SHA-256 of the data, hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
+/// SHA-256 of the data, hex (the measured layer's, which tells copies of a result file apart).
+pub use crate::measured::sha256_hex;

@@ -318,11 +318,30 @@ pub enum Outcome {
 }
 
 /// `--requests-per-replica` in its range (fleet sizing and the disaggregated split alike).
-pub(super) fn check_requests_per_replica(a: &CapacityArgs) -> Result<()> {
-    match a.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
-        Some(n) => Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}"))),
-        None => Ok(()),
+pub(super) fn check_requests_per_replica(a: &CapacityArgs, q: &Question) -> Result<()> {
+    if let Some(n) = a.requests_per_replica.filter(|n| !(1..=1_000_000).contains(n)) {
+        return Err(Error::flag("--requests-per-replica", format!("must be in 1..=1000000, got {n}")));
     }
+    if a.requests_per_replica.is_some() && (q.template.requests.is_some() || q.template.duration_s.is_some()) {
+        return Err(Error::flag(
+            "--requests-per-replica",
+            "sets the length of each candidate's run, which --requests or --duration (or the workload file) already fix: give one or the other",
+        ));
+    }
+    Ok(())
+}
+
+/// A load search's bounds, which a search at a fixed --target-rate (a fleet, a disaggregated split)
+/// has no use for: refused naming the flag with `why`, rather than ignored.
+pub(super) fn refuse_load_search_flags(a: &CapacityArgs, why: &str) -> Result<()> {
+    for (flag, given) in
+        [("--max-load", a.max_load.is_some()), ("--rate-tol", a.rate_tol.is_some()), ("--seeds", a.seeds.is_some())]
+    {
+        if given {
+            return Err(Error::flag(flag, why));
+        }
+    }
+    Ok(())
 }
 
 /// `--gpu-price-per-hour` a non-negative number (fleet sizing and the disaggregated split alike).
@@ -372,7 +391,7 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
             if a.max_replicas == 0 || a.max_replicas > 100_000 {
                 return Err(Error::flag("--max-replicas", format!("must be in 1..=100000, got {}", a.max_replicas)));
             }
-            check_requests_per_replica(a)?;
+            check_requests_per_replica(a, &q)?;
             let routing = match a.routing.unwrap_or(RoutingArg::RoundRobin) {
                 RoutingArg::RoundRobin => Routing::RoundRobin,
                 RoutingArg::LeastOutstanding => Routing::LeastOutstanding,
@@ -401,16 +420,10 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
             }
         }
     } else {
-        for (flag, given) in
-            [("--max-load", a.max_load.is_some()), ("--rate-tol", a.rate_tol.is_some()), ("--seeds", a.seeds.is_some())]
-        {
-            if given {
-                return Err(Error::flag(
-                    flag,
-                    "bounds a load search; fleet sizing (--target-rate) runs each candidate fleet at the target rate (seed: --seed)",
-                ));
-            }
-        }
+        refuse_load_search_flags(
+            a,
+            "bounds a load search; fleet sizing (--target-rate) runs each candidate fleet at the target rate (seed: --seed)",
+        )?;
     }
     check_price(a)?;
     let gpus: Vec<Option<String>> = match &a.gpus {

@@ -455,9 +455,6 @@ pub fn prepare_capacity(a: &super::capacity::CapacityArgs) -> Result<PdPrepared>
             a.routing.is_some(),
             "not with --disaggregated: the router over the pools' workers is --pd-routing (round-robin, least-outstanding, prefix-aware)",
         ),
-        ("--max-load", a.max_load.is_some(), not_searched),
-        ("--rate-tol", a.rate_tol.is_some(), not_searched),
-        ("--seeds", a.seeds.is_some(), not_searched),
     ] {
         if given {
             return Err(Error::flag(flag, why));
@@ -482,15 +479,10 @@ pub fn prepare_capacity(a: &super::capacity::CapacityArgs) -> Result<PdPrepared>
             format!("with --disaggregated: workers per pool, in 1..={MAX_WORKERS}"),
         ));
     }
-    super::capacity::check_requests_per_replica(a)?;
+    super::capacity::refuse_load_search_flags(a, not_searched)?;
     super::capacity::check_price(a)?;
     let q = super::capacity::question(a)?;
-    if a.requests_per_replica.is_some() && (q.template.requests.is_some() || q.template.duration_s.is_some()) {
-        return Err(Error::flag(
-            "--requests-per-replica",
-            "sets the length of each split's run, which --requests or --duration (or the workload file) already fix: give one or the other",
-        ));
-    }
+    super::capacity::check_requests_per_replica(a, &q)?;
     let catalog = a.profile.catalog()?;
     let mut pa = a.profile.clone();
     // The pools' shapes alone matter here (the worker counts, refused above, are searched).

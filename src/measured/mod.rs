@@ -342,15 +342,13 @@ impl Walk {
     /// (counted as a duplicate). An AIPerf summary's content includes the records beside it, which
     /// are read with it.
     fn first_content(&mut self, path: &Path) -> Result<Option<String>> {
-        use sha2::{Digest, Sha256};
         let read = |p: &Path| std::fs::read(p).map_err(|err| Error::Io { path: p.display().to_string(), err });
-        let mut h = Sha256::new();
-        h.update(read(path)?);
+        let mut bytes = read(path)?;
         if let Some(records) = aiperf::records_sibling(path) {
-            h.update(b"\0profile_export.jsonl\0");
-            h.update(read(&records)?);
+            bytes.extend_from_slice(b"\0profile_export.jsonl\0");
+            bytes.extend(read(&records)?);
         }
-        let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let digest = sha256_hex(&bytes);
         match self.contents.entry(digest) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 self.duplicates += 1;
@@ -362,6 +360,13 @@ impl Walk {
             }
         }
     }
+}
+
+/// SHA-256 of the data, hex: a result file's content (a copy under another name is the same run),
+/// and the sources a fit report lists.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The note for a file skipped as a copy of one already read.

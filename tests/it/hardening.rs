@@ -320,6 +320,7 @@ fn capacity_refuses_flags_its_mode_ignores() {
         (&["--target-rate", "5", "--max-load", "40"][..], "`--max-load`"),
         (&["--target-rate", "5", "--rate-tol", "0.1"][..], "`--rate-tol`"),
         (&["--target-rate", "5", "--seeds", "2"][..], "`--seeds`"),
+        (&["--target-rate", "5", "--requests", "100", "--requests-per-replica", "50"][..], "`--requests-per-replica`"),
     ] {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         refused(&args, flag);
