@@ -186,6 +186,15 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             "host": host_json(&p, &parts, a.decode),
         });
         let mut v = v;
+        if p.parallel.pipeline_parallel > 1 {
+            let (pp, l) = (p.parallel.pipeline_parallel, p.arch.n_layers);
+            v["pipeline"] = json!({
+                "stages": pp,
+                "layers": l,
+                "largest_stage_layers": l.div_ceil(pp),
+                "stage_imbalance": p.parallel.stage_imbalance(&p.arch),
+            });
+        }
         if parts.all_to_all_s > 0.0 {
             // Of `all_to_all_s`: the fixed time of each exchange between attention-DP ranks.
             v["exchange_latency_s"] = json!(p.rank_exchange_latency_s());
@@ -251,6 +260,14 @@ pub fn run(a: ExplainArgs) -> Result<()> {
             par.moe_tp(p.tensor_parallel),
             par.pipeline_parallel,
             par.gpus(p.tensor_parallel)
+        )?;
+    }
+    let imbalance = par.stage_imbalance(&p.arch);
+    if imbalance > 1.0 {
+        let (pp, l) = (par.pipeline_parallel, p.arch.n_layers);
+        outln!(
+            "stages: {pp} stages do not divide {l} layers; the largest holds {} (x{imbalance:.4} the mean): with every stage busy it sets the period, and its share of the weights and KV sets the KV capacity (vLLM and SGLang split the remainder one layer per stage)",
+            l.div_ceil(pp)
         )?;
     }
     if par.redundant_experts > 0 {

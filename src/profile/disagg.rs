@@ -128,10 +128,12 @@ impl PdRouting {
 /// (prefill) or receives (decode) over its own link: a request's KV lives on one attention-DP rank
 /// (without attention DP, the whole worker), split over that rank's tp / N GPUs and replicated as
 /// the model's KV heads require (MLA's latent whole on each), and over the pipeline stages, each
-/// stage's GPUs holding its n_layers / pp layers' KV (as the step model splits the layers).
+/// stage's GPUs holding its n_layers / pp layers' KV (as the step model splits the layers); the
+/// largest of unequal stages, ceil(n_layers / pp) layers, sends or receives the most and sets the
+/// transfer's time.
 fn per_gpu(p: &Profile, bytes: f64) -> f64 {
     let tp = p.tensor_parallel;
-    bytes * p.parallel.kv_replication(&p.arch, tp)
+    bytes * p.parallel.kv_replication(&p.arch, tp) * p.parallel.stage_imbalance(&p.arch)
         / p.parallel.attention_tp(tp) as f64
         / p.parallel.pipeline_parallel as f64
 }

@@ -677,9 +677,13 @@ fn kv_memory(
     let n = tp as f64;
     let total = gpu.memory_bytes() * n;
     let weights = par.weight_bytes(arch, weight_dtype);
+    // Stages of unequal layers (Parallel::stage_imbalance s): the largest stage holds s / P of the
+    // weights and of each token's KV beside 1 / P of everything else, so the replica holds the
+    // tokens that stage holds: (rest - s x weights) / s in bytes of the whole replica's KV.
+    let s = par.stage_imbalance(arch);
     let activation = activation_peak_bytes(arch, budget, seqs) * n;
     let non_torch = non_torch_bytes(tp) * n;
-    match kind {
+    let mut mem = match kind {
         EngineKind::Vllm => {
             // vllm/v1/worker/gpu_worker.py determine_available_memory: requested (total x utilization)
             // minus the non-KV memory its profiling run measured (weights, activation peak, non-torch
@@ -694,7 +698,7 @@ fn kv_memory(
                 activation_bytes: activation,
                 non_torch_bytes: non_torch,
                 cuda_graph_bytes: graphs,
-                kv_bytes: budget_bytes - weights - activation - non_torch - graphs,
+                kv_bytes: (budget_bytes - s * weights - activation - non_torch - graphs) / s,
                 formula: format!(
                     "vLLM {version}: total x gpu_memory_utilization {util} - weights - activation peak - non-torch{}",
                     if graphs > 0.0 { " - CUDA graphs" } else { " (CUDA graphs come out of the headroom)" }
@@ -713,7 +717,7 @@ fn kv_memory(
                 activation_bytes: 0.0,
                 non_torch_bytes: 0.0,
                 cuda_graph_bytes: 0.0,
-                kv_bytes: budget_bytes - weights,
+                kv_bytes: (budget_bytes - s * weights) / s,
                 formula: format!("SGLang {version}: total x mem_fraction_static {util} - weights"),
             }
         }
@@ -722,7 +726,7 @@ fn kv_memory(
             // weights, the CUDA context, the runtime buffers and a max_num_tokens profiling forward.
             let context = CUDA_CONTEXT_BYTES * n;
             let graphs = CUDA_GRAPH_BYTES * n;
-            let free = total - weights - activation - non_torch - context - graphs;
+            let free = (total - s * weights - activation - non_torch - context - graphs) / s;
             KvMemory {
                 total_bytes: total,
                 budget_bytes: total,
@@ -736,5 +740,13 @@ fn kv_memory(
                 ),
             }
         }
+    };
+    if s > 1.0 {
+        let (p, l) = (par.pipeline_parallel, arch.n_layers);
+        mem.formula.push_str(&format!(
+            ", on the largest of {p} stages ({} of {l} layers: weights x {s:.4} and KV over {s:.4})",
+            l.div_ceil(p)
+        ));
     }
+    mem
 }

@@ -28,7 +28,8 @@
 //!   touched expert's copies take some of its tokens on their own GPUs, each reading the weights:
 //!   a step reads (n + R) / n of the touched experts' bytes (sim/step.rs).
 //! - `pipeline_parallel` P: P stages of n_layers / P layers, each on `tensor_parallel` GPUs (vLLM
-//!   --pipeline-parallel-size, SGLang --pp-size, TensorRT-LLM pp_size).
+//!   --pipeline-parallel-size, SGLang --pp-size, TensorRT-LLM pp_size); where P does not divide the
+//!   layers the largest stage holds ceil(n_layers / P) ([`Parallel::stage_imbalance`]).
 
 use crate::catalog::{GpuSpec, ModelArch};
 use crate::error::{Error, Result};
@@ -98,6 +99,22 @@ impl Parallel {
     /// once); an EP group equal to TP is the plain `expert_parallel` layout.
     pub fn wide_ep(&self, tp: u32) -> bool {
         self.expert_parallel_size > 1 && self.expert_parallel_size != tp
+    }
+
+    /// The largest pipeline stage's layers over the mean stage's: 1 where the stages divide the
+    /// layers, P x ceil(L / P) / L where they do not (DeepSeek-R1's 61 layers over 2 stages: 31
+    /// and 30, 1.016). Every engine splits unevenly rather than refuse: vLLM and SGLang
+    /// `get_pp_indices` (vllm/distributed/utils.py in 0.12.0: the remainder goes one layer each to
+    /// the stages before the last; sglang/srt/distributed/utils.py in 0.5.9: to the last stages),
+    /// both overridable by VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION. Whichever stages
+    /// take the remainder, the largest holds ceil(L / P) layers: it sets the pipeline's period
+    /// with every stage busy (sim/step.rs) and, holding that share of the weights and of each
+    /// token's KV, the replica's KV capacity (profile/engine.rs). Weights are counted in
+    /// proportion to layers; the embeddings on the first and last stages are what vLLM's
+    /// placement of the remainder balances.
+    pub fn stage_imbalance(&self, arch: &ModelArch) -> f64 {
+        let (p, l) = (self.pipeline_parallel.max(1), arch.n_layers.max(1));
+        (p * l.div_ceil(p)) as f64 / l as f64
     }
 
     /// GPUs of the whole replica.
@@ -261,10 +278,13 @@ impl Parallel {
         if pp == 0 {
             return Err(err("gpu.pipeline_parallel", "must be at least 1".into()));
         }
-        if !arch.n_layers.is_multiple_of(pp) {
+        if pp > arch.n_layers {
             return Err(err(
                 "gpu.pipeline_parallel",
-                format!("{pp} stages do not divide the {} layers of {}", arch.n_layers, arch.name),
+                format!(
+                    "{pp} stages but {} has only {} layers: each stage needs at least one",
+                    arch.name, arch.n_layers
+                ),
             ));
         }
         Ok(Parallel { attention_dp: dp, expert_parallel_size: ep, pipeline_parallel: pp, redundant_experts: redundant })

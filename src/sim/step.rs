@@ -416,16 +416,20 @@ impl StepModel {
             None if n_seqs > 0 => (seqs as f64 * ranks * l.stages as f64 / n_seqs as f64 - 1.0).max(0.0),
             _ => 0.0,
         };
+        // The layers' work, scaled to the largest of unequal stages (1 for even ones).
+        let stage = l.stage_factor(n_seqs);
         FixedParts {
-            context_excess,
+            context_excess: (1.0 + context_excess) * stage - 1.0,
             empty: false,
-            weights_s: (l.dense_weight_bytes + self.experts(moe_tokens) * self.expert_bytes_all_layers) * self.inv_bw,
-            state_s: seqs as f64 * ranks * self.state_bytes_per_seq * self.inv_bw,
-            dense_matmul_s: tokens as f64 * ranks * self.dense_s_per_token,
-            expert_matmul_s: moe_tokens as f64 * self.expert_s_per_token,
+            weights_s: stage
+                * (l.dense_weight_bytes + self.experts(moe_tokens) * self.expert_bytes_all_layers)
+                * self.inv_bw,
+            state_s: stage * seqs as f64 * ranks * self.state_bytes_per_seq * self.inv_bw,
+            dense_matmul_s: stage * tokens as f64 * ranks * self.dense_s_per_token,
+            expert_matmul_s: stage * moe_tokens as f64 * self.expert_s_per_token,
             lm_head_s: seqs as f64 * ranks * self.lm_head_s_per_seq,
-            communication_s: l.rank_comm_s(seqs, tokens),
-            all_to_all_s: l.all_to_all_s(moe_tokens),
+            communication_s: stage * l.rank_comm_s(seqs, tokens),
+            all_to_all_s: stage * l.all_to_all_s(moe_tokens),
             pipeline_s: l.pipeline_s(tokens),
             per_seq_s: self.per_seq_s * n_seqs.div_ceil(l.ranks) as f64,
         }

@@ -38,7 +38,8 @@
 //! stages' weights read from their own GPUs) plus `pipeline_s`, its P - 1 point-to-point sends of the
 //! activations (tokens x hidden x 2 bytes over the link, as an NCCL send: base latency + one hop +
 //! bytes / bandwidth). The bubble: with fewer sequences than stages the period is still one full
-//! traversal, so a lone request pays every stage in sequence.
+//! traversal, so a lone request pays every stage in sequence. Stages of unequal layers (61 over 2:
+//! 31 and 30) lengthen a full period to P x the largest stage's time (`stage_factor`).
 //!
 //! A prompt chunk is spread over neither the ranks nor the micro-batches: its sequence sits on one
 //! rank of one micro-batch (the engines schedule whole requests per micro-batch), so a step holding
@@ -61,6 +62,8 @@ pub struct LargeStep {
     pub ranks: u32,
     /// Pipeline stages (micro-batches in flight).
     pub stages: u32,
+    /// The largest stage's layers over the mean stage's (Parallel::stage_imbalance; 1: even).
+    pub stage_imbalance: f64,
     /// Weight bytes every step reads besides the touched experts: attention and dense weights once
     /// per rank.
     pub dense_weight_bytes: f64,
@@ -121,6 +124,7 @@ impl LargeStep {
         Some(LargeStep {
             ranks,
             stages: par.pipeline_parallel,
+            stage_imbalance: par.stage_imbalance(a),
             dense_weight_bytes: dense_weight_bytes * ranks as f64,
             rank_all_reduces,
             rank_coll: group(attn_tp),
@@ -161,6 +165,20 @@ impl LargeStep {
             + self.gather.map_or(0.0, |(c, b)| c.all_gather_s(t * b))
             + 0.5 * self.moe_tp_reduce.map_or(0.0, |(c, b)| c.all_reduce_s(t * b));
         self.moe_exchanges * one
+    }
+
+    /// What the layers' work of a period of `n_seqs` sequences costs over its even-split time:
+    /// with m = min(n_seqs, P) micro-batches in flight, the largest stage runs each of them through
+    /// its ceil(L / P) layers, so the period is the longer of one traversal and m x that stage's
+    /// time, max(1, m x imbalance / P). Even stages, or fewer micro-batches than stages (the
+    /// bubble), leave it at one traversal.
+    #[inline]
+    pub fn stage_factor(&self, n_seqs: u32) -> f64 {
+        if self.stage_imbalance <= 1.0 {
+            return 1.0;
+        }
+        let m = n_seqs.clamp(1, self.stages) as f64;
+        (m * self.stage_imbalance / self.stages as f64).max(1.0)
     }
 
     /// The P - 1 sends of a micro-batch of `micro_tokens` tokens between stages.

@@ -7,13 +7,13 @@ use capsim::profile::{Profile, ProfileFile};
 use capsim::sim::{BatchShape, StepModel};
 use std::process::{Command, Output};
 
-fn capsim(args: &[&str]) -> Output {
+pub(crate) fn capsim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_capsim")).args(args).current_dir(std::env::temp_dir()).output().unwrap()
 }
 
 /// Qwen3-Coder-30B-A3B (MoE: 48 layers, 128 experts, top-8) on H200s with `gpu` keys added and the
 /// given costs; bandwidth and FLOP/s as given (1e30: the matmuls and reads take no time).
-fn profile(gpu: &str, engine: &str, step_s: f64, per_seq_s: f64, bw: f64) -> Profile {
+pub(crate) fn profile(gpu: &str, engine: &str, step_s: f64, per_seq_s: f64, bw: f64) -> Profile {
     profile_of("vllm", gpu, engine, step_s, per_seq_s, bw)
 }
 
@@ -46,7 +46,7 @@ method = "test"
     ProfileFile::parse("test", &text).unwrap().resolve("test", &Catalog::builtin()).unwrap()
 }
 
-fn decodes(n: u32, context: u32) -> BatchShape {
+pub(crate) fn decodes(n: u32, context: u32) -> BatchShape {
     let mut b = BatchShape::default();
     for _ in 0..n {
         b.add_chunk(context, 1);
@@ -198,7 +198,7 @@ fn bad_layouts_are_refused_naming_the_flag() {
     assert!(e.contains("--ep") && e.contains("does not divide the 4 GPUs"), "{e}");
     let e = err(&["explain", "--tp", "8", "--ep", "8", "--expert-parallel", "--attention-dp", "0"]);
     assert!(e.contains("--attention-dp"), "{e}");
-    let e = err(&["explain", "--pp", "5"]);
+    let e = err(&["explain", "--pp", "49"]);
     assert!(e.contains("--pp") && e.contains("48 layers"), "{e}");
     let e = err(&["explain", "--model", "Llama-3.1-8B-Instruct", "--tp", "2", "--attention-dp", "2"]);
     assert!(e.contains("--attention-dp") && e.contains("dense model"), "{e}");
