@@ -243,6 +243,19 @@ impl Profile {
                 self.gpu.name, self.gpu.bf16_tflops
             ));
         }
+        // AMD's FP4 tensor cores (MI355X's CDNA 4) take the OCP microscaling MXFP4 format, and the
+        // ROCm engines serve FP4 checkpoints as MXFP4 (amd/DeepSeek-R1-0528-MXFP4; the corpus's
+        // MI355X "fp4" rows are read as mxfp4, corpus.rs `weight_dtype`): NVFP4 is NVIDIA's format
+        // (16-value blocks with FP8 scales, FACTS-hardware-engines.md).
+        if w == crate::units::Dtype::Nvfp4
+            && self.gpu.runs_natively(w)
+            && crate::hardware::learned::gpu_lineage(&self.gpu.name).0 == "amd"
+        {
+            out.push(format!(
+                "nvfp4 is NVIDIA's FP4 format; {} runs FP4 checkpoints as MXFP4 (32-value blocks, E8M0 scales: 4.25 bits a weight against nvfp4's 4.5), as its engines serve them (amd/DeepSeek-R1-0528-MXFP4): modelled at its FP4 rate with nvfp4's bytes; --precision mxfp4 is the deployment it runs",
+                self.gpu.name
+            ));
+        }
         // Under attention DP each rank stores its own requests' KV over its tp / attention_dp GPUs:
         // the copies are those of one rank's group, not of the whole tensor-parallel group.
         let (tp, dp) = (self.tensor_parallel, self.parallel.attention_dp);

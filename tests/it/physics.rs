@@ -271,6 +271,17 @@ fn another_model_takes_its_own_precision_and_the_shared_model() {
     let a100 = p.retarget(&c, &Retarget { gpu: Some("A100".into()), ..Default::default() }).unwrap();
     assert_eq!(a100.gpu.dense_flops_s(Dtype::Fp8), a100.gpu.dense_flops_s(Dtype::Bf16));
     assert!(a100.caveats().iter().any(|c| c.contains("no fp8 tensor cores")), "{:?}", a100.caveats());
+    // MI355X has FP4 tensor cores for MXFP4, the format its engines serve: an nvfp4 deployment there
+    // is told so; an mxfp4 one, and nvfp4 on MI300X (no FP4 at all: the tensor-core note), are not.
+    let on = |gpu: &str, w: Dtype| {
+        let r = Retarget { gpu: Some(gpu.into()), weight_dtype: Some(w), ..Default::default() };
+        p.retarget(&c, &r).unwrap().caveats()
+    };
+    let mxfp4_note = |v: &[String]| v.iter().any(|c| c.contains("runs FP4 checkpoints as MXFP4"));
+    assert!(mxfp4_note(&on("MI355X", Dtype::Nvfp4)), "{:?}", on("MI355X", Dtype::Nvfp4));
+    assert!(!mxfp4_note(&on("MI355X", Dtype::Mxfp4)));
+    let mi300 = on("MI300X", Dtype::Nvfp4);
+    assert!(!mxfp4_note(&mi300) && mi300.iter().any(|c| c.contains("no nvfp4 tensor cores")), "{mi300:?}");
 }
 
 #[test]
