@@ -57,6 +57,24 @@ impl Error {
     pub fn input(source: impl Into<String>, line: Option<usize>, field: Option<&str>, msg: impl Into<String>) -> Self {
         Error::Input { at: Location { source: source.into(), line, field: field.map(str::to_string) }, msg: msg.into() }
     }
+    /// A CSV row the reader could not take, at `line` of `source` (the caller's count: the csv
+    /// crate's own message names a record index and a line of its own, off by the header, so two
+    /// line numbers reached the user). A row of the wrong width says both widths; a value that does
+    /// not deserialize names its column from `headers`.
+    pub fn csv_row(source: &str, line: usize, headers: Option<&csv::StringRecord>, err: &csv::Error) -> Self {
+        let (field, msg) = match err.kind() {
+            csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
+                (None, format!("malformed row: {len} fields where the header has {expected_len}"))
+            }
+            csv::ErrorKind::Deserialize { err, .. } => (
+                err.field().and_then(|i| headers.and_then(|h| h.get(i as usize))).map(str::to_string),
+                format!("malformed row: {}", err.kind()),
+            ),
+            csv::ErrorKind::Utf8 { err, .. } => (None, format!("malformed row: not UTF-8 ({err})")),
+            _ => (None, format!("malformed row: {err}")),
+        };
+        Error::input(source, Some(line), field.as_deref(), msg)
+    }
     pub fn flag(flag: &str, msg: impl Into<String>) -> Self {
         Error::input("command line", None, Some(flag), msg)
     }

@@ -263,8 +263,8 @@ pub fn parse_points(src: &str, text: &str) -> Result<Vec<Point>> {
     let mut out = Vec::new();
     for rec in rdr.records() {
         let rec = rec.map_err(|err| {
-            let line = err.position().map(|p| p.line() as usize);
-            Error::input(src, line, None, format!("malformed CSV row: {err}"))
+            let line = err.position().map_or(0, |p| p.line() as usize);
+            Error::csv_row(src, line, Some(&headers), &err)
         })?;
         let line = rec.position().map_or(0, |p| p.line() as usize);
         if rec.len() != expected.len() {

@@ -211,10 +211,11 @@ fn source_field<'a>(source: &'a str, key: &str) -> Option<&'a str> {
 /// Read aic-e2e/measured.csv.
 pub fn read_aic_e2e(file: &str, text: &str) -> Result<Vec<CorpusPoint>> {
     let mut rdr = csv::ReaderBuilder::new().has_headers(true).from_reader(text.as_bytes());
+    let headers = rdr.headers().map_err(|e| Error::csv_row(file, 1, None, &e))?.clone();
     let mut out = Vec::new();
     for (i, rec) in rdr.deserialize::<AicRow>().enumerate() {
         let line = i + 2;
-        let r = rec.map_err(|e| Error::input(file, Some(line), None, format!("malformed row: {e}")))?;
+        let r = rec.map_err(|e| Error::csv_row(file, line, Some(&headers), &e))?;
         let err = |field: &str, msg: String| Error::input(file, Some(line), Some(field), msg);
         let count = |field: &str, s: &str, default: Option<u32>| -> Result<u32> {
             match (s.trim(), default) {

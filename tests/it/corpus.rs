@@ -192,6 +192,13 @@ fn bad_corpus_rows_name_the_file_line_and_field() {
         let e = read_aic_e2e("m.csv", &format!("{HEADER}\n{bad}\n")).unwrap_err().to_string();
         assert!(e.contains("line 2") && e.contains(field) && e.contains("got 0"), "{e}");
     }
+    // A short row, and a value of the wrong type, name one line: the reader's (the csv crate's
+    // message named its own record index and line besides) and the column.
+    let e = read_aic_e2e("m.csv", &format!("{HEADER}\n{}\nx,y,z\n", row("1024", "9.5"))).unwrap_err().to_string();
+    assert!(e.contains("line 3: malformed row: 3 fields where the header has") && !e.contains("record"), "{e}");
+    let bad = row("1024", "9.5").replace(",8,4,1,1,4,1,", ",8,four,1,1,4,1,");
+    let e = read_aic_e2e("m.csv", &format!("{HEADER}\n{bad}\n")).unwrap_err().to_string();
+    assert!(e.contains("line 2") && !e.contains("record") && !e.contains("line:"), "{e}");
     // A folder that is no corpus, and an InferenceX metadata file without its GPU.
     let tmp = Scratch::new("corpus");
     let dir = tmp.path();
