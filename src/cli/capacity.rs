@@ -28,6 +28,9 @@ pub enum RoutingArg {
     PrefixAware,
 }
 
+/// `--max-replicas` when not given: the fleet search's bound.
+pub const DEFAULT_MAX_REPLICAS: u32 = 512;
+
 #[derive(Args, Debug, Clone)]
 pub struct CapacityArgs {
     #[command(flatten)]
@@ -74,7 +77,7 @@ pub struct CapacityArgs {
     #[arg(long, help_heading = "Fleet")]
     pub disaggregated: bool,
     /// Fleet sizing: search no further than this many replicas (with --disaggregated: workers per pool).
-    #[arg(long, default_value_t = 512, help_heading = "Fleet")]
+    #[arg(long, default_value_t = DEFAULT_MAX_REPLICAS, help_heading = "Fleet")]
     pub max_replicas: u32,
     /// Fleet sizing: requests each replica receives in a candidate's run (the run grows with the fleet
     /// unless --requests or --duration fix it); default: eight running batches of the engine for the
@@ -413,7 +416,12 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
     // --seed, and its one-replica estimate its own bounds, so no load search's bounds apply to it.
     if a.target_rate.is_none() {
         for (flag, given) in
-            [("--routing", a.routing.is_some()), ("--gpu-price-per-hour", a.gpu_price_per_hour.is_some())]
+            [
+                ("--routing", a.routing.is_some()),
+                ("--gpu-price-per-hour", a.gpu_price_per_hour.is_some()),
+                // A value other than the default is one given (an explicit 512 cannot be told apart).
+                ("--max-replicas", a.max_replicas != DEFAULT_MAX_REPLICAS),
+            ]
         {
             if given {
                 return Err(Error::flag(flag, "applies to fleet sizing: give --target-rate"));

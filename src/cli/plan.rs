@@ -73,7 +73,7 @@ pub(super) fn check_flags(a: &PlanArgs) -> Result<()> {
             ));
         }
     }
-    if c.max_replicas != 512 {
+    if c.max_replicas != super::capacity::DEFAULT_MAX_REPLICAS {
         return Err(Error::flag("--max-replicas", "does not apply to plan: bound the fleet with --max-gpus"));
     }
     // Plans are fleets of aggregated replicas; the disaggregated split has its own search.

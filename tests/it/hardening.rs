@@ -317,6 +317,7 @@ fn capacity_refuses_flags_its_mode_ignores() {
     for (extra, flag) in [
         (&["--routing", "least-outstanding"][..], "`--routing`"),
         (&["--gpu-price-per-hour", "3"][..], "`--gpu-price-per-hour`"),
+        (&["--max-replicas", "8"][..], "`--max-replicas`"),
         (&["--target-rate", "5", "--max-load", "40"][..], "`--max-load`"),
         (&["--target-rate", "5", "--rate-tol", "0.1"][..], "`--rate-tol`"),
         (&["--target-rate", "5", "--seeds", "2"][..], "`--seeds`"),
