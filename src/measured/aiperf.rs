@@ -312,7 +312,7 @@ pub fn read(path: &Path, src: &str, v: &Value) -> Result<Vec<Run>> {
 fn read_records(path: &Path) -> Result<(Vec<RequestObs>, u64)> {
     let src = path.display().to_string();
     let text = crate::error::read_file(path)?;
-    let mut out: Vec<(f64, RequestObs)> = Vec::new();
+    let mut out: Vec<(f64, usize, RequestObs)> = Vec::new();
     let mut errored = 0;
     for (line, v) in parse_documents(&src, &text)? {
         let d = Doc { src: &src, line, v: &v };
@@ -324,8 +324,11 @@ fn read_records(path: &Path) -> Result<(Vec<RequestObs>, u64)> {
             continue;
         }
         let start_ns = d.num("metadata.request_start_ns")?;
-        if !start_ns.is_finite() {
-            return Err(d.err("metadata.request_start_ns", format!("must be a finite time, got {start_ns}")));
+        if !start_ns.is_finite() || start_ns < 0.0 {
+            return Err(d.err(
+                "metadata.request_start_ns",
+                format!("must be a finite, non-negative time (ns since the epoch), got {start_ns}"),
+            ));
         }
         let first = |keys: &[&str]| -> Result<(String, f64)> {
             for k in keys {
@@ -340,13 +343,30 @@ fn read_records(path: &Path) -> Result<(Vec<RequestObs>, u64)> {
         let (ok, osl) = first(&["output_sequence_length", "output_token_count", "usage_completion_tokens"])?;
         let input_tokens = tokens(&d, &ik, isl, 1)?;
         let output_tokens = tokens(&d, &ok, osl, 0)?;
-        out.push((start_ns, RequestObs { input_tokens, output_tokens, start_s: None }));
+        out.push((start_ns, line, RequestObs { input_tokens, output_tokens, start_s: None }));
     }
     out.sort_by(|a, b| a.0.total_cmp(&b.0));
     let t0 = out.first().map_or(0.0, |x| x.0);
+    // The sends span the run: one beyond any run capsim replays is a clock mixed up (a time in
+    // microseconds or seconds among nanoseconds), refused at that record, as the other readers
+    // bound their times.
+    if let Some((t, line, _)) = out.last() {
+        let span_s = (t - t0) * 1e-9;
+        if span_s > crate::workload::MAX_TIME_S {
+            let v = Value::Null;
+            let d = Doc { src: &src, line: *line, v: &v };
+            return Err(d.err(
+                "metadata.request_start_ns",
+                format!(
+                    "sent {span_s:.3e} s after the first request, beyond the {:.0} s a replayed run may span: are all the records' times in nanoseconds?",
+                    crate::workload::MAX_TIME_S
+                ),
+            ));
+        }
+    }
     let ok = out
         .into_iter()
-        .map(|(t, mut r)| {
+        .map(|(t, _, mut r)| {
             r.start_s = Some((t - t0) * 1e-9);
             r
         })

@@ -370,6 +370,25 @@ fn item15_aiperf_lengths_and_counts_from_the_records_beside_it() {
     }
     let e = read_file(&folder("item15-e", &none, None)).unwrap_err().to_string();
     assert!(e.contains("input_sequence_length") && e.contains("usage_prompt_tokens"), "{e}");
+    // A record's send time: negative, or a clock in another unit (seconds among nanoseconds, so the
+    // run would span 1e9 x its length), refused at that record's line naming the key.
+    let with_start = |line_no: usize, start: f64| -> String {
+        records
+            .lines()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut v: Value = serde_json::from_str(l).unwrap();
+                if i + 1 == line_no {
+                    v["metadata"]["request_start_ns"] = json!(start);
+                }
+                serde_json::to_string(&v).unwrap() + "\n"
+            })
+            .collect()
+    };
+    let e = read_file(&folder("item15-f", &summary, Some(&with_start(3, -5.0)))).unwrap_err().to_string();
+    assert!(e.contains("line 3") && e.contains("request_start_ns") && e.contains("-5"), "{e}");
+    let e = read_file(&folder("item15-g", &summary, Some(&with_start(5, 1e30)))).unwrap_err().to_string();
+    assert!(e.contains("line 5") && e.contains("request_start_ns") && e.contains("nanoseconds"), "{e}");
 }
 
 /// A bad statistic is refused with the value the file wrote: `mean_ttft_ms: -5` said `got -0.005`
