@@ -6,8 +6,9 @@ use super::ProfileArgs;
 use capsim::catalog::Catalog;
 use capsim::data::{self, LoadKind, Point};
 use capsim::error::{Error, Result};
-use capsim::experiment::{predict, ExperimentUnknowns};
+use capsim::experiment::{disaggregated_summary, metric_of_point, predict, ExperimentUnknowns};
 use capsim::measured::Run;
+use capsim::profile::disagg::Disaggregated;
 use capsim::profile::Profile;
 use capsim::report::{num, svg_chart, table, Series};
 use capsim::validate::{self, summarize_rows, Protocol, Row, TARGETS};
@@ -140,17 +141,85 @@ pub fn target_lines(protocol: Protocol, rows: &[Row]) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// The shared flag of the deployment that both pools of a disaggregated one replace with their own
+/// (`--tp` beside `--prefill-tp` and `--decode-tp`: each pool's profile takes the pool's value,
+/// `ProfileArgs::disaggregated`), and `--pd-routing` where each pool has one worker: a flag that
+/// would change nothing, refused naming it rather than dropped.
+fn refuse_unused_pd_flags(d: &ProfileArgs) -> Result<()> {
+    let Some((p, dec)) = d.pool_specs()? else { return Ok(()) };
+    for (flag, given, own, prefill, decode) in [
+        ("--gpu", d.gpu.is_some(), "gpu", p.gpu.is_some(), dec.gpu.is_some()),
+        ("--tp", d.tp.is_some(), "tp", p.tp.is_some(), dec.tp.is_some()),
+        ("--ep", d.ep.is_some(), "ep", p.ep.is_some(), dec.ep.is_some()),
+        ("--expert-parallel", d.expert_parallel, "ep", p.ep.is_some(), dec.ep.is_some()),
+        (
+            "--attention-dp",
+            d.attention_dp.is_some(),
+            "attention-dp",
+            p.attention_dp.is_some(),
+            dec.attention_dp.is_some(),
+        ),
+        (
+            "--redundant-experts",
+            d.redundant_experts.is_some(),
+            "redundant-experts",
+            p.redundant_experts.is_some(),
+            dec.redundant_experts.is_some(),
+        ),
+        (
+            "--max-num-seqs",
+            d.max_num_seqs.is_some(),
+            "max-num-seqs",
+            p.max_num_seqs.is_some(),
+            dec.max_num_seqs.is_some(),
+        ),
+        (
+            "--max-num-batched-tokens",
+            d.max_num_batched_tokens.is_some(),
+            "max-num-batched-tokens",
+            p.max_num_batched_tokens.is_some(),
+            dec.max_num_batched_tokens.is_some(),
+        ),
+    ] {
+        if given && prefill && decode {
+            return Err(Error::flag(
+                flag,
+                format!(
+                    "both pools state their own (--prefill-{own}, --decode-{own}), so {flag} applies to neither: leave it out, or drop one pool's flag to let that pool take it"
+                ),
+            ));
+        }
+    }
+    if d.pd_routing.is_some() && p.workers == 1 && dec.workers == 1 {
+        return Err(Error::flag(
+            "--pd-routing",
+            "picks a request's prefill and decode worker: with one worker in each pool there is nothing to pick (give --prefill-workers or --decode-workers above 1)",
+        ));
+    }
+    Ok(())
+}
+
 /// The deployment `validate --runs` replays the runs on, through the one path every command takes
-/// (`ProfileArgs::resolve`), with notes on what was taken from the files.
-fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(Profile, Vec<String>)> {
+/// (`ProfileArgs::resolve`; with `--prefill-*`/`--decode-*` the disaggregated deployment simulate
+/// builds, `ProfileArgs::disaggregated`, and as the profile its decode pool's, as simulate's), with
+/// notes on what was taken from the files.
+fn runs_deployment(
+    d: &ProfileArgs,
+    runs: &[Run],
+    catalog: &Catalog,
+) -> Result<(Profile, Option<Disaggregated>, Vec<String>)> {
     let mut notes = Vec::new();
-    if d.profile.is_none() && d.gpu.is_none() {
+    // Both pools on GPUs of their own name the deployment's GPUs without --gpu.
+    let pools_name_gpus = d.prefill_gpu.is_some() && d.decode_gpu.is_some();
+    if d.profile.is_none() && d.gpu.is_none() && !pools_name_gpus {
         return Err(Error::flag(
             "--gpu",
             "required with --runs unless --profile names the deployment: the GPU the runs were measured on \
-             (with --model, --tp, --engine, --precision, --kv-dtype as simulate takes them)",
+             (with --model, --tp, --engine, --precision, --kv-dtype as simulate takes them; disaggregated, \
+             --prefill-gpu and --decode-gpu may name each pool's instead)",
         ));
     }
+    refuse_unused_pd_flags(d)?;
     let files_model = capsim::calibrate::runs::files_model(runs, catalog)?;
     let mut d = d.clone();
     if d.profile.is_none() && d.model.is_none() {
@@ -179,7 +248,12 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
                 .push("engine not given (--engine), and the files name none: the default profile's (vLLM V1)".into()),
         }
     }
-    let profile = d.resolve(catalog)?;
+    // The files' model and engine, taken above, are each pool's too.
+    let pd = d.disaggregated(catalog)?;
+    let profile = match &pd {
+        Some(x) => x.decode.clone(),
+        None => d.resolve(catalog)?,
+    };
     if d.precision.is_none() || d.kv_dtype.is_none() {
         // What calibrate --runs lists as its assumptions, said here too: the files state neither.
         let (w, kv) = (profile.file.model.weight_dtype, profile.file.model.kv_dtype);
@@ -230,14 +304,12 @@ fn runs_deployment(d: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result<(
             }
         }
     }
-    Ok((profile, notes))
+    Ok((profile, pd, notes))
 }
 
-/// Where the predictions come from: the deployment, the profile's provenance and its band.
-fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::LearnedModel>) -> Vec<String> {
-    let f = &p.file;
-    let mut out = vec![format!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p))];
-    // The layout beyond TP, and speculation, where there is any: both change every prediction.
+/// The layout beyond TP, and speculation, where there is any: both change every prediction
+/// (" (2 pipeline stages of TP 4) (EP 8) (mtp with 3 drafted tokens)").
+fn layout_note(p: &Profile) -> String {
     let par = &p.parallel;
     let mut layout = String::new();
     if par.pipeline_parallel > 1 {
@@ -252,18 +324,24 @@ fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::Lea
     if let Some(s) = p.speculative() {
         let _ = write!(layout, " ({} with {} drafted tokens)", s.method.as_str(), s.tokens);
     }
-    out.push(format!(
-        "deployment: {} on {} x{}{}{layout}, {} {}, {} weights, {} KV, KV capacity {} tokens",
-        p.arch.name,
+    layout
+}
+
+/// "GPU xN (expert parallel) (layout)": one replica's (one worker's) GPUs, tensor parallel times
+/// pipeline stages, and its layout.
+fn gpus_text(p: &Profile) -> String {
+    format!(
+        "{} x{}{}{}",
         p.gpu.name,
-        par.gpus(p.tensor_parallel),
+        p.parallel.gpus(p.tensor_parallel),
         if p.expert_parallel { " (expert parallel)" } else { "" },
-        p.engine.kind.as_str(),
-        p.engine.version,
-        f.model.weight_dtype,
-        f.model.kv_dtype,
-        p.engine.kv_capacity_tokens
-    ));
+        layout_note(p)
+    )
+}
+
+/// Where a profile's numbers come from: its calibration and fit, or the move that made it.
+fn provenance_text(p: &Profile, learned: Option<&capsim::hardware::learned::LearnedModel>) -> String {
+    let f = &p.file;
     let mut prov = if !f.provenance.source_report.is_empty() {
         format!("calibrated on report {}", f.provenance.source_report)
     } else if !f.provenance.command.is_empty() {
@@ -291,7 +369,24 @@ fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::Lea
         (Some(base), None) => prov = format!("moved from profile {base}, itself {prov}"),
         (None, _) => {}
     }
-    out.push(format!("provenance: {prov}"));
+    prov
+}
+
+/// Where the predictions come from: the deployment, the profile's provenance and its band.
+fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::LearnedModel>) -> Vec<String> {
+    let f = &p.file;
+    let mut out = vec![format!("profile: {}{}", p.name(), super::simulate::extrapolation_note(p))];
+    out.push(format!(
+        "deployment: {} on {}, {} {}, {} weights, {} KV, KV capacity {} tokens",
+        p.arch.name,
+        gpus_text(p),
+        p.engine.kind.as_str(),
+        p.engine.version,
+        f.model.weight_dtype,
+        f.model.kv_dtype,
+        p.engine.kv_capacity_tokens
+    ));
+    out.push(format!("provenance: {}", provenance_text(p, learned)));
     out.push(if f.sigmas.is_some() {
         "band: each prediction +-1 sigma: the runs replayed on the profile one sigma slower and one faster \
          (its uncertainty: the fit's, widened or replaced by the shared hardware model's where it was moved), \
@@ -301,6 +396,193 @@ fn provenance_lines(p: &Profile, learned: Option<&capsim::hardware::learned::Lea
         "band: none (the profile states no uncertainty)".into()
     });
     out
+}
+
+/// [`provenance_lines`] of a disaggregated deployment: each pool's profile, workers, GPUs and
+/// layout, the provenance (once where the pools share it) and the band.
+fn pd_provenance_lines(d: &Disaggregated, learned: Option<&capsim::hardware::learned::LearnedModel>) -> Vec<String> {
+    let (p, q) = (&d.prefill, &d.decode);
+    let named = |p: &Profile| format!("{}{}", p.name(), super::simulate::extrapolation_note(p));
+    let mut out = vec![if named(p) == named(q) {
+        format!("profile: {} (both pools)", named(q))
+    } else {
+        format!("profile: prefill pool {}; decode pool {}", named(p), named(q))
+    }];
+    out.push(format!(
+        "deployment: {} disaggregated on {} GPUs ({} routing, KV link {} GB/s per GPU), {} {}, {} weights, {} KV",
+        q.arch.name,
+        d.gpus(),
+        d.routing.as_str(),
+        num(d.link.bw_bytes_s / 1e9, 4),
+        q.engine.kind.as_str(),
+        q.engine.version,
+        q.file.model.weight_dtype,
+        q.file.model.kv_dtype,
+    ));
+    for (name, p, workers) in [("prefill", p, d.prefill_workers), ("decode", q, d.decode_workers)] {
+        out.push(format!(
+            "  {name} pool: {workers} worker{} on {}, KV capacity {} tokens each",
+            if workers == 1 { "" } else { "s" },
+            gpus_text(p),
+            p.engine.kv_capacity_tokens
+        ));
+    }
+    let (a, b) = (provenance_text(p, learned), provenance_text(q, learned));
+    out.push(if a == b {
+        format!("provenance: {b}")
+    } else {
+        format!("provenance: prefill pool {a}; decode pool {b}")
+    });
+    out.push(if p.file.sigmas.is_some() || q.file.sigmas.is_some() {
+        "band: each prediction +-1 sigma: the runs replayed with both pools' profiles one sigma slower and one faster \
+         (their uncertainty: the fit's, widened or replaced by the shared hardware model's where it was moved), \
+         widened by the fit's residual scatter; a TTFT's band also holds the replays with the prefill pool slower \
+         and the decode pool faster, and the other way (the ratio of the pools' speeds moved one sigma)"
+            .into()
+    } else {
+        "band: none (the pools' profiles state no uncertainty)".into()
+    });
+    out
+}
+
+/// A disaggregated deployment with each pool's profile moved `prefill` and `decode` sigmas
+/// (`capacity::perturbed`: +1 one sigma faster, -1 slower; linear in between).
+fn pd_perturbed(d: &Disaggregated, prefill: f64, decode: f64) -> Disaggregated {
+    let mut x = d.clone();
+    x.prefill = capsim::capacity::perturbed(&d.prefill, prefill);
+    x.decode = capsim::capacity::perturbed(&d.decode, decode);
+    x
+}
+
+/// The +-1 sigma band of a prediction `v` replayed `a` and `b` one sigma either way: their spread
+/// widened by the fit's residual scatter `resid` in quadrature in log space (`validate::Bands::of`'s
+/// arithmetic); None unless all three are positive.
+fn alike_band(v: f64, a: f64, b: f64, resid: f64) -> Option<(f64, f64)> {
+    if !(v > 0.0 && a > 0.0 && b > 0.0) {
+        return None;
+    }
+    let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
+    let widen = |x: f64| (x.ln().powi(2) + resid * resid).sqrt();
+    Some((v * (-widen(v / lo)).exp(), v * widen(hi / v).exp()))
+}
+
+/// `validate::validate_runs` on a disaggregated deployment: each run replayed as its load generator
+/// ran it (`experiment::run_workload`, the aggregated path's workload) on both pools
+/// (`experiment::disaggregated_summary`, as the corpus replays its disaggregated points), each
+/// statistic compared as the aggregated path compares it (`experiment::metric_of_point`).
+///
+/// The band: the aggregated path's (`validate::Bands`, private to src/validate.rs, whose two lines
+/// of arithmetic are repeated here) applied to both pools: each pool's profile one sigma slower and
+/// one faster (`capacity::perturbed`), the spread widened by the fit's residual scatter in quadrature
+/// in log space. A TTFT's band is also at least as wide as the replays with the prefill pool slower
+/// and the decode pool faster and the other way, as the large protocols widen a disaggregated
+/// point's (`validate::corpus::replayed_band`): near the prefill pool's capacity a modest error in
+/// the ratio of the pools' speeds is a large one in TTFT, and scaling both pools alike does not
+/// show it. There the ratio moves one sigma, split between the pools in proportion to each one's
+/// sigma squared (`validate::corpus::pool_band_scales`, from the learned model's sigmas of a corpus
+/// experiment, which a deployment resolved from flags is not); here each pool's sigma is its
+/// profile's, taken as equal for pools of one profile, so each pool moves 1/sqrt(2) of its own.
+fn pd_run_rows(d: &Disaggregated, runs: &[Run]) -> Vec<validate::RunRow> {
+    let sigmas = d.prefill.file.sigmas.is_some() || d.decode.file.sigmas.is_some();
+    let half = std::f64::consts::FRAC_1_SQRT_2;
+    // 0: the deployment; 1, 2: both pools slower, faster; 3, 4: the pools' ratio moved either way.
+    let mut replays = vec![d.clone()];
+    if sigmas {
+        replays.extend([
+            pd_perturbed(d, -1.0, -1.0),
+            pd_perturbed(d, 1.0, 1.0),
+            pd_perturbed(d, -half, half),
+            pd_perturbed(d, half, -half),
+        ]);
+    }
+    let resid = [&d.prefill, &d.decode]
+        .iter()
+        .filter_map(|p| p.file.fit.as_ref().map(|f| f.residual_sigma_log))
+        .fold(0.0, f64::max);
+    runs.par_iter()
+        .map(|run| {
+            let points = run.points("validate");
+            // Every statistic of a run is of one replay (one workload): simulated once per deployment.
+            let summaries: Vec<Option<capsim::metrics::Summary>> = match points.first() {
+                Some(p) => replays.par_iter().map(|x| disaggregated_summary(x, p)).collect(),
+                None => Vec::new(),
+            };
+            points
+                .iter()
+                .map(|p| {
+                    let value = |i: usize| summaries.get(i)?.as_ref().and_then(|s| metric_of_point(s, p));
+                    let predicted = value(0);
+                    let band = predicted.filter(|_| sigmas).and_then(|v| {
+                        let band = alike_band(v, value(1)?, value(2)?, resid)?;
+                        let moved = if p.metric == "ttft_s" { [value(3), value(4)] } else { [None, None] };
+                        Some(
+                            moved
+                                .into_iter()
+                                .flatten()
+                                .filter(|x| x.is_finite() && *x > 0.0)
+                                .fold(band, |(lo, hi), x| (lo.min(x), hi.max(x))),
+                        )
+                    });
+                    let error = predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value);
+                    validate::RunRow {
+                        band,
+                        file: run.source.file.clone(),
+                        run: run.label(),
+                        load: run.load.describe(),
+                        metric: p.metric.clone(),
+                        stat: capsim::metrics::stat_name(p.stat).to_string(),
+                        measured: p.value,
+                        predicted,
+                        error,
+                        error_pct: error.map(|e| e * 100.0),
+                        flagged: error.is_none(),
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The rows of `runs` on the deployment: the profile's, or the disaggregated deployment's.
+fn run_rows(profile: &Profile, pd: Option<&Disaggregated>, runs: &[Run]) -> Vec<validate::RunRow> {
+    match pd {
+        Some(d) => pd_run_rows(d, runs),
+        None => validate::validate_runs(profile, runs),
+    }
+}
+
+/// Why a run's statistics have no prediction on a disaggregated deployment: its shortest request
+/// fits no worker of a pool (`disagg::check_pools_fit`, simulate's refusal), else as on one profile.
+fn pd_why_not_replayed(d: &Disaggregated, run: &Run, missing: &[String], all: usize) -> String {
+    if let Ok(w) = capsim::experiment::run_workload(run) {
+        match super::disagg::check_pools_fit(d, &w) {
+            Err(Error::Input { at, msg }) => {
+                let flag = at.field.map_or(String::new(), |f| format!(" ({f})"));
+                return format!("its shortest request fits no worker of a pool{flag}: {msg}");
+            }
+            Err(e) => return format!("its shortest request fits no worker of a pool: {e}"),
+            Ok(()) => {}
+        }
+    }
+    capsim::calibrate::runs::why_not_replayed(&d.decode, run, missing, all)
+}
+
+/// The `disaggregated` object of `validate --runs --json`: each pool's workers, GPU, tensor
+/// parallelism, GPUs per worker, layout (as the top-level `parallel` and `speculative`), engine, KV
+/// capacity and profile; the GPUs in all, the router and the KV link, as simulate's object names them.
+fn pd_json(d: &Disaggregated) -> serde_json::Value {
+    let pool = |p: &Profile, workers: u32| {
+        json!({"workers": workers, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
+               "gpus_per_worker": capsim::profile::disagg::worker_gpus(p), "expert_parallel": p.expert_parallel,
+               "parallel": p.parallel, "speculative": p.speculative(), "engine": p.engine.kind.as_str(),
+               "kv_capacity_tokens": p.engine.kv_capacity_tokens, "profile": p.name(),
+               "retargeted_from": p.retargeted_from, "retarget_method": p.retarget_method})
+    };
+    json!({"prefill": pool(&d.prefill, d.prefill_workers), "decode": pool(&d.decode, d.decode_workers),
+           "gpus": d.gpus(), "routing": d.routing, "kv_link": d.link})
 }
 
 /// `validate --runs`: every statistic of every run, predicted against measured, and a summary per
@@ -322,9 +604,22 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
     }
     let catalog = a.deployment.catalog()?;
     let (runs, _files, skipped) = super::calibrate::read_runs(&a.runs)?;
-    let (profile, notes) = runs_deployment(&a.deployment, &runs, &catalog)?;
+    let (profile, pd, notes) = runs_deployment(&a.deployment, &runs, &catalog)?;
     for n in &notes {
         eprintln!("note: {n}");
+    }
+    if let Some(d) = &pd {
+        // As simulate checks its run: the replay's memory, each run's in turn.
+        for r in &runs {
+            if let Ok(w) = capsim::experiment::run_workload(r) {
+                let est = capsim::sim::memory_estimate(&d.decode, &w, d.prefill_workers + d.decode_workers);
+                capsim::memory::check(
+                    &est,
+                    1,
+                    &format!("replaying run {} on the disaggregated deployment", r.label()),
+                )?;
+            }
+        }
     }
     if a.scale_out.jsonl {
         // One line per run: its statistics predicted against measured.
@@ -334,13 +629,16 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
         }
         for i in shard.indices(runs.len()) {
             let r = &runs[i];
-            let rows = validate::validate_runs(&profile, std::slice::from_ref(r));
-            let v = json!({"profile": profile.name(), "run": r.label(), "file": r.source.file, "tool": r.source.tool.as_str(), "rows": rows});
+            let rows = run_rows(&profile, pd.as_ref(), std::slice::from_ref(r));
+            let mut v = json!({"profile": profile.name(), "run": r.label(), "file": r.source.file, "tool": r.source.tool.as_str(), "rows": rows});
+            if let Some(d) = &pd {
+                v["disaggregated"] = pd_json(d);
+            }
             outln!("{}", line(i, runs.len(), v))?;
         }
         return Ok(());
     }
-    let rows = validate::validate_runs(&profile, &runs);
+    let rows = run_rows(&profile, pd.as_ref(), &runs);
     let summary = validate::summarize_run_rows(&rows);
     let failed: u64 = runs.iter().map(|r| r.failed).sum();
     let coverage = validate::run_band_coverage(&rows);
@@ -356,7 +654,10 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             let missing: Vec<String> =
                 mine.iter().filter(|r| r.predicted.is_none()).map(|r| format!("{} {}", r.metric, r.stat)).collect();
             (!missing.is_empty()).then(|| {
-                let why = capsim::calibrate::runs::why_not_replayed(&profile, run, &missing, mine.len());
+                let why = match &pd {
+                    Some(d) => pd_why_not_replayed(d, run, &missing, mine.len()),
+                    None => capsim::calibrate::runs::why_not_replayed(&profile, run, &missing, mine.len()),
+                };
                 format!("{} ({}): {why}", run.label(), run.source.file)
             })
         })
@@ -365,9 +666,10 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
     let compared = rows.iter().filter(|r| r.error.is_some()).count();
     let no_answer = (compared == 0).then(|| {
         Error::NoAnswer(format!(
-            "no statistic of the {} run(s) could be compared on {} (the output says why: not replayed, not compared)",
+            "no statistic of the {} run(s) could be compared on {}{} (the output says why: not replayed, not compared)",
             runs.len(),
-            profile.name()
+            profile.name(),
+            if pd.is_some() { ", disaggregated" } else { "" }
         ))
     });
     if a.json {
@@ -381,29 +683,41 @@ fn validate_runs(a: &ValidateArgs) -> Result<()> {
             })
             .collect();
         let p = &profile;
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"profile": p.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
+        // Disaggregated: the deployment keys are the decode pool's (simulate's `profile` is), the
+        // extrapolation and caveats either pool's, each pool in `disaggregated`.
+        let pools: Vec<&Profile> = pd.as_ref().map_or(vec![p], |d| vec![&d.prefill, &d.decode]);
+        let extrapolation = pools.iter().any(|q| q.retargeted_from.is_some());
+        let mut caveats: Vec<String> = Vec::new();
+        for c in pools.iter().flat_map(|q| q.caveats()) {
+            if !caveats.contains(&c) {
+                caveats.push(c);
+            }
+        }
+        let mut v = json!({"profile": p.name(), "runs": runs_json, "rows": rows, "summary": summary, "skipped": skipped,
                            "not_comparable": {"why": validate::MEASURED_ZERO, "statistics": zero},
                            "not_replayed": not_replayed,
                            "band_coverage": {"statistics": coverage.0, "inside": coverage.1},
                            "retargeted_from": p.retargeted_from, "retarget_method": p.retarget_method,
-                           "extrapolation": p.retargeted_from.is_some(), "caveats": p.caveats(), "notes": notes,
+                           "extrapolation": extrapolation, "caveats": caveats, "notes": notes,
                            "model": p.arch.name, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
                            "expert_parallel": p.expert_parallel, "parallel": p.parallel,
                            "speculative": p.speculative(), "weight_dtype": p.file.model.weight_dtype,
                            "kv_dtype": p.file.model.kv_dtype, "engine": p.engine,
-                           "source_report": p.file.provenance.source_report})
-            )
-            .expect("json")
-        )?;
+                           "source_report": p.file.provenance.source_report});
+        if let Some(d) = &pd {
+            v["disaggregated"] = pd_json(d);
+        }
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return no_answer.map_or(Ok(()), Err);
     }
     for s in &skipped {
         eprintln!("skipped {s}");
     }
-    for l in provenance_lines(&profile, catalog.learned.as_ref()) {
+    let lines = match &pd {
+        Some(d) => pd_provenance_lines(d, catalog.learned.as_ref()),
+        None => provenance_lines(&profile, catalog.learned.as_ref()),
+    };
+    for l in lines {
         outln!("{l}")?;
     }
     for r in &runs {
@@ -744,6 +1058,65 @@ fn markdown(
 mod tests {
     use super::ProfileArgs;
     use clap::{Args, FromArgMatches};
+
+    /// A disaggregated TTFT's band holds the replays with the pools' ratio moved (the prefill pool
+    /// slower and the decode pool faster, and the other way), where they reach beyond the band of
+    /// both pools moved alike: 512 clients of 4,096-token prompts on one prefill worker and two
+    /// decode workers, near the prefill pool's capacity. Other statistics keep the band of both
+    /// pools moved alike.
+    #[test]
+    fn a_disaggregated_ttft_band_holds_the_replays_with_the_pools_ratio_moved() {
+        use capsim::experiment::{disaggregated_summary, metric_of_point};
+        let catalog = capsim::catalog::Catalog::builtin();
+        let args = ProfileArgs {
+            gpu: Some("H200 SXM".into()),
+            prefill_workers: Some(1),
+            decode_workers: Some(2),
+            ..ProfileArgs::default()
+        };
+        let d = args.disaggregated(&catalog).unwrap().unwrap();
+        // A `vllm bench serve` result of that load (the measured values do not enter the band).
+        let file = std::env::temp_dir().join(format!("capsim-pd-band-{}.json", std::process::id()));
+        let ms = |v: f64| serde_json::json!(v);
+        let mut v = serde_json::json!({"backend": "vllm", "model_id": "Qwen3-Coder-30B-A3B-Instruct",
+            "max_concurrency": 512, "num_prompts": 2048, "completed": 2048, "failed": 0, "request_rate": "inf",
+            "burstiness": 1.0, "duration": 400.0, "total_input_tokens": 2048.0 * 4096.0,
+            "total_output_tokens": 2048.0 * 512.0, "request_throughput": 5.0, "output_throughput": 2500.0});
+        for stat in ["mean", "median", "p90", "p99"] {
+            for (m, x) in [("ttft", 5e4), ("tpot", 90.0), ("itl", 90.0), ("e2el", 9e4)] {
+                v[format!("{stat}_{m}_ms")] = ms(x);
+            }
+        }
+        std::fs::write(&file, v.to_string()).unwrap();
+        let (runs, _) = capsim::measured::read_path(&file).unwrap();
+        let _ = std::fs::remove_file(&file);
+        assert_eq!(runs.len(), 1);
+        let rows = super::pd_run_rows(&d, &runs);
+        let points = runs[0].points("validate");
+        let half = std::f64::consts::FRAC_1_SQRT_2;
+        let at = |x: &capsim::profile::disagg::Disaggregated| disaggregated_summary(x, &points[0]).unwrap();
+        let (slow, fast) = (at(&super::pd_perturbed(&d, -1.0, -1.0)), at(&super::pd_perturbed(&d, 1.0, 1.0)));
+        let moved = [at(&super::pd_perturbed(&d, -half, half)), at(&super::pd_perturbed(&d, half, -half))];
+        let resid = d.decode.file.fit.as_ref().unwrap().residual_sigma_log;
+        let mut beyond = 0;
+        for (r, p) in rows.iter().zip(&points) {
+            let v = r.predicted.unwrap();
+            let alike =
+                super::alike_band(v, metric_of_point(&slow, p).unwrap(), metric_of_point(&fast, p).unwrap(), resid)
+                    .unwrap();
+            let (lo, hi) = r.band.unwrap();
+            if r.metric != "ttft_s" {
+                assert_eq!((lo, hi), alike, "{} {}", r.metric, r.stat);
+                continue;
+            }
+            for s in &moved {
+                let x = metric_of_point(s, p).unwrap();
+                assert!(lo <= x && x <= hi, "TTFT {}: {x} outside {lo} .. {hi}", r.stat);
+                beyond += usize::from(x < alike.0 || x > alike.1);
+            }
+        }
+        assert!(beyond > 0, "no TTFT replay with the pools' ratio moved reached beyond the band of both moved alike");
+    }
 
     /// `ProfileArgs::given_flags` knows every flag of the group: each one given alone is reported, so
     /// a flag added to the group cannot slip past validate's refusal without --runs.

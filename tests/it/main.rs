@@ -36,6 +36,7 @@ mod scratch;
 mod sim;
 mod validate;
 mod validate_runs;
+mod validate_runs_pd;
 mod workload;
 
 pub use scratch::Scratch;
