@@ -85,7 +85,7 @@ pub fn deployment_of(a: &ProfileArgs, runs: &[Run], catalog: &Catalog) -> Result
     // A disaggregated deployment's pools are predicted from the learned model, not fitted from one
     // deployment's runs: a pool flag would be dropped, so it is refused, naming it.
     a.refuse_pools(
-        "calibrate --runs fits one aggregated deployment; a disaggregated deployment runs in simulate, capacity --disaggregated and explain only",
+        "calibrate --runs fits one aggregated deployment; a disaggregated deployment runs in simulate, capacity --disaggregated, explain and validate --runs only",
     )?;
     if a.profile.is_some() {
         return Err(Error::flag(

@@ -458,7 +458,9 @@ impl ProfileArgs {
     /// The resolved profile: loaded, engine overrides applied, retargeted if asked. A name no catalog
     /// knows, or a GPU count out of range, is refused naming the flag that gave it.
     pub fn resolve(&self, catalog: &Catalog) -> Result<Profile> {
-        self.refuse_pools("a disaggregated deployment runs in simulate, capacity --disaggregated and explain only")?;
+        self.refuse_pools(
+            "a disaggregated deployment runs in simulate, capacity --disaggregated, explain and validate --runs only",
+        )?;
         if let Some(gb) = self.kv_offload_gb {
             capsim::profile::offload::check_gb(gb).map_err(|msg| Error::flag("--kv-offload-gb", msg))?;
         }

@@ -41,6 +41,8 @@ mod simulate;
 mod sweep;
 mod validate;
 mod validate_corpus;
+mod validate_runs;
+mod validate_runs_pd;
 mod workload_args;
 
 pub use deploy::*;
