@@ -162,8 +162,12 @@ pub enum Refusal {
     /// A draft method or engine whose launch settings capsim has not read (MTP on SGLang, TensorRT-LLM
     /// and vLLM is expressed: `corpus_speculative`).
     SpeculativeDecoding,
-    /// Attention data parallelism: the client's concurrency spread over DP ranks (issue 25).
+    /// Attention data parallelism whose ranks the columns do not tile over the GPUs (issue 25).
     AttentionDp,
+    /// A dense model's per-rank `batch_size` below the concurrency: attention-DP ranks a dense
+    /// model does not run (its layers are all attention and dense), so replicas or a batch cap the
+    /// row does not state.
+    DenseRankBatch,
     PipelineParallel,
     /// MoE experts split over tensor and expert parallelism at once.
     MixedMoeLayout,
@@ -201,7 +205,10 @@ impl Refusal {
             Refusal::Disaggregated => "disaggregated prefill/decode without a stated layout or concurrency".into(),
             Refusal::SpeculativeDecoding => "speculative decoding of a method capsim has not read".into(),
             Refusal::UnmarkedMtp => "MTP the row does not mark (the image and day of an InferenceX MTP run)".into(),
-            Refusal::AttentionDp => "attention data parallelism".into(),
+            Refusal::AttentionDp => {
+                "attention data parallelism whose ranks, GPUs and experts the columns do not tile".into()
+            }
+            Refusal::DenseRankBatch => "a dense model whose batch_size per rank is below the concurrency: attention-DP ranks it does not run, replicas or a batch cap the row does not state".into(),
             Refusal::PipelineParallel => "pipeline parallelism".into(),
             Refusal::MixedMoeLayout => "MoE split over TP and EP at once".into(),
             Refusal::BeyondLinkDomain => "tensor parallel beyond one NVLink domain".into(),
@@ -522,6 +529,22 @@ pub fn benchmark_settings(client: Client, engine: EngineKind, isl: u32, concurre
     s
 }
 
+/// The engine release a point ran, where its version column names one capsim read: the defaults
+/// and admission rules that changed between releases (vLLM's gpu_memory_utilization 0.9 -> 0.92
+/// and CUDA graphs' memory from 0.20, its full-prompt reservation from 0.19; profile/engine.rs)
+/// are the ones its engine had, not the newest release's. vLLM and SGLang only: InferenceX's
+/// Dynamo TensorRT-LLM rows state Dynamo's version (0.8.1.post1), and capsim's TensorRT-LLM has no
+/// release-dependent behaviour. A version that does not parse ("nightly-dev", "glm5-hopper") or
+/// lies outside the releases read keeps the newest's behaviour, as a user's profile does.
+fn corpus_release(p: &CorpusPoint, engine: EngineKind) -> Option<String> {
+    use crate::profile::{latest_version, oldest_version, EngineVersion};
+    if engine == EngineKind::Trtllm {
+        return None;
+    }
+    let v = EngineVersion::parse(&p.engine_version)?;
+    (v >= oldest_version(engine) && v <= latest_version(engine)).then(|| v.to_string())
+}
+
 /// The KV cache's dtype: the launch script's where the source states it (inferencex-dsr1's
 /// metadata); else what the point's benchmark setup is known to use:
 /// - TensorRT-LLM takes the checkpoint's `kv_cache_quant_algo`, FP8 in NVIDIA's ModelOpt FP8 and NVFP4
@@ -642,7 +665,9 @@ pub fn express(
         (1, false, crate::profile::Parallel::plain(), p.concurrency)
     } else if large {
         let l = layout(p, engine, &arch).ok_or(
-            if p.attention_dp > 1 || p.batch_size.is_some_and(|b| b != p.concurrency) {
+            if !moe && p.attention_dp <= 1 && p.batch_size.is_some_and(|b| b != p.concurrency) {
+                Refusal::DenseRankBatch
+            } else if p.attention_dp > 1 || p.batch_size.is_some_and(|b| b != p.concurrency) {
                 Refusal::AttentionDp
             } else {
                 Refusal::MixedMoeLayout
@@ -683,6 +708,8 @@ pub fn express(
         ),
         speculative,
     };
+    let mut deployment = deployment;
+    deployment.settings.version = corpus_release(p, engine);
     let pd = match pools {
         None => None,
         Some((pre, dec)) => {

@@ -22,7 +22,9 @@
 //!   tp 4): TP GPUs with --enable-expert-parallel.
 //! - aic-e2e rows of NVIDIA's gap analyses: `tp_size` is the engine's tp_size (moe_tp x moe_ep =
 //!   tp_size) and `batch_size` each rank's batch: concurrency / batch_size attention ranks
-//!   (TensorRT-LLM enable_attention_dp, where each rank batches its own requests).
+//!   (TensorRT-LLM enable_attention_dp, where each rank batches its own requests). Rows whose
+//!   experts tile tp_size x attention_dp_size GPUs instead state aiconfigurator's convention (as
+//!   its disaggregated pools do): attention_dp_size ranks of tp_size GPUs each.
 //! - A disaggregated row's pools ([`worker`]): aiconfigurator's `prefill_*`/`decode_*` columns as
 //!   a worker of tp_size x attention_dp_size GPUs (each rank's attention over tp_size of them), its
 //!   experts over moe_tp_size x moe_ep_size of the same GPUs; InferenceX's metadata pool blocks as
@@ -134,6 +136,16 @@ pub fn layout(p: &CorpusPoint, engine: EngineKind, arch: &ModelArch) -> Option<L
             return None;
         }
         (tp, if dpa { tp } else { 1 }, if moe { ep } else { 1 })
+    } else if moe && p.attention_dp > 1 && p.moe_tp.max(1) * p.moe_ep.max(1) == p.tensor_parallel * p.attention_dp {
+        // aiconfigurator's own convention, as in its disaggregated pools: `tp_size` is each
+        // attention rank's TP, the replica tp_size x attention_dp_size GPUs tiled by the experts'
+        // moe_tp x moe_ep (the `source_file=2026-03-25.csv` rows: DeepSeek-R1 `tp 1, dp 8, ep 8`
+        // at batch 32 and concurrency 256, id `_tp8_0_ep8_0_`), each rank batching its share.
+        let dp = p.attention_dp;
+        if p.batch_size.is_some_and(|b| b * dp != conc) {
+            return None;
+        }
+        (p.tensor_parallel * dp, dp, p.moe_ep.max(1))
     } else {
         // NVIDIA's own rows: tp_size GPUs, each rank's batch.
         let tp = p.tensor_parallel;

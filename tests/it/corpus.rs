@@ -596,6 +596,16 @@ fn a_point_is_large_by_the_layout_it_is_replayed_on() {
     }
     let dpa = get("dsr1_h200_trtllm_fp8_agg_8192x1024_c64_cfg183");
     assert_eq!(dpa.features(), vec![capsim::corpus::Feature::AttentionDp]);
+    // aiconfigurator's own convention (tp_size per rank, experts tiling tp_size x attention_dp_size
+    // GPUs): DeepSeek-R1 `tp 1, dp 8, moe_tp 1, ep 8` at batch 32 and concurrency 256 is 8 GPUs of
+    // 8 ranks, experts over all 8. It was refused as attention DP the columns did not make.
+    let r1 = get("2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x8192_c256_tp8_0_ep8_0_1238");
+    assert_eq!(r1.deployment.tensor_parallel, 8);
+    assert_eq!((r1.deployment.parallel.attention_dp, r1.deployment.parallel.expert_parallel_size), (8, 8));
+    // A dense model's batch below the concurrency says why it is refused: no attention DP to run.
+    let dense = "qwen_qwen3_32b_qwen_qwen3_32b_gb200_trtllm_agg_4000x1000_c8_tp2_epnone_11";
+    let why = all.refused.iter().find(|(p, _)| p.id == dense).map(|(_, r)| r.label()).unwrap();
+    assert!(why.contains("dense model") && why.contains("batch_size"), "{why}");
 }
 
 /// A disaggregated InferenceX point is replayed with the pools its recipe launched
