@@ -415,14 +415,12 @@ pub fn prepare(a: &CapacityArgs) -> Result<Prepared> {
     // routing belong to fleet sizing; fleet sizing runs each candidate fleet at the target rate with
     // --seed, and its one-replica estimate its own bounds, so no load search's bounds apply to it.
     if a.target_rate.is_none() {
-        for (flag, given) in
-            [
-                ("--routing", a.routing.is_some()),
-                ("--gpu-price-per-hour", a.gpu_price_per_hour.is_some()),
-                // A value other than the default is one given (an explicit 512 cannot be told apart).
-                ("--max-replicas", a.max_replicas != DEFAULT_MAX_REPLICAS),
-            ]
-        {
+        for (flag, given) in [
+            ("--routing", a.routing.is_some()),
+            ("--gpu-price-per-hour", a.gpu_price_per_hour.is_some()),
+            // A value other than the default is one given (an explicit 512 cannot be told apart).
+            ("--max-replicas", a.max_replicas != DEFAULT_MAX_REPLICAS),
+        ] {
             if given {
                 return Err(Error::flag(flag, "applies to fleet sizing: give --target-rate"));
             }
