@@ -816,6 +816,7 @@ fn learned_of(x: &[f64], lay: &Layout, feats: &[Feat], provenance: &str, iterati
             iterations,
         },
         exchange: None,
+        handover: Vec::new(),
     };
     CorpusFit { model, predictions }
 }
@@ -890,7 +891,8 @@ pub fn disaggregated(
         pool(&x.decode)?,
         x.prefill_workers,
         x.decode_workers,
-    ))
+    )
+    .with_learned_handover(Some(model)))
 }
 
 /// `points` of a corpus experiment replayed on profiles from `model` (its deployment's residual when
@@ -1010,6 +1012,28 @@ pub fn report_text(m: &LearnedModel, ex: &crate::corpus::Expressed) -> String {
             x.tpot_median_abs_pct_without,
             x.tpot_median_abs_pct,
             super::exchange::PROBE_S * 1e6
+        );
+    }
+    for h in &m.handover {
+        let _ = writeln!(
+            t,
+            "{}hand-over of a disaggregated request under {} (fitted after the step model on {} TTFTs at {} clients or fewer of {} disaggregated deployments, calibrate/handover.rs): {}; their median |error| {:.1}% without it, {:.1}% with it",
+            if h.engine == m.handover[0].engine { "\n" } else { "" },
+            h.engine,
+            h.points,
+            super::handover::LOW_LOAD_CLIENTS,
+            h.deployments,
+            if super::handover::enough(h) {
+                format!("{:.1} ms", h.handover_s * 1e3)
+            } else {
+                format!(
+                    "0 (fewer than {} TTFTs of {} deployments: too little to fit)",
+                    super::handover::MIN_POINTS,
+                    super::handover::MIN_DEPLOYMENTS
+                )
+            },
+            h.ttft_median_abs_pct_without,
+            h.ttft_median_abs_pct,
         );
     }
     let _ = writeln!(t, "\nmeasured deployments' own residuals (log decode, log prefill):");

@@ -12,6 +12,7 @@
 
 pub mod corpus;
 pub mod exchange;
+pub mod handover;
 mod inputs;
 pub mod nelder_mead;
 mod priors;

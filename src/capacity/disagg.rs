@@ -78,7 +78,10 @@ pub fn size_disaggregated(
         if let Some(c) = tried.get(&(p, d)) {
             return Ok(c.clone());
         }
-        let dep = Disaggregated::new(base.prefill.clone(), base.decode.clone(), p, d).with_routing(base.routing);
+        // The candidate's link follows its GPU count (one link domain or the network); its router
+        // and hand-over are the deployment's.
+        let mut dep = Disaggregated::new(base.prefill.clone(), base.decode.clone(), p, d).with_routing(base.routing);
+        dep.handover_s = base.handover_s;
         let mut t = q.template.clone();
         if t.requests.is_none() && t.duration_s.is_none() {
             t.requests = Some(requests_for(p + d, requests_per_worker));

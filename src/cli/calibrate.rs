@@ -512,7 +512,7 @@ fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
         a.out.display()
     );
     let provenance = format!(
-        "{command}: {} of {total} points of {source} (plain aggregated deployments; then the exchange latency between attention-DP ranks on the attention-DP deployments' TPOTs; the rest are large deployments, validated apart, or cannot be expressed yet: capsim points --corpus)",
+        "{command}: {} of {total} points of {source} (plain aggregated deployments; then the exchange latency between attention-DP ranks on the attention-DP deployments' TPOTs, and each engine's hand-over of a disaggregated request on the disaggregated deployments' low-load TTFTs; the rest are large deployments, validated apart, or cannot be expressed yet: capsim points --corpus)",
         exps.len()
     );
     let mut fit = calibrate::corpus::fit(&catalog, &exps, &provenance)?;
@@ -521,6 +521,10 @@ fn run_corpus(a: &CalibrateArgs, dir: Option<&std::path::Path>) -> Result<()> {
     let large = ex.large();
     let obs = calibrate::exchange::observations(&catalog, &fit.model, &large);
     fit.model.exchange = calibrate::exchange::fit(obs.iter());
+    // Nor hands a request from a prefill worker to a decode worker: that hand-over is fitted per
+    // engine on the disaggregated deployments' low-load TTFTs, with the exchange (calibrate/handover.rs).
+    let obs = calibrate::handover::observations(&catalog, &fit.model, &large);
+    fit.model.handover = calibrate::handover::fit(obs.iter());
     std::fs::create_dir_all(&a.out).map_err(|err| Error::Io { path: a.out.display().to_string(), err })?;
     let toml_path = a.out.join("learned.toml");
     let fit_path = a.out.join("learned.fit.txt");

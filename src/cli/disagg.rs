@@ -216,7 +216,11 @@ impl ProfileArgs {
             Some(RoutingArg::LeastOutstanding) => PdRouting::LeastOutstanding,
             Some(RoutingArg::PrefixAware) => PdRouting::PrefixAware,
         };
-        Ok(Some(Disaggregated::new(prefill, decode, p.workers, d.workers).with_routing(routing)))
+        Ok(Some(
+            Disaggregated::new(prefill, decode, p.workers, d.workers)
+                .with_routing(routing)
+                .with_learned_handover(catalog.learned.as_ref()),
+        ))
     }
 }
 
@@ -349,6 +353,7 @@ pub fn insert_json(
             "decode": pool(&d.decode, d.decode_workers),
             "gpus": d.gpus(),
             "kv_link": d.link,
+            "handover_s": d.handover_s,
             "routing": d.routing,
         }),
     );
@@ -630,6 +635,7 @@ pub fn transfer_json(d: &Disaggregated, tokens: u32) -> serde_json::Value {
         "bytes_per_prefill_gpu": sent,
         "bytes_per_decode_gpu": received,
         "transfer_s": d.transfer_s(tokens),
+        "handover_s": d.handover_s,
     })
 }
 
@@ -654,5 +660,9 @@ pub fn transfer_text(d: &Disaggregated, pool: &str, tokens: u32) -> String {
         num(d.link.bw_bytes_s / 1e9, 4),
         d.link.path,
         d.link.source
+    ) + &format!(
+        "hand-over before it: {} ms per request ({}: the router's hop, the decode worker's KV allocation and the connector's handshake, learned per engine on the corpus's disaggregated TTFTs at low load, calibrate/handover.rs); it adds to that request's TTFT, not to any step\n",
+        num(d.handover_s * 1e3, 4),
+        d.prefill.engine.kind.as_str()
     )
 }

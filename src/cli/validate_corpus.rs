@@ -36,6 +36,7 @@ pub fn run(a: &ValidateArgs, protocols: &[CorpusProtocol], catalog: &Catalog) ->
             doc += &markdown_section(p, &sums);
             doc += &exchange_note(p, &rows);
             doc += &mtp_note(p, &rows);
+            doc += &handover_note(p, &rows);
             continue;
         }
         print_one(a, p, &rows, &sums, &ex)?;
@@ -113,6 +114,15 @@ fn exchange_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
         |r| r.exchange_latency_us.map(|x| format!("{x:.1} us")),
         "Fixed time of a MoE dispatch or combine between attention-DP ranks, fitted on the attention-DP TPOTs without MTP of the training set (in sample: every such point; a GPU held out: the other GPUs'; calibrate/exchange.rs)",
     )
+}
+
+/// Each engine's hand-over of a disaggregated request each held-out member's rows were replayed at.
+fn handover_note(p: CorpusProtocol, rows: &[CorpusRow]) -> String {
+    let what = format!(
+        "Hand-over of a disaggregated request from its prefill to its decode worker per engine, fitted on the disaggregated TTFTs at {} clients or fewer of the training set (in sample: every such point; a GPU held out: the other GPUs'; calibrate/handover.rs; an engine without one: 0)",
+        capsim::calibrate::handover::LOW_LOAD_CLIENTS
+    );
+    fitted_note(p, rows, |r| r.handovers.as_ref().map(|h| format!("({h})")), &what)
 }
 
 /// The MTP acceptance each held-out member's MTP rows were replayed at.

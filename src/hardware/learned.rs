@@ -178,6 +178,28 @@ pub struct LearnedModel {
     /// attention-DP deployments (absent: not modelled, 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange: Option<ExchangeFit>,
+    /// The fixed hand-over of a disaggregated request from its prefill to its decode worker, per
+    /// engine, learned on the corpus's disaggregated deployments (absent: 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handover: Vec<HandoverFit>,
+}
+
+/// The fixed time from a disaggregated request's first token on its prefill worker to the start of
+/// its KV transfer, for one engine (crate::profile::disagg::Disaggregated::handover_s), fitted
+/// after the step model (calibrate/handover.rs says how): no aggregated deployment hands requests
+/// over, and a disaggregated TTFT at low load is that fixed time plus steps the plain points fit.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HandoverFit {
+    pub engine: String,
+    /// Seconds per request.
+    pub handover_s: f64,
+    /// TTFTs and deployments it was fitted on.
+    pub points: usize,
+    pub deployments: usize,
+    /// Median |error| of those TTFTs without it and with it (%).
+    pub ttft_median_abs_pct_without: f64,
+    pub ttft_median_abs_pct: f64,
 }
 
 /// The fixed time of one MoE dispatch or combine between attention-DP ranks
@@ -347,6 +369,12 @@ impl LearnedModel {
     /// model has none.
     pub fn exchange_latency_s(&self) -> f64 {
         self.exchange.as_ref().map_or(0.0, |x| x.latency_s)
+    }
+
+    /// The learned hand-over of a disaggregated request under `engine` ([`HandoverFit`]), None
+    /// where the model has none for it.
+    pub fn handover_s(&self, engine: &str) -> Option<f64> {
+        self.handover.iter().find(|h| h.engine == engine).map(|h| h.handover_s)
     }
 
     fn offset(&self, level: &str, key: &str) -> Option<&Offset> {

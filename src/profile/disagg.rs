@@ -93,6 +93,12 @@ pub struct Disaggregated {
     pub link: KvLink,
     /// How the router picks each request's prefill and decode worker.
     pub routing: PdRouting,
+    /// The fixed time from a request's first token on its prefill worker to its KV transfer's
+    /// start (s): the framework's hand-over of the request to a decode worker (the router's hop,
+    /// the decode worker's KV allocation and the connector's handshake: SGLang's bootstrap,
+    /// Dynamo's remote-prefill round trip, NIXL's notifications). Learned per engine on the
+    /// corpus's disaggregated TTFTs at low load (calibrate/handover.rs); 0 where none is learned.
+    pub handover_s: f64,
 }
 
 /// How a disaggregated deployment's router picks the workers of a request.
@@ -203,11 +209,26 @@ impl Disaggregated {
             bytes_per_token_per_decode_gpu: received,
             source,
         };
-        Disaggregated { prefill, decode, prefill_workers, decode_workers, link, routing: PdRouting::RoundRobin }
+        Disaggregated {
+            prefill,
+            decode,
+            prefill_workers,
+            decode_workers,
+            link,
+            routing: PdRouting::RoundRobin,
+            handover_s: 0.0,
+        }
     }
     /// The same deployment behind another router.
     pub fn with_routing(self, routing: PdRouting) -> Disaggregated {
         Disaggregated { routing, ..self }
+    }
+    /// The same deployment with the learned hand-over of its engine (`handover_s`; none learned
+    /// for it: 0).
+    pub fn with_learned_handover(self, model: Option<&crate::hardware::learned::LearnedModel>) -> Disaggregated {
+        let engine = self.prefill.engine.kind.as_str();
+        let handover_s = model.and_then(|m| m.handover_s(engine)).unwrap_or(0.0);
+        Disaggregated { handover_s, ..self }
     }
     /// GPUs in all: workers x tensor-parallel degree x pipeline stages, both pools.
     pub fn gpus(&self) -> u64 {

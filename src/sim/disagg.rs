@@ -143,6 +143,7 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
     let mut events = Events::new(reps.len());
     let mut sides: Vec<PrefillSide> = Vec::with_capacity(planned as usize);
     let mut links: Vec<Link> = (0..nd).map(|_| Link::default()).collect();
+    let handover_ns = SimTime::from_secs(d.handover_s).0;
     let mut report = DisaggReport::default();
     let (mut sent, mut completed, mut last_send, mut outstanding_at_last_send, mut handed) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
@@ -214,12 +215,15 @@ pub fn simulate_disaggregated(d: &Disaggregated, w: &Workload, seed: u64, opts: 
                 (side.enqueued, side.first_scheduled) = (rec.enqueued.0, rec.first_scheduled.0);
                 (side.preemptions, side.cached) = (rec.preemptions, rec.cached_tokens);
                 report.prefill.queue_wait_s.push(rec.queue_wait_s());
-                let k = to_decode.route(handed, rec.first_token.0, None);
+                // The hand-over (Disaggregated::handover_s) precedes the transfer: the request
+                // reaches its decode worker's link that long after its first token.
+                let handed_at = rec.first_token.0 + handover_ns;
+                let k = to_decode.route(handed, handed_at, None);
                 handed += 1;
-                let ready = rec.first_token.0 + SimTime::from_secs(d.link.latency_s).0;
+                let ready = handed_at + SimTime::from_secs(d.link.latency_s).0;
                 let bytes_ns = SimTime::from_secs(d.transfer_s(rec.input_tokens) - d.link.latency_s).0;
                 let at = links[k].reserve(ready, bytes_ns, t);
-                report.kv_transfer_s.push((at - rec.first_token.0) as f64 * 1e-9);
+                report.kv_transfer_s.push((at - handed_at) as f64 * 1e-9);
                 let kv_ready = rec.input_tokens - 1;
                 let a = Arrived::handoff(rec.id, at, side.client, rec.class, rec.input_tokens, side.output, kv_ready);
                 reps[np + k].accept(a);

@@ -11,7 +11,7 @@
 
 use super::Row;
 use crate::calibrate::corpus::{fit, replay, replay_points, replay_scaled};
-use crate::calibrate::exchange;
+use crate::calibrate::{exchange, handover};
 use crate::catalog::Catalog;
 use crate::corpus::Experiment;
 use crate::hardware::learned::{LearnedModel, BW};
@@ -126,6 +126,14 @@ pub struct CorpusRow {
     /// (attention-DP experiments of the large protocols: calibrate/exchange.rs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exchange_latency_us: Option<f64>,
+    /// The hand-over of a disaggregated request under the row's engine it was replayed at, in ms
+    /// (disaggregated experiments: calibrate/handover.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handover_ms: Option<f64>,
+    /// Every engine's hand-over in the model the row was replayed on ("sglang 32.0 ms, ..."), for
+    /// the protocols' notes.
+    #[serde(skip)]
+    pub handovers: Option<String>,
     #[serde(flatten)]
     pub row: Row,
 }
@@ -197,7 +205,22 @@ fn replay_each(
                         (Some(x), true) => Some(x.latency_s * 1e6),
                         _ => None,
                     };
-                    CorpusRow { member, mtp_accept_rate, exchange_latency_us, row }
+                    let (handover_ms, handovers) = match &e.pd {
+                        Some(_) => (
+                            Some(model.handover_s(e.deployment.engine.as_str()).unwrap_or(0.0) * 1e3),
+                            Some(
+                                model
+                                    .handover
+                                    .iter()
+                                    .map(|h| format!("{} {:.1} ms", h.engine, h.handover_s * 1e3))
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                            )
+                            .filter(|t| !t.is_empty()),
+                        ),
+                        None => (None, None),
+                    };
+                    CorpusRow { member, mtp_accept_rate, exchange_latency_us, handover_ms, handovers, row }
                 })
                 .collect::<Vec<_>>()
         })
@@ -301,21 +324,29 @@ fn mtp_fitted(catalog: &Catalog, m: &LearnedModel, replayed: &[&Experiment], mem
 /// ("all" in sample): the exchange latency between attention-DP ranks (calibrate/exchange.rs, on
 /// the attention-DP TPOTs of the other members, replayed on `m`, the model learned on every plain
 /// point), then the MTP acceptance with it ([`mtp_fitted`]); the experiments to replay with each.
-fn large_fitted(
-    catalog: &Catalog,
-    m: &LearnedModel,
-    replayed: &[&Experiment],
-    members: &[String],
-) -> Vec<(Option<crate::hardware::learned::ExchangeFit>, Vec<Experiment>)> {
+fn large_fitted(catalog: &Catalog, m: &LearnedModel, replayed: &[&Experiment], members: &[String]) -> Vec<LargeFitted> {
     let obs = exchange::observations(catalog, m, replayed);
     members
         .iter()
         .map(|member| {
             let x = exchange::fit(obs.iter().filter(|o| member == "all" || &o.gpu != member));
             let with = exchange::with_exchange(m, x.clone());
-            (x, mtp_fitted(catalog, &with, replayed, member))
+            let exps = mtp_fitted(catalog, &with, replayed, member);
+            // Each engine's hand-over on the training set's low-load disaggregated TTFTs, replayed
+            // with the exchange and acceptance fitted above (calibrate/handover.rs).
+            let refs: Vec<&Experiment> = exps.iter().collect();
+            let held = handover::observations(catalog, &with, &refs);
+            let h = handover::fit(held.iter().filter(|o| member == "all" || &o.gpu != member));
+            LargeFitted { exchange: x, handover: h, exps }
         })
         .collect()
+}
+
+/// What [`large_fitted`] fits for one held-out member, and the experiments to replay with it.
+struct LargeFitted {
+    exchange: Option<crate::hardware::learned::ExchangeFit>,
+    handover: Vec<crate::hardware::learned::HandoverFit>,
+    exps: Vec<Experiment>,
 }
 
 /// The feature set of a large experiment, as its protocols' rows name it (`disaggregated+mtp`).
@@ -359,13 +390,14 @@ pub fn validate_corpus(
     };
     let replayed_for = |k: usize| -> Vec<&Experiment> {
         match owned.get(k) {
-            Some((_, v)) => v.iter().collect(),
+            Some(f) => f.exps.iter().collect(),
             None => replayed.clone(),
         }
     };
-    // The member's model with the exchange latency fitted without it (large protocols).
+    // The member's model with the exchange latency and hand-overs fitted without it (large
+    // protocols).
     let exchange_for = |k: usize, m: &LearnedModel| match owned.get(k) {
-        Some((x, _)) => exchange::with_exchange(m, x.clone()),
+        Some(f) => handover::with_handover(&exchange::with_exchange(m, f.exchange.clone()), f.handover.clone()),
         None => m.clone(),
     };
     if let (true, Some(m)) = (protocol.member_of_nothing(), &all_plain) {

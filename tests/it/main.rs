@@ -20,6 +20,7 @@ mod hardening3_sim;
 mod large_dp;
 mod large_offload;
 mod large_pd;
+mod large_pd_handover;
 mod large_pp;
 mod large_spec;
 mod learned_structure;
