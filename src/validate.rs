@@ -565,6 +565,27 @@ pub struct RunRow {
     pub band: Option<(f64, f64)>,
 }
 
+impl RunRow {
+    /// The row of `run`'s statistic `p` against a prediction and its band: the error is relative
+    /// to the measurement, none where there is no prediction or the measurement is 0 (flagged).
+    pub fn new(run: &crate::measured::Run, p: &Point, predicted: Option<f64>, band: Option<(f64, f64)>) -> RunRow {
+        let error = predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value);
+        RunRow {
+            band,
+            file: run.source.file.clone(),
+            run: run.label(),
+            load: run.load.describe(),
+            metric: p.metric.clone(),
+            stat: crate::metrics::stat_name(p.stat).to_string(),
+            measured: p.value,
+            predicted,
+            error,
+            error_pct: error.map(|e| e * 100.0),
+            flagged: error.is_none(),
+        }
+    }
+}
+
 /// Why a statistic measured as 0 is not compared.
 pub const MEASURED_ZERO: &str = "measured as 0: relative error undefined";
 
@@ -601,20 +622,7 @@ pub fn validate_runs(profile: &Profile, runs: &[crate::measured::Run]) -> Vec<Ru
                 .iter()
                 .map(|p| {
                     let predicted = predict_cached(profile, p, &u, &[], &cache);
-                    let error = predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value);
-                    RunRow {
-                        band: predicted.and_then(|v| bands.of(p, v, &u, &[])),
-                        file: run.source.file.clone(),
-                        run: run.label(),
-                        load: run.load.describe(),
-                        metric: p.metric.clone(),
-                        stat: crate::metrics::stat_name(p.stat).to_string(),
-                        measured: p.value,
-                        predicted,
-                        error,
-                        error_pct: error.map(|e| e * 100.0),
-                        flagged: error.is_none(),
-                    }
+                    RunRow::new(run, p, predicted, predicted.and_then(|v| bands.of(p, v, &u, &[])))
                 })
                 .collect::<Vec<_>>()
         })

@@ -140,20 +140,7 @@ pub(super) fn pd_run_rows(d: &Disaggregated, runs: &[Run]) -> Vec<validate::RunR
                                 .fold(band, |(lo, hi), x| (lo.min(x), hi.max(x))),
                         )
                     });
-                    let error = predicted.filter(|_| p.value > 0.0).map(|x| (x - p.value) / p.value);
-                    validate::RunRow {
-                        band,
-                        file: run.source.file.clone(),
-                        run: run.label(),
-                        load: run.load.describe(),
-                        metric: p.metric.clone(),
-                        stat: capsim::metrics::stat_name(p.stat).to_string(),
-                        measured: p.value,
-                        predicted,
-                        error,
-                        error_pct: error.map(|e| e * 100.0),
-                        flagged: error.is_none(),
-                    }
+                    validate::RunRow::new(run, p, predicted, band)
                 })
                 .collect::<Vec<_>>()
         })
