@@ -322,13 +322,21 @@ impl Bands {
         let [(slow, slow_cache), (fast, fast_cache)] = self.perturbed.as_ref()?;
         let a = predict_cached(slow, p, u, metas, slow_cache)?;
         let b = predict_cached(fast, p, u, metas, fast_cache)?;
-        if !(v > 0.0 && a > 0.0 && b > 0.0) {
-            return None;
-        }
-        let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
-        let widen = |x: f64| (x.ln().powi(2) + self.resid * self.resid).sqrt();
-        Some((v * (-widen(v / lo)).exp(), v * widen(hi / v).exp()))
+        band_of_replays(v, a, b, self.resid)
     }
+}
+
+/// The +-1 sigma band of a prediction `v` whose replays one sigma slower and faster gave `a` and
+/// `b`: their spread, widened by the fit's residual scatter `resid` in quadrature in log space;
+/// None unless all three are positive. A profile's band here, a disaggregated deployment's in
+/// `validate --runs` (both pools moved alike).
+pub fn band_of_replays(v: f64, a: f64, b: f64, resid: f64) -> Option<(f64, f64)> {
+    if !(v > 0.0 && a > 0.0 && b > 0.0) {
+        return None;
+    }
+    let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
+    let widen = |x: f64| (x.ln().powi(2) + resid * resid).sqrt();
+    Some((v * (-widen(v / lo)).exp(), v * widen(hi / v).exp()))
 }
 
 /// (values with a band, of which the measured value lies inside it). About 68% of measured values

@@ -78,10 +78,7 @@ pub fn size_disaggregated(
         if let Some(c) = tried.get(&(p, d)) {
             return Ok(c.clone());
         }
-        // The candidate's link follows its GPU count (one link domain or the network); its router
-        // and hand-over are the deployment's.
-        let mut dep = Disaggregated::new(base.prefill.clone(), base.decode.clone(), p, d).with_routing(base.routing);
-        dep.handover_s = base.handover_s;
+        let dep = base.with_workers(p, d);
         let mut t = q.template.clone();
         if t.requests.is_none() && t.duration_s.is_none() {
             t.requests = Some(requests_for(p + d, requests_per_worker));

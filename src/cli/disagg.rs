@@ -329,6 +329,28 @@ pub fn check_pools_fit(d: &Disaggregated, w: &Workload) -> Result<()> {
     Ok(())
 }
 
+/// The deployment's JSON object, as simulate's and validate --runs' `disaggregated` key state it:
+/// each pool's workers, layout (as `--prefill-*`/`--decode-*` state it), engine and KV capacity; the
+/// GPUs in all, the KV link, the hand-over and the router.
+pub fn deployment_json(d: &Disaggregated) -> serde_json::Value {
+    use serde_json::json;
+    let pool = |p: &Profile, workers: u32| {
+        let mut v = pool_layout(p);
+        v["workers"] = json!(workers);
+        v["engine"] = json!(p.engine.kind.as_str());
+        v["kv_capacity_tokens"] = json!(p.engine.kv_capacity_tokens);
+        v
+    };
+    json!({
+        "prefill": pool(&d.prefill, d.prefill_workers),
+        "decode": pool(&d.decode, d.decode_workers),
+        "gpus": d.gpus(),
+        "kv_link": d.link,
+        "handover_s": d.handover_s,
+        "routing": d.routing,
+    })
+}
+
 /// `simulate --json`'s disaggregated keys: "disaggregated" (the deployment: each pool's workers,
 /// GPU, TP, expert layout, engine and KV capacity, the link), "pools" ({"prefill", "decode"}: each
 /// pool's [`capsim::metrics::PoolSummary`]) and "kv_transfer_s" (Stats of each request's transfer,
@@ -339,24 +361,7 @@ pub fn insert_json(
     r: &capsim::sim::DisaggReport,
 ) {
     use serde_json::json;
-    let pool = |p: &Profile, workers: u32| {
-        let mut v = pool_layout(p);
-        v["workers"] = json!(workers);
-        v["engine"] = json!(p.engine.kind.as_str());
-        v["kv_capacity_tokens"] = json!(p.engine.kv_capacity_tokens);
-        v
-    };
-    obj.insert(
-        "disaggregated".into(),
-        json!({
-            "prefill": pool(&d.prefill, d.prefill_workers),
-            "decode": pool(&d.decode, d.decode_workers),
-            "gpus": d.gpus(),
-            "kv_link": d.link,
-            "handover_s": d.handover_s,
-            "routing": d.routing,
-        }),
-    );
+    obj.insert("disaggregated".into(), deployment_json(d));
     let (pre, dec) = pools(r);
     obj.insert("pools".into(), json!({"prefill": pre, "decode": dec}));
     let mut t = r.kv_transfer_s.clone();

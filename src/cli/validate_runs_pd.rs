@@ -71,25 +71,12 @@ pub(super) fn pd_perturbed(d: &Disaggregated, prefill: f64, decode: f64) -> Disa
     x
 }
 
-/// The +-1 sigma band of a prediction `v` replayed `a` and `b` one sigma either way: their spread
-/// widened by the fit's residual scatter `resid` in quadrature in log space (`validate::Bands::of`'s
-/// arithmetic); None unless all three are positive.
-pub(super) fn alike_band(v: f64, a: f64, b: f64, resid: f64) -> Option<(f64, f64)> {
-    if !(v > 0.0 && a > 0.0 && b > 0.0) {
-        return None;
-    }
-    let (lo, hi) = (v.min(a).min(b), v.max(a).max(b));
-    let widen = |x: f64| (x.ln().powi(2) + resid * resid).sqrt();
-    Some((v * (-widen(v / lo)).exp(), v * widen(hi / v).exp()))
-}
-
 /// `validate::validate_runs` on a disaggregated deployment: each run replayed as its load generator
 /// ran it (`experiment::run_workload`, the aggregated path's workload) on both pools
 /// (`experiment::disaggregated_summary`, as the corpus replays its disaggregated points), each
 /// statistic compared as the aggregated path compares it (`experiment::metric_of_point`).
 ///
-/// The band: the aggregated path's (`validate::Bands`, private to src/validate.rs, whose two lines
-/// of arithmetic are repeated here) applied to both pools: each pool's profile one sigma slower and
+/// The band: the aggregated path's (`validate::band_of_replays`) applied to both pools: each pool's profile one sigma slower and
 /// one faster (`capacity::perturbed`), the spread widened by the fit's residual scatter in quadrature
 /// in log space. A TTFT's band is also at least as wide as the replays with the prefill pool slower
 /// and the decode pool faster and the other way, as the large protocols widen a disaggregated
@@ -130,15 +117,9 @@ pub(super) fn pd_run_rows(d: &Disaggregated, runs: &[Run]) -> Vec<validate::RunR
                     let value = |i: usize| summaries.get(i)?.as_ref().and_then(|s| metric_of_point(s, p));
                     let predicted = value(0);
                     let band = predicted.filter(|_| sigmas).and_then(|v| {
-                        let band = alike_band(v, value(1)?, value(2)?, resid)?;
+                        let band = validate::band_of_replays(v, value(1)?, value(2)?, resid)?;
                         let moved = if p.metric == "ttft_s" { [value(3), value(4)] } else { [None, None] };
-                        Some(
-                            moved
-                                .into_iter()
-                                .flatten()
-                                .filter(|x| x.is_finite() && *x > 0.0)
-                                .fold(band, |(lo, hi), x| (lo.min(x), hi.max(x))),
-                        )
+                        Some(validate::corpus::replayed_band(band, moved))
                     });
                     validate::RunRow::new(run, p, predicted, band)
                 })
@@ -166,19 +147,21 @@ pub(super) fn pd_why_not_replayed(d: &Disaggregated, run: &Run, missing: &[Strin
     capsim::calibrate::runs::why_not_replayed(&d.decode, run, missing, all)
 }
 
-/// The `disaggregated` object of `validate --runs --json`: each pool's workers, GPU, tensor
-/// parallelism, GPUs per worker, layout (as the top-level `parallel` and `speculative`), engine, KV
-/// capacity and profile; the GPUs in all, the router and the KV link, as simulate's object names them.
+/// The `disaggregated` object of `validate --runs --json`: simulate's (`disagg::deployment_json`)
+/// with each pool's GPUs per worker, layout and speculation (as the top-level `parallel` and
+/// `speculative`) and the profile it took.
 pub(super) fn pd_json(d: &Disaggregated) -> serde_json::Value {
-    let pool = |p: &Profile, workers: u32| {
-        json!({"workers": workers, "gpu": p.gpu.name, "tensor_parallel": p.tensor_parallel,
-               "gpus_per_worker": capsim::profile::disagg::worker_gpus(p), "expert_parallel": p.expert_parallel,
-               "parallel": p.parallel, "speculative": p.speculative(), "engine": p.engine.kind.as_str(),
-               "kv_capacity_tokens": p.engine.kv_capacity_tokens, "profile": p.name(),
-               "retargeted_from": p.retargeted_from, "retarget_method": p.retarget_method})
-    };
-    json!({"prefill": pool(&d.prefill, d.prefill_workers), "decode": pool(&d.decode, d.decode_workers),
-           "gpus": d.gpus(), "routing": d.routing, "kv_link": d.link})
+    let mut v = super::disagg::deployment_json(d);
+    for (key, p) in [("prefill", &d.prefill), ("decode", &d.decode)] {
+        let pool = &mut v[key];
+        pool["gpus_per_worker"] = json!(capsim::profile::disagg::worker_gpus(p));
+        pool["parallel"] = json!(p.parallel);
+        pool["speculative"] = json!(p.speculative());
+        pool["profile"] = json!(p.name());
+        pool["retargeted_from"] = json!(p.retargeted_from);
+        pool["retarget_method"] = json!(p.retarget_method);
+    }
+    v
 }
 
 #[cfg(test)]
@@ -228,9 +211,13 @@ mod tests {
         let mut beyond = 0;
         for (r, p) in rows.iter().zip(&points) {
             let v = r.predicted.unwrap();
-            let alike =
-                super::alike_band(v, metric_of_point(&slow, p).unwrap(), metric_of_point(&fast, p).unwrap(), resid)
-                    .unwrap();
+            let alike = capsim::validate::band_of_replays(
+                v,
+                metric_of_point(&slow, p).unwrap(),
+                metric_of_point(&fast, p).unwrap(),
+                resid,
+            )
+            .unwrap();
             let (lo, hi) = r.band.unwrap();
             if r.metric != "ttft_s" {
                 assert_eq!((lo, hi), alike, "{} {}", r.metric, r.stat);

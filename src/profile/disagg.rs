@@ -219,6 +219,13 @@ impl Disaggregated {
             handover_s: 0.0,
         }
     }
+    /// The same deployment on other worker counts: its link is decided again (one link domain or
+    /// the network, by the GPUs in all), its router and hand-over kept (capacity --disaggregated's
+    /// candidates).
+    pub fn with_workers(&self, prefill_workers: u32, decode_workers: u32) -> Disaggregated {
+        let link = Disaggregated::new(self.prefill.clone(), self.decode.clone(), prefill_workers, decode_workers).link;
+        Disaggregated { prefill_workers, decode_workers, link, ..self.clone() }
+    }
     /// The same deployment behind another router.
     pub fn with_routing(self, routing: PdRouting) -> Disaggregated {
         Disaggregated { routing, ..self }

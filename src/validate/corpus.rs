@@ -99,7 +99,7 @@ fn band(model: &LearnedModel, e: &Experiment, metric: &str, predicted: f64, in_s
 /// (the decode sets how fast the clients come back, the prefill how fast they are served), which a
 /// band of fixed width around the prediction does not say. Scaling both pools alike would not
 /// show it: a closed loop's times all scale with its steps.
-fn replayed_band(b: (f64, f64), moved: [Option<f64>; 2]) -> (f64, f64) {
+pub fn replayed_band(b: (f64, f64), moved: [Option<f64>; 2]) -> (f64, f64) {
     moved.iter().flatten().filter(|v| v.is_finite() && **v > 0.0).fold(b, |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 

@@ -205,9 +205,8 @@ pub fn parse_csv(src: &str, text: &str) -> Result<Trace> {
     let mut raw = Vec::new();
     let mut skipped = 0;
     for rec in rdr.records() {
-        let rec = rec.map_err(|e| {
-            Error::input(src, e.position().map(|p| p.line() as usize), None, format!("malformed CSV row: {e}"))
-        })?;
+        let rec =
+            rec.map_err(|e| Error::csv_row(src, e.position().map_or(0, |p| p.line() as usize), Some(&headers), &e))?;
         let line = rec.position().map_or(0, |p| p.line() as usize);
         let get = |i: usize, k: &str| rec.get(i).ok_or_else(|| Error::input(src, Some(line), Some(k), "missing field"));
         let t = parse_time(get(ti, tkey)?, tscale).ok_or_else(|| {

@@ -26,6 +26,10 @@ fn bad_traces_name_file_line_and_field() {
     assert!(e.contains("t.csv, line 2, field `input_tokens`"), "{e}");
     let e = parse_csv("t.csv", "arrival_s,input_tokens,output_tokens\nsoon,3,20\n").unwrap_err().to_string();
     assert!(e.contains("line 2") && e.contains("arrival_s"), "{e}");
+    // A short row names its line once, with both widths (the csv crate's own record and line not
+    // repeated).
+    let e = parse_csv("t.csv", "arrival_s,input_tokens,output_tokens\n0.5,3,20\n1.0,4\n").unwrap_err().to_string();
+    assert!(e.contains("line 3: malformed row: 2 fields where the header has 3") && !e.contains("record"), "{e}");
     let e = parse_csv("t.csv", "when,input_tokens,output_tokens\n1,3,20\n").unwrap_err().to_string();
     assert!(e.contains("line 1") && e.contains("arrival"), "{e}");
     let e = parse_jsonl("t.jsonl", "{\"timestamp\": 1, \"input_length\": 5}\n").unwrap_err().to_string();
